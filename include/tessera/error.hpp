@@ -1,0 +1,47 @@
+// Error types. Every user-facing error is a tessera::Error subclass whose
+// message starts with the op in brackets, then says what was expected and what
+// was given, e.g. "[matmul] contracting dims differ: lhs (8, 16) vs rhs (12, 4)".
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tessera {
+
+/// Base of all Tessera errors.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// A shape (rank, sizes, element count) does not fit the op.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A dtype is not supported by the op or does not match.
+class DTypeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A mesh, partition spec or sharding is invalid or ambiguous.
+class ShardingError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A collective failed: mismatch, timeout, or a failed participant.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A device or runtime problem: bad device count, configuration too late.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace tessera

@@ -1,0 +1,11 @@
+// Tessera: SPMD computation on sharded arrays. Umbrella header.
+#pragma once
+
+#include "tessera/array.hpp"
+#include "tessera/device.hpp"
+#include "tessera/dtype.hpp"
+#include "tessera/error.hpp"
+#include "tessera/explain.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/sharding.hpp"
+#include "tessera/version.hpp"

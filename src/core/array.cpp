@@ -1,0 +1,189 @@
+// Array accessors, placement from the host, gathering to the host.
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+
+#include "core/array_impl.hpp"
+#include "tessera/explain.hpp"
+
+namespace tessera {
+
+using detail::ArrayImpl;
+using detail::Buffer;
+
+const ArrayImpl& Array::checked(const char* op) const {
+  if (!impl_) throw Error(std::string("[") + op + "] the array is empty (default-constructed)");
+  return *impl_;
+}
+
+const Shape& Array::shape() const { return checked("shape").shape; }
+DType Array::dtype() const { return checked("dtype").dtype; }
+int Array::ndim() const { return static_cast<int>(checked("ndim").shape.size()); }
+std::int64_t Array::size() const { return detail::num_elements(checked("size").shape); }
+std::int64_t Array::nbytes() const { return size() * static_cast<std::int64_t>(itemsize(dtype())); }
+const NamedSharding& Array::sharding() const { return checked("sharding").sharding; }
+
+const Array& Array::block_until_ready() const {
+  // Ops complete before they return (eager execution waits on the workers);
+  // this stays the synchronisation point for when dispatch becomes async.
+  checked("block_until_ready");
+  return *this;
+}
+
+std::vector<Shard> Array::addressable_shards() const {
+  const ArrayImpl& a = checked("addressable_shards");
+  const Mesh& mesh = a.sharding.mesh();
+  std::vector<Shard> out;
+  out.reserve(mesh.size());
+  // replica_id counts earlier devices holding the same block.
+  std::vector<std::vector<Slice>> seen;
+  std::vector<int> seen_count;
+  for (int pos = 0; pos < mesh.size(); ++pos) {
+    Shard sh;
+    sh.device = mesh.devices()[pos];
+    sh.index = a.sharding.shard_index(a.shape, pos);
+    auto it = std::find(seen.begin(), seen.end(), sh.index);
+    if (it == seen.end()) {
+      seen.push_back(sh.index);
+      seen_count.push_back(1);
+    } else {
+      sh.replica_id = seen_count[it - seen.begin()]++;
+    }
+    Mesh single(std::vector<Device>{sh.device}, {1}, {mesh.axis_names().empty() ? "d" : mesh.axis_names()[0]});
+    auto impl = std::make_shared<ArrayImpl>(detail::box_shape(sh.index), a.dtype, NamedSharding(single, P()));
+    impl->buffers.push_back(a.buffers[pos]);
+    sh.data = Array(std::move(impl));
+    out.push_back(std::move(sh));
+  }
+  return out;
+}
+
+void Array::copy_to_host(void* out, DType as) const {
+  const ArrayImpl& a = checked("to_vector");
+  const std::vector<Slice> whole = [&] {
+    std::vector<Slice> w(a.shape.size());
+    for (size_t d = 0; d < a.shape.size(); ++d) w[d] = {0, a.shape[d]};
+    return w;
+  }();
+  const std::size_t isz = itemsize(a.dtype);
+  // Gather straight into `out` when no conversion is needed, otherwise into a
+  // staging copy converted at the end. Each distinct block is read once.
+  std::vector<unsigned char> staging;
+  void* dst = out;
+  if (as != a.dtype) {
+    staging.resize(static_cast<std::size_t>(detail::num_elements(a.shape)) * isz);
+    dst = staging.data();
+  }
+  std::vector<std::vector<Slice>> done;
+  for (int pos = 0; pos < a.sharding.mesh().size(); ++pos) {
+    auto idx = a.sharding.shard_index(a.shape, pos);
+    if (detail::box_empty(idx)) continue;
+    if (std::find(done.begin(), done.end(), idx) != done.end()) continue;
+    done.push_back(idx);
+    detail::copy_box(a.buffers[pos].data(), idx, dst, whole, idx, isz);
+  }
+  if (as != a.dtype) detail::convert(dst, a.dtype, out, as, detail::num_elements(a.shape));
+}
+
+namespace detail {
+
+Array make_array(const Shape& shape, DType dtype, const NamedSharding& sharding,
+                 const std::function<void(int, Buffer&)>& fill) {
+  auto impl = std::make_shared<ArrayImpl>(shape, dtype, sharding);
+  const Mesh& mesh = sharding.mesh();
+  impl->buffers.resize(mesh.size());
+  run_on_devices(mesh.devices(), [&](int pos) {
+    auto n = num_elements(sharding.shard_shape(shape, pos));
+    Buffer b(mesh.devices()[pos].id(), static_cast<std::size_t>(n) * itemsize(dtype));
+    fill(pos, b);
+    impl->buffers[pos] = std::move(b);
+  });
+  return Array(std::move(impl));
+}
+
+void check_shape(const Shape& shape, const char* op) {
+  for (auto s : shape)
+    if (s < 0) throw ShapeError(std::string("[") + op + "] dimensions must be >= 0, got shape " + shape_str(shape));
+}
+
+Array make_array_from_blocks(const Shape& shape, DType dtype, const NamedSharding& sharding,
+                             const std::function<void(const std::vector<Slice>&, void*)>& fill) {
+  check_shape(shape, "make_array_from_callback");
+  sharding.check_rank(static_cast<int>(shape.size()), "make_array_from_callback");
+  // The callback runs on the calling thread, once per distinct block; the
+  // device workers then copy their block into their own memory.
+  const Mesh& mesh = sharding.mesh();
+  const std::size_t isz = itemsize(dtype);
+  std::vector<std::vector<Slice>> blocks;
+  std::vector<std::vector<unsigned char>> data;
+  std::vector<int> block_of(mesh.size());
+  for (int pos = 0; pos < mesh.size(); ++pos) {
+    auto idx = sharding.shard_index(shape, pos);
+    auto it = std::find(blocks.begin(), blocks.end(), idx);
+    if (it == blocks.end()) {
+      blocks.push_back(idx);
+      data.emplace_back(static_cast<std::size_t>(num_elements(box_shape(idx))) * isz);
+      if (!data.back().empty()) fill(idx, data.back().data());
+      block_of[pos] = static_cast<int>(blocks.size()) - 1;
+    } else {
+      block_of[pos] = static_cast<int>(it - blocks.begin());
+    }
+  }
+  return make_array(shape, dtype, sharding, [&](int pos, Buffer& b) {
+    if (b.nbytes() > 0) std::memcpy(b.data(), data[block_of[pos]].data(), b.nbytes());
+  });
+}
+
+}  // namespace detail
+
+Array device_put_raw(const void* data, DType dtype, const Shape& shape, const NamedSharding& sharding) {
+  detail::check_shape(shape, "device_put");
+  sharding.check_rank(static_cast<int>(shape.size()), "device_put");
+  std::vector<Slice> whole(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) whole[d] = {0, shape[d]};
+  const std::size_t isz = itemsize(dtype);
+  // Each worker copies its block straight from the host buffer.
+  return detail::make_array(shape, dtype, sharding, [&](int pos, Buffer& b) {
+    if (b.nbytes() == 0) return;
+    auto idx = sharding.shard_index(shape, pos);
+    detail::copy_box(data, whole, b.data(), idx, idx, isz);
+  });
+}
+
+Array device_put(const std::vector<bool>& data, const Shape& shape, const NamedSharding& sharding) {
+  std::vector<std::uint8_t> bytes(data.begin(), data.end());
+  if (static_cast<std::int64_t>(bytes.size()) != detail::num_elements(shape))
+    throw ShapeError("[device_put] host data has " + std::to_string(bytes.size()) + " elements but shape " +
+                     shape_str(shape) + " needs " + std::to_string(detail::num_elements(shape)));
+  return device_put_raw(bytes.data(), DType::bool_, shape, sharding);
+}
+
+Array device_put(const Array& array, const NamedSharding& sharding) {
+  const auto& src = array.sharding();
+  if (src.mesh() == sharding.mesh()) return reshard(array, sharding);
+  // Different meshes (possibly different devices): go through the host.
+  sharding.check_rank(array.ndim(), "device_put");
+  std::vector<unsigned char> host(static_cast<std::size_t>(array.nbytes()));
+  array.copy_to_host(host.data(), array.dtype());
+  return device_put_raw(host.data(), array.dtype(), array.shape(), sharding);
+}
+
+std::string typeof(const Array& array) {
+  const auto& spec = array.sharding().spec();
+  std::string s = dtype_name(array.dtype()) + "[";
+  for (int d = 0; d < array.ndim(); ++d) {
+    if (d) s += ",";
+    s += std::to_string(array.shape()[d]);
+    const auto& axes = spec[d].axes();
+    if (axes.size() == 1) {
+      s += "@" + axes[0];
+    } else if (axes.size() > 1) {
+      s += "@(";
+      for (size_t i = 0; i < axes.size(); ++i) s += (i ? "," : "") + axes[i];
+      s += ")";
+    }
+  }
+  return s + "]";
+}
+
+}  // namespace tessera

@@ -1,0 +1,41 @@
+// Internal representation of an Array.
+#pragma once
+
+#include <vector>
+
+#include "runtime/runtime.hpp"
+#include "tessera/array.hpp"
+
+namespace tessera::detail {
+
+struct ArrayImpl {
+  Shape shape;
+  DType dtype;
+  NamedSharding sharding;
+  /// One buffer per mesh position (devices()[i] holds buffers[i]), each the
+  /// row-major block given by sharding.shard_index(shape, i).
+  std::vector<Buffer> buffers;
+
+  ArrayImpl(Shape s, DType t, NamedSharding sh) : shape(std::move(s)), dtype(t), sharding(std::move(sh)) {}
+};
+
+/// Number of elements of a shape.
+std::int64_t num_elements(const Shape& shape);
+/// Shape of a box of slices.
+Shape box_shape(const std::vector<Slice>& box);
+
+/// Copies the sub-box `box` (global indices) from a row-major block that
+/// covers `src_box` into a row-major block covering `dst_box`. Contiguous
+/// trailing dimensions are merged so whole runs go through one memcpy.
+void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
+              const std::vector<Slice>& box, std::size_t itemsize);
+
+/// Intersection of two boxes; empty() of the result tells if they are disjoint.
+std::vector<Slice> intersect(const std::vector<Slice>& a, const std::vector<Slice>& b);
+bool box_empty(const std::vector<Slice>& box);
+
+/// A new array whose buffer i is filled by fill(i, buffer) on device i's worker.
+Array make_array(const Shape& shape, DType dtype, const NamedSharding& sharding,
+                 const std::function<void(int, Buffer&)>& fill);
+
+}  // namespace tessera::detail

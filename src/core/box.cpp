@@ -1,0 +1,86 @@
+// Box arithmetic and the strided block copy every data movement uses.
+#include <algorithm>
+#include <cstring>
+
+#include "core/array_impl.hpp"
+
+namespace tessera::detail {
+
+std::int64_t num_elements(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+Shape box_shape(const std::vector<Slice>& box) {
+  Shape s(box.size());
+  for (size_t i = 0; i < box.size(); ++i) s[i] = box[i].size();
+  return s;
+}
+
+std::vector<Slice> intersect(const std::vector<Slice>& a, const std::vector<Slice>& b) {
+  std::vector<Slice> r(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    r[i].start = std::max(a[i].start, b[i].start);
+    r[i].stop = std::max(r[i].start, std::min(a[i].stop, b[i].stop));
+  }
+  return r;
+}
+
+bool box_empty(const std::vector<Slice>& box) {
+  for (const auto& s : box)
+    if (s.size() <= 0) return true;
+  return false;
+}
+
+void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
+              const std::vector<Slice>& box, std::size_t itemsize) {
+  const int r = static_cast<int>(box.size());
+  if (box_empty(box)) return;
+  if (r == 0) {
+    std::memcpy(dst, src, itemsize);
+    return;
+  }
+  // Row-major strides (in bytes) of the source and destination blocks, and
+  // the offset of the box's first element in each.
+  std::vector<std::int64_t> ss(r), ds(r);
+  std::int64_t s_acc = static_cast<std::int64_t>(itemsize), d_acc = s_acc;
+  std::int64_t s_off = 0, d_off = 0;
+  for (int i = r - 1; i >= 0; --i) {
+    ss[i] = s_acc;
+    ds[i] = d_acc;
+    s_off += (box[i].start - src_box[i].start) * s_acc;
+    d_off += (box[i].start - dst_box[i].start) * d_acc;
+    s_acc *= src_box[i].size();
+    d_acc *= dst_box[i].size();
+  }
+  // Merge trailing dims that are whole in both blocks: the run grows to one
+  // contiguous memcpy. `inner` is the first dim of the contiguous run.
+  int inner = r - 1;
+  std::int64_t run = box[r - 1].size() * static_cast<std::int64_t>(itemsize);
+  while (inner > 0 && box[inner].size() == src_box[inner].size() && box[inner].size() == dst_box[inner].size()) {
+    --inner;
+    run *= box[inner].size();
+  }
+  const auto* s = static_cast<const unsigned char*>(src) + s_off;
+  auto* d = static_cast<unsigned char*>(dst) + d_off;
+  if (inner == 0) {
+    std::memcpy(d, s, static_cast<std::size_t>(run));
+    return;
+  }
+  // Odometer over the outer dims [0, inner).
+  std::vector<std::int64_t> idx(inner, 0);
+  for (;;) {
+    std::int64_t so = 0, dof = 0;
+    for (int i = 0; i < inner; ++i) {
+      so += idx[i] * ss[i];
+      dof += idx[i] * ds[i];
+    }
+    std::memcpy(d + dof, s + so, static_cast<std::size_t>(run));
+    int i = inner - 1;
+    while (i >= 0 && ++idx[i] == box[i].size()) idx[i--] = 0;
+    if (i < 0) break;
+  }
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,45 @@
+#include <numeric>
+
+#include "tessera/explain.hpp"
+
+namespace tessera {
+
+namespace {
+thread_local detail::ExplainScope* t_scope = nullptr;
+}
+
+std::int64_t CommRecord::bytes_moved() const {
+  return std::accumulate(bytes_received.begin(), bytes_received.end(), std::int64_t{0});
+}
+
+std::string CommRecord::str() const {
+  std::string s = op + " " + kind + ": " + std::to_string(pieces) + " pieces, " + std::to_string(bytes_moved()) +
+                  " bytes moved; received per device [";
+  for (size_t i = 0; i < bytes_received.size(); ++i) s += (i ? ", " : "") + std::to_string(bytes_received[i]);
+  return s + "]";
+}
+
+std::int64_t Explanation::bytes_moved() const {
+  std::int64_t b = 0;
+  for (const auto& r : records) b += r.bytes_moved();
+  return b;
+}
+
+std::string Explanation::str() const {
+  std::string s;
+  for (const auto& r : records) s += r.str() + "\n";
+  return s;
+}
+
+namespace detail {
+
+ExplainScope::ExplainScope() : parent_(t_scope) { t_scope = this; }
+ExplainScope::~ExplainScope() { t_scope = parent_; }
+Explanation ExplainScope::take() { return std::move(result_); }
+
+void record_comm(const CommRecord& r) {
+  for (ExplainScope* s = t_scope; s != nullptr; s = s->parent_) s->result_.records.push_back(r);
+}
+
+}  // namespace detail
+}  // namespace tessera

@@ -1,0 +1,268 @@
+#include "runtime/runtime.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera::detail {
+
+namespace {
+
+thread_local int t_current_device = -1;
+
+constexpr std::size_t kAlign = 64;
+constexpr std::size_t kPage = 4096;
+// Freed blocks above this total per device are returned to the OS instead of
+// cached, so a long program does not hold its peak forever.
+constexpr std::size_t kMaxCachedBytes = std::size_t(4) << 30;
+
+std::atomic<int> g_requested_devices{0};
+std::atomic<bool> g_started{false};
+
+int default_device_count() {
+  if (const char* env = std::getenv("TESSERA_NUM_CPU_DEVICES")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || v < 1 || v > 4096)
+      throw DeviceError(std::string("[devices] TESSERA_NUM_CPU_DEVICES must be an integer in [1, 4096], got '") + env +
+                        "'");
+    return static_cast<int>(v);
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Allocator
+
+std::size_t Allocator::round_size(std::size_t nbytes) {
+  // Small blocks round to the alignment, large ones to whole pages, so a
+  // cached block of one size serves every request that rounds to it.
+  std::size_t g = nbytes >= kPage ? kPage : kAlign;
+  return (nbytes + g - 1) / g * g;
+}
+
+void* Allocator::allocate(std::size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  const std::size_t size = round_size(nbytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(size);
+    if (it != free_.end()) {
+      void* p = it->second;
+      free_.erase(it);
+      cached_ -= size;
+      in_use_ += size;
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(kAlign, size);
+  if (p == nullptr)
+    throw DeviceError("[allocate] out of memory on CPU " + std::to_string(device_id_) + ": requested " +
+                      std::to_string(nbytes) + " bytes");
+  // First touch on the owning worker places the pages near its core.
+  auto touch = [p, size] {
+    auto* b = static_cast<unsigned char*>(p);
+    for (std::size_t off = 0; off < size; off += kPage) b[off] = 0;
+  };
+  if (size >= kPage) {
+    if (current_device() == device_id_) {
+      touch();
+    } else {
+      run_on_devices({Device::from_id(device_id_)}, [&](int) { touch(); });
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  in_use_ += size;
+  return p;
+}
+
+void Allocator::deallocate(void* p, std::size_t nbytes) {
+  if (p == nullptr) return;
+  const std::size_t size = round_size(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  in_use_ -= size;
+  if (cached_ + size > kMaxCachedBytes) {
+    std::free(p);
+    return;
+  }
+  free_.emplace(size, p);
+  cached_ += size;
+}
+
+void Allocator::release_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [size, p] : free_) std::free(p);
+  free_.clear();
+  cached_ = 0;
+}
+
+Allocator::~Allocator() { release_cache(); }
+
+std::size_t Allocator::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+
+std::size_t Allocator::bytes_cached() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_;
+}
+
+// ------------------------------------------------------------------- Worker
+
+Worker::Worker(int device_id) : device_id_(device_id), thread_([this] { loop(); }) {}
+
+Worker::~Worker() { stop(); }
+
+void Worker::submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void Worker::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable() && !is_current()) thread_.join();
+}
+
+void Worker::loop() {
+  t_current_device = device_id_;
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();  // tasks catch their own exceptions (see run_on_devices)
+  }
+}
+
+// ------------------------------------------------------------------ Runtime
+
+Runtime::Runtime(int n) {
+  allocators_.reserve(n);
+  workers_.reserve(n);
+  for (int i = 0; i < n; ++i) allocators_.push_back(std::make_unique<Allocator>(i));
+  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(i));
+}
+
+void Runtime::shutdown() {
+  for (auto& w : workers_) w->stop();
+}
+
+Runtime& Runtime::get() {
+  // Leaked on purpose: buffers held by static Arrays may be freed after
+  // static destructors run. Workers are joined at exit.
+  static Runtime* rt = [] {
+    int n = g_requested_devices.load();
+    if (n == 0) n = default_device_count();
+    auto* r = new Runtime(n);
+    g_started = true;
+    std::atexit([] { Runtime::get().shutdown(); });
+    return r;
+  }();
+  return *rt;
+}
+
+bool Runtime::started() { return g_started.load(); }
+
+int current_device() { return t_current_device; }
+
+void run_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn) {
+  Runtime& rt = Runtime::get();
+  const int n = static_cast<int>(devices.size());
+  std::vector<std::exception_ptr> errors(n);
+  std::mutex mu;
+  std::condition_variable cv;
+  int remaining = n;
+  int inline_index = -1;
+  for (int i = 0; i < n; ++i) {
+    Worker& w = rt.worker(devices[i].id());
+    if (w.is_current()) {
+      inline_index = i;  // run after dispatching the others, so they overlap
+      continue;
+    }
+    w.submit([&, i] {
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (--remaining == 0) cv.notify_one();
+    });
+  }
+  if (inline_index >= 0) {
+    try {
+      fn(inline_index);
+    } catch (...) {
+      errors[inline_index] = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    --remaining;
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return remaining == 0; });
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// ------------------------------------------------------------------- Buffer
+
+Buffer::Buffer(int device_id, std::size_t nbytes) : nbytes_(nbytes), device_id_(device_id) {
+  Allocator& a = Runtime::get().allocator(device_id);
+  void* p = a.allocate(nbytes);
+  ptr_ = std::shared_ptr<void>(p, [&a, nbytes](void* q) { a.deallocate(q, nbytes); });
+}
+
+}  // namespace tessera::detail
+
+// ------------------------------------------------------------ public device API
+
+namespace tessera {
+
+std::string Device::str() const { return "CpuDevice(id=" + std::to_string(id_) + ")"; }
+
+std::vector<Device> devices() {
+  int n = detail::Runtime::get().num_devices();
+  std::vector<Device> out;
+  out.reserve(n);
+  for (int i = 0; i < n; ++i) out.push_back(Device::from_id(i));
+  return out;
+}
+
+int device_count() { return detail::Runtime::get().num_devices(); }
+
+int process_index() { return 0; }
+
+namespace config {
+void set_num_cpu_devices(int n) {
+  if (n < 1) throw DeviceError("[set_num_cpu_devices] expected a device count >= 1, got " + std::to_string(n));
+  if (detail::Runtime::started()) {
+    int have = detail::Runtime::get().num_devices();
+    if (have != n)
+      throw DeviceError("[set_num_cpu_devices] the runtime already started with " + std::to_string(have) +
+                        " devices; call it before first use (asked for " + std::to_string(n) + ")");
+    return;
+  }
+  detail::g_requested_devices = n;
+}
+}  // namespace config
+
+}  // namespace tessera

@@ -1,0 +1,122 @@
+// Internal runtime: per-device worker threads, caching allocators, and the
+// executor that runs one task per device.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tessera/device.hpp"
+
+namespace tessera::detail {
+
+/// Caching allocator of one device. Blocks are 64-byte aligned. A fresh block
+/// has its pages first touched on the owning worker (so the OS places them
+/// near that core); freed blocks are kept in size-keyed free lists and reused.
+class Allocator {
+ public:
+  explicit Allocator(int device_id) : device_id_(device_id) {}
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  /// A block of at least `nbytes` (nullptr for 0). Thread-safe.
+  void* allocate(std::size_t nbytes);
+  /// Returns a block to the cache. Thread-safe.
+  void deallocate(void* p, std::size_t nbytes);
+  /// Frees every cached block.
+  void release_cache();
+
+  std::size_t bytes_in_use() const;
+  std::size_t bytes_cached() const;
+
+  /// Size actually reserved for a request of `nbytes`.
+  static std::size_t round_size(std::size_t nbytes);
+
+ private:
+  int device_id_;
+  mutable std::mutex mu_;
+  std::multimap<std::size_t, void*> free_;  // rounded size -> block
+  std::size_t in_use_ = 0;
+  std::size_t cached_ = 0;
+};
+
+/// A persistent thread with an in-order queue of tasks.
+class Worker {
+ public:
+  explicit Worker(int device_id);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  /// Appends a task; tasks run in submission order.
+  void submit(std::function<void()> task);
+  /// Stops after the queued tasks and joins the thread.
+  void stop();
+  /// True when called from this worker's thread.
+  bool is_current() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void loop();
+  int device_id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+/// The process-wide set of devices. Created on first use, never destroyed
+/// (buffers may outlive static destructors); workers are joined at exit.
+class Runtime {
+ public:
+  static Runtime& get();
+  /// True once get() has been called.
+  static bool started();
+
+  int num_devices() const { return static_cast<int>(workers_.size()); }
+  Worker& worker(int id) { return *workers_.at(id); }
+  Allocator& allocator(int id) { return *allocators_.at(id); }
+
+ private:
+  explicit Runtime(int n);
+  void shutdown();
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::unique_ptr<Allocator>> allocators_;
+};
+
+/// Id of the device whose worker runs the current thread, or -1.
+int current_device();
+
+/// Runs fn(i) for every i on the worker of devices[i] and waits for all.
+/// Work for the device whose worker is the caller runs inline. If tasks throw,
+/// every task still finishes, then the exception of the lowest i is rethrown
+/// as its original type.
+void run_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn);
+
+/// A device buffer: `nbytes` bytes on one device, returned to that device's
+/// allocator when the last reference goes.
+class Buffer {
+ public:
+  Buffer() = default;
+  /// Allocates on device `device_id` (call from any thread).
+  Buffer(int device_id, std::size_t nbytes);
+  void* data() const { return ptr_.get(); }
+  std::size_t nbytes() const { return nbytes_; }
+  int device_id() const { return device_id_; }
+
+ private:
+  std::shared_ptr<void> ptr_;
+  std::size_t nbytes_ = 0;
+  int device_id_ = -1;
+};
+
+}  // namespace tessera::detail
