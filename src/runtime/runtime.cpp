@@ -17,7 +17,7 @@ constexpr std::size_t kAlign = 64;
 constexpr std::size_t kPage = 4096;
 // Freed blocks above this total per device are returned to the OS instead of
 // cached, so a long program does not hold its peak forever.
-constexpr std::size_t kMaxCachedBytes = std::size_t(4) << 30;
+constexpr std::size_t kMaxCachedBytes = std::size_t(1) << 30;
 
 std::atomic<int> g_requested_devices{0};
 std::atomic<bool> g_started{false};
@@ -61,6 +61,11 @@ void* Allocator::allocate(std::size_t nbytes) {
     }
   }
   void* p = std::aligned_alloc(kAlign, size);
+  if (p == nullptr) {
+    // Cached blocks of other sizes may be what stands in the way.
+    release_cache();
+    p = std::aligned_alloc(kAlign, size);
+  }
   if (p == nullptr)
     throw DeviceError("[allocate] out of memory on CPU " + std::to_string(device_id_) + ": requested " +
                       std::to_string(nbytes) + " bytes");

@@ -1,0 +1,37 @@
+# Front door: `make demo`, `make test`, `make bench`. Each installs missing
+# Debian packages, configures and builds with the CMake presets.
+PRESET ?= default
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD := build/$(PRESET)
+
+.PHONY: all deps configure build demo test bench asan tsan clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake --preset $(PRESET) >/dev/null
+
+build: configure
+	@cmake --build --preset $(PRESET) -j $(JOBS)
+
+demo: build
+	@$(BUILD)/tools/tessera demo
+
+test: build
+	@ctest --preset $(PRESET) -j $(JOBS)
+
+bench: build
+	@mkdir -p $(BUILD)/bench-results
+	@$(BUILD)/bench/bench_reshard --json $(BUILD)/bench-results/reshard.json
+
+asan:
+	@$(MAKE) --no-print-directory test PRESET=asan
+
+tsan:
+	@$(MAKE) --no-print-directory test PRESET=tsan
+
+clean:
+	@rm -rf build
