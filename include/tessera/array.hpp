@@ -118,7 +118,7 @@ Array device_put(const Array& array, const NamedSharding& sharding);
 
 /// Builds an array block by block: `callback(index)` returns the row-major
 /// data (as std::vector<T>) for the global index slices `index`; it is called
-/// once per distinct block, on the calling thread.
+/// once per distinct non-empty block, on the calling thread.
 template <class F>
 Array make_array_from_callback(const Shape& shape, DType dtype, const NamedSharding& sharding, F&& callback);
 

@@ -9,6 +9,9 @@
 
 namespace tessera {
 
+/// Human-readable byte count: "280 B", "1.5 GiB".
+std::string format_bytes(std::int64_t bytes);
+
 /// One piece of a redistribution: a box of the global array copied from the
 /// device at mesh position `src` to the one at `dst` (src == dst: local copy).
 struct TransferPiece {

@@ -159,10 +159,10 @@ Array device_put(const std::vector<bool>& data, const Shape& shape, const NamedS
 }
 
 Array device_put(const Array& array, const NamedSharding& sharding) {
+  sharding.check_rank(array.ndim(), "device_put");
   const auto& src = array.sharding();
   if (src.mesh() == sharding.mesh()) return reshard(array, sharding);
   // Different meshes (possibly different devices): go through the host.
-  sharding.check_rank(array.ndim(), "device_put");
   std::vector<unsigned char> host(static_cast<std::size_t>(array.nbytes()));
   array.copy_to_host(host.data(), array.dtype());
   return device_put_raw(host.data(), array.dtype(), array.shape(), sharding);

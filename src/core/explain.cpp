@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <numeric>
 
 #include "tessera/explain.hpp"
@@ -8,14 +9,33 @@ namespace {
 thread_local detail::ExplainScope* t_scope = nullptr;
 }
 
+std::string format_bytes(std::int64_t b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, unit[u]);
+  return buf;
+}
+
 std::int64_t CommRecord::bytes_moved() const {
   return std::accumulate(bytes_received.begin(), bytes_received.end(), std::int64_t{0});
 }
 
 std::string CommRecord::str() const {
-  std::string s = op + " " + kind + ": " + std::to_string(pieces) + " pieces, " + std::to_string(bytes_moved()) +
-                  " bytes moved; received per device [";
-  for (size_t i = 0; i < bytes_received.size(); ++i) s += (i ? ", " : "") + std::to_string(bytes_received[i]);
+  std::string s = op + " " + kind + ": " + std::to_string(pieces) + " pieces, " + format_bytes(bytes_moved()) +
+                  " moved between devices; received per device [";
+  for (size_t i = 0; i < bytes_received.size(); ++i) {
+    if (i) s += ", ";
+    s += format_bytes(bytes_received[i]);
+  }
   return s + "]";
 }
 

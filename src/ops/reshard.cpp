@@ -29,7 +29,8 @@ Array reshard(const Array& array, const NamedSharding& sharding) {
   for (int t = 0; t < n; ++t)
     if (piece_begin[t] == piece_begin[t + 1] && !detail::box_empty(sharding.shard_index(array.shape(), t)))
       out->buffers[t] = src->buffers[t];
-  detail::communicator_for(sharding.mesh()).exchange(plan, piece_begin, src->buffers, out->buffers);
+  if (!plan.pieces.empty())
+    detail::communicator_for(sharding.mesh()).exchange(plan, piece_begin, src->buffers, out->buffers);
   return Array(std::move(out));
 }
 

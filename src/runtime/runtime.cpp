@@ -194,11 +194,11 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
   std::mutex mu;
   std::condition_variable cv;
   int remaining = n;
-  int inline_index = -1;
+  std::vector<int> inline_indices;
   for (int i = 0; i < n; ++i) {
     Worker& w = rt.worker(devices[i].id());
     if (w.is_current()) {
-      inline_index = i;  // run after dispatching the others, so they overlap
+      inline_indices.push_back(i);  // run after dispatching the others, so they overlap
       continue;
     }
     w.submit([&, i] {
@@ -211,11 +211,11 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
       if (--remaining == 0) cv.notify_one();
     });
   }
-  if (inline_index >= 0) {
+  for (int i : inline_indices) {
     try {
-      fn(inline_index);
+      fn(i);
     } catch (...) {
-      errors[inline_index] = std::current_exception();
+      errors[i] = std::current_exception();
     }
     std::lock_guard<std::mutex> lock(mu);
     --remaining;

@@ -38,25 +38,9 @@ using detail::num_elements;
 
 namespace {
 
-std::string bytes_str(std::int64_t b) {
-  const char* unit[] = {"B", "KiB", "MiB", "GiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 3) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, unit[u]);
-  return buf;
-}
-
 std::string vec_str(const std::vector<std::int64_t>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + bytes_str(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_bytes(v[i]);
   return s + "]";
 }
 
@@ -82,7 +66,7 @@ std::int64_t ReshardPlan::remote_pieces() const {
 }
 
 std::string ReshardPlan::str() const {
-  return "reshard " + kind + ": " + std::to_string(remote_pieces()) + " pieces, " + bytes_str(bytes_moved()) +
+  return "reshard " + kind + ": " + std::to_string(remote_pieces()) + " pieces, " + format_bytes(bytes_moved()) +
          " moved between devices; received per device " + vec_str(bytes_received) + ", local copies " +
          vec_str(bytes_local);
 }

@@ -1,0 +1,110 @@
+// The `tessera` command-line program.
+//
+//   tessera [--num-devices N] devices   list the devices and where their count came from
+//   tessera [--num-devices N] demo      meshes, shardings, reshards, timed against memcpy
+//
+// Errors from the library (tessera::Error) are printed and exit with code 1.
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <tessera/tessera.hpp>
+
+#include "commands.hpp"
+
+namespace ts = tessera;
+
+namespace tessera::cli {
+
+std::string device_count_source(const Context& ctx) {
+  const char* env = std::getenv("TESSERA_NUM_CPU_DEVICES");
+  if (ctx.num_devices) {
+    std::string s = "--num-devices " + std::to_string(*ctx.num_devices);
+    if (env) s += std::string(" (overrides TESSERA_NUM_CPU_DEVICES=") + env + ")";
+    return s;
+  }
+  if (env) return std::string("TESSERA_NUM_CPU_DEVICES=") + env;
+  return "the number of hardware threads (" + std::to_string(std::thread::hardware_concurrency()) +
+         "); set TESSERA_NUM_CPU_DEVICES or --num-devices to change it";
+}
+
+std::pair<int, int> mesh_shape_for(int n) {
+  int a = 1;
+  for (int d = 2; d * d <= n; ++d)
+    if (n % d == 0) a = d;
+  if (a == 1) return {n, 1};
+  return {a, n / a};
+}
+
+int cmd_devices(const Context& ctx) {
+  const std::vector<ts::Device> devs = ts::devices();
+  std::cout << devs.size() << " device" << (devs.size() == 1 ? "" : "s") << " (count from "
+            << device_count_source(ctx) << ")\n";
+  std::cout << "process index: " << ts::process_index() << "\n";
+  std::size_t width = 0;
+  for (const auto& d : devs) width = std::max(width, d.str().size());
+  for (const auto& d : devs) {
+    std::string s = d.str();
+    s.resize(width, ' ');
+    std::cout << "  " << s << "  kind=" << d.kind() << "  process=" << d.process_index() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli
+
+namespace {
+
+int run(int argc, char** argv) {
+  namespace cli = ts::cli;
+  CLI::App app{std::string("tessera ") + ts::kVersion + ": sharded arrays on a mesh of devices"};
+  app.set_version_flag("--version", std::string("tessera ") + ts::kVersion);
+  app.require_subcommand(1);
+  // Options of the top-level app are accepted after the subcommand too.
+  app.fallthrough();
+
+  cli::Context ctx;
+  app.add_option("--num-devices", ctx.num_devices,
+                 "number of virtual CPU devices (default: $TESSERA_NUM_CPU_DEVICES, else hardware threads)");
+
+  CLI::App* devices = app.add_subcommand("devices", "list the devices and where their count came from");
+  CLI::App* demo = app.add_subcommand("demo", "meshes, shardings and reshards, timed against memcpy");
+  cli::DemoOptions dopt;
+  demo->add_option("--rows", dopt.rows, "rows of the large f64 array")->capture_default_str()->check(CLI::PositiveNumber);
+  demo->add_option("--cols", dopt.cols, "columns of the large f64 array")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--reps", dopt.reps, "timed repetitions per large reshard (median shown)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  demo->add_flag("--small-only", dopt.small_only, "skip the large, timed array");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  // Before anything that could start the runtime.
+  if (ctx.num_devices) ts::config::set_num_cpu_devices(*ctx.num_devices);
+
+  if (devices->parsed()) return cli::cmd_devices(ctx);
+  if (demo->parsed()) return cli::cmd_demo(ctx, dopt);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const ts::Error& e) {
+    std::cerr << "tessera: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "tessera: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}
