@@ -19,28 +19,14 @@
 #include "core/array_impl.hpp"
 #include "runtime/runtime.hpp"
 #include "tessera/tessera.hpp"
+#include "test_util.hpp"
 
 namespace ts = tessera;
+using ts::testing::expect_error;
 namespace td = tessera::detail;
 
 namespace {
 
-// Runs `f`, which must throw exactly E (not a subclass), with a message that
-// starts with `prefix` and contains every word of `words`.
-template <class E, class F>
-void expect_error(F&& f, const std::string& prefix, std::initializer_list<std::string> words = {}) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception starting with " << prefix << ", nothing was thrown";
-  } catch (const E& e) {
-    EXPECT_EQ(typeid(e), typeid(E)) << "thrown type is a subclass of the expected one: " << e.what();
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind(prefix, 0), 0u) << "message does not start with '" << prefix << "': " << msg;
-    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type " << typeid(e).name() << ": " << e.what();
-  }
-}
 
 struct CustomError : std::exception {
   explicit CustomError(int c) : code(c) {}

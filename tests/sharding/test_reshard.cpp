@@ -4,6 +4,8 @@
 // collective form, explain(), and errors.
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -19,6 +21,7 @@
 #include "tessera/sharding.hpp"
 
 namespace ts = tessera;
+using ts::testing::random_spec;
 
 namespace {
 
@@ -225,32 +228,6 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-// A random spec for rank `rank` over the mesh's axes.
-ts::PartitionSpec random_spec(std::mt19937& rng, const ts::Mesh& mesh, int rank) {
-  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  if (uni(0, 7) == 0) return ts::P();
-  std::vector<std::vector<std::string>> dim_axes(rank);
-  std::vector<std::string> axes = mesh.axis_names();
-  std::shuffle(axes.begin(), axes.end(), rng);
-  for (const auto& a : axes) {
-    int d = uni(-1, rank - 1);
-    if (d >= 0) dim_axes[d].push_back(a);
-  }
-  int last = 0;
-  for (int d = 0; d < rank; ++d)
-    if (!dim_axes[d].empty()) last = d + 1;
-  std::vector<ts::PartitionSpec::Entry> entries;
-  const int nentries = uni(last, rank);
-  for (int d = 0; d < nentries; ++d) {
-    if (dim_axes[d].empty())
-      entries.emplace_back(ts::none);
-    else if (dim_axes[d].size() == 1 && uni(0, 1))
-      entries.emplace_back(dim_axes[d][0]);
-    else
-      entries.emplace_back(dim_axes[d]);
-  }
-  return ts::PartitionSpec(entries);
-}
 
 TEST(ReshardProperty, RandomShapesMeshesSpecsAndDtypes) {
   std::mt19937 rng(12345u);

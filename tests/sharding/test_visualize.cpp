@@ -4,6 +4,8 @@
 // structural property test over random layouts, and the errors.
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -494,21 +496,7 @@ TEST(VisualizeStructure, RandomLayouts) {
   for (int iter = 0; iter < 1000; ++iter) {
     const ts::Mesh& mesh = meshes[uni(0, static_cast<int>(meshes.size()) - 1)];
     const int rank = uni(1, 2);
-    std::vector<std::vector<std::string>> dim_axes(rank);
-    std::vector<std::string> axes = mesh.axis_names();
-    std::shuffle(axes.begin(), axes.end(), rng);
-    for (const auto& a : axes) {
-      int d = uni(-1, rank - 1);
-      if (d >= 0) dim_axes[d].push_back(a);
-    }
-    std::vector<ts::PartitionSpec::Entry> entries;
-    for (int d = 0; d < rank; ++d) {
-      if (dim_axes[d].empty())
-        entries.emplace_back(ts::none);
-      else
-        entries.emplace_back(dim_axes[d]);
-    }
-    ts::NamedSharding s(mesh, ts::PartitionSpec(entries));
+    ts::NamedSharding s(mesh, ts::testing::random_spec(rng, mesh, rank, /*mixed_forms=*/false));
     ts::Shape shape(rank);
     for (auto& n : shape) n = uni(0, 5) == 0 ? uni(0, 3) : uni(1, 40);
     SCOPED_TRACE("case " + std::to_string(iter) + ": " + s.str() + " shape " + ts::shape_str(shape));
