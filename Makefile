@@ -1,5 +1,6 @@
 # Front door: `make demo`, `make test`, `make bench`. Each installs missing
 # Debian packages, configures and builds with the CMake presets.
+MAKEFLAGS += --no-print-directory
 PRESET ?= default
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD := build/$(PRESET)
