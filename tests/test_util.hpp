@@ -68,3 +68,61 @@ inline PartitionSpec random_spec(std::mt19937& rng, const Mesh& mesh, int rank, 
 }
 
 }  // namespace tessera::testing
+
+namespace tessera::testing {
+
+// Meshes the SPMD property tests run on: 1-d and 2-d, 1 to 8 devices,
+// including device orders that differ from ids.
+inline std::vector<Mesh> test_meshes() {
+  auto d = devices();
+  auto first = [&](int n) { return std::vector<Device>(d.begin(), d.begin() + n); };
+  return {
+      Mesh(first(1), {1}, {"x"}),
+      Mesh(first(2), {2}, {"x"}),
+      Mesh(first(3), {3}, {"x"}),
+      Mesh(first(4), {4}, {"x"}),
+      Mesh(first(8), {8}, {"x"}),
+      Mesh(first(4), {2, 2}, {"x", "y"}),
+      Mesh(first(6), {2, 3}, {"x", "y"}),
+      Mesh(first(8), {2, 4}, {"x", "y"}),
+      Mesh({d[7], d[5], d[3], d[1]}, {4, 1}, {"x", "y"}),
+  };
+}
+
+// Calls fn(sharding) for a spread of layouts of a rank-`rank` array on every
+// test mesh: replicated, each dim over each axis, both axes on one dim, and
+// (2-d meshes) one axis per dim in both orders.
+template <class F>
+void for_each_layout(int rank, F&& fn) {
+  for (const Mesh& m : test_meshes()) {
+    std::vector<PartitionSpec> specs{P()};
+    const auto& names = m.axis_names();
+    for (int d = 0; d < rank; ++d) {
+      for (const auto& a : names) {
+        std::vector<PartitionSpec::Entry> e(rank, none);
+        e[d] = a;
+        specs.emplace_back(e);
+      }
+      if (names.size() == 2) {
+        std::vector<PartitionSpec::Entry> e(rank, none);
+        e[d] = std::vector<std::string>{names[0], names[1]};
+        specs.emplace_back(e);
+      }
+    }
+    if (names.size() == 2 && rank >= 2) {
+      specs.push_back(PartitionSpec({PartitionSpec::Entry(names[0]), PartitionSpec::Entry(names[1])}));
+      specs.push_back(PartitionSpec({PartitionSpec::Entry(names[1]), PartitionSpec::Entry(names[0])}));
+    }
+    for (const auto& s : specs) fn(NamedSharding(m, s));
+  }
+}
+
+// Host data 0, 1, 2, ... (mod 97, shifted) as T: small integers, exact in every dtype.
+template <class T>
+std::vector<T> iota_data(std::int64_t n, int salt = 0) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<T>((i * 7 + salt) % 97 - 40);
+  return v;
+}
+
+}  // namespace tessera::testing

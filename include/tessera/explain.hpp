@@ -33,6 +33,9 @@ struct ReshardPlan {
   /// "permute" (each device receives from at most two others) or
   /// "point-to-point".
   std::string kind;
+  /// The box each mesh position ends up holding (the target sharding's
+  /// blocks for a reshard; blocks widened by halos for stencils).
+  std::vector<std::vector<Slice>> target_boxes;
   /// Every piece copied, grouped by destination in mesh order. Devices whose
   /// target block equals their source block are absent (they keep the buffer).
   std::vector<TransferPiece> pieces;
@@ -56,6 +59,10 @@ struct ReshardPlan {
 ReshardPlan plan_reshard(const Array& array, const NamedSharding& target);
 /// The same for any shape and dtype.
 ReshardPlan plan_reshard(const Shape& shape, DType dtype, const NamedSharding& source, const NamedSharding& target);
+/// The general form: mesh position t must end up holding `target_boxes[t]`
+/// (any box of the global array, e.g. its block widened by a halo).
+ReshardPlan plan_boxes(const Shape& shape, DType dtype, const NamedSharding& source,
+                       std::vector<std::vector<Slice>> target_boxes);
 
 /// The communication of every op run inside an explain() call.
 struct CommRecord {

@@ -7,5 +7,6 @@
 #include "tessera/error.hpp"
 #include "tessera/explain.hpp"
 #include "tessera/mesh.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/sharding.hpp"
 #include "tessera/version.hpp"

@@ -3,6 +3,7 @@
 // and nccl/ later).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +24,23 @@ class Communicator {
   /// `piece_begin[t]..piece_begin[t+1]` indexes t's pieces in plan.pieces.
   virtual void exchange(const ReshardPlan& plan, const std::vector<int>& piece_begin, const std::vector<Buffer>& src,
                         std::vector<Buffer>& dst) = 0;
+
+  /// Reduction over mesh axes (all-reduce, or reduce-scatter when each
+  /// device asks for part of the result). Position t's group is every
+  /// position that shares its coordinates on the mesh axes not in `axes`.
+  /// partial[t] holds a row-major block covering `partial_boxes[t]` (equal
+  /// within a group); dst[t] receives the box `out_boxes[t]` (inside the
+  /// partial box) of the group's partials combined elementwise by
+  /// combine(acc, in, count), always in group order (mesh position), so every
+  /// run and every member gets bitwise the same result.
+  virtual void reduce(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,
+                      const std::function<void(void*, const void*, std::int64_t)>& combine,
+                      const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
+                      const std::vector<std::vector<Slice>>& out_boxes, std::vector<Buffer>& dst) = 0;
 };
+
+/// Positions of the group of `pos` for a reduction over `axes`, in mesh order.
+std::vector<int> group_of(const Mesh& mesh, const std::vector<std::string>& axes, int pos);
 
 /// The communicator for a mesh's devices (threads backend for CPU devices).
 Communicator& communicator_for(const Mesh& mesh);

@@ -1,6 +1,7 @@
 // Internal representation of an Array.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "runtime/runtime.hpp"
@@ -23,6 +24,13 @@ struct ArrayImpl {
 std::int64_t num_elements(const Shape& shape);
 /// Shape of a box of slices.
 Shape box_shape(const std::vector<Slice>& box);
+
+/// Calls fn(src_offset, dst_offset, bytes) for each contiguous run of the
+/// sub-box `box` (global indices) inside a row-major block covering `src_box`
+/// and one covering `dst_box`; offsets are in bytes. Trailing dims whole in
+/// both blocks are merged into one run.
+void for_each_run(const std::vector<Slice>& src_box, const std::vector<Slice>& dst_box, const std::vector<Slice>& box,
+                  std::size_t itemsize, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& fn);
 
 /// Copies the sub-box `box` (global indices) from a row-major block that
 /// covers `src_box` into a row-major block covering `dst_box`. Contiguous

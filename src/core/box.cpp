@@ -33,12 +33,12 @@ bool box_empty(const std::vector<Slice>& box) {
   return false;
 }
 
-void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
-              const std::vector<Slice>& box, std::size_t itemsize) {
+void for_each_run(const std::vector<Slice>& src_box, const std::vector<Slice>& dst_box, const std::vector<Slice>& box,
+                  std::size_t itemsize, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& fn) {
   const int r = static_cast<int>(box.size());
   if (box_empty(box)) return;
   if (r == 0) {
-    std::memcpy(dst, src, itemsize);
+    fn(0, 0, static_cast<std::int64_t>(itemsize));
     return;
   }
   // Row-major strides (in bytes) of the source and destination blocks, and
@@ -55,32 +55,39 @@ void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, con
     d_acc *= dst_box[i].size();
   }
   // Merge trailing dims that are whole in both blocks: the run grows to one
-  // contiguous memcpy. `inner` is the first dim of the contiguous run.
+  // contiguous range. `inner` is the first dim of the contiguous run.
   int inner = r - 1;
   std::int64_t run = box[r - 1].size() * static_cast<std::int64_t>(itemsize);
   while (inner > 0 && box[inner].size() == src_box[inner].size() && box[inner].size() == dst_box[inner].size()) {
     --inner;
     run *= box[inner].size();
   }
-  const auto* s = static_cast<const unsigned char*>(src) + s_off;
-  auto* d = static_cast<unsigned char*>(dst) + d_off;
   if (inner == 0) {
-    std::memcpy(d, s, static_cast<std::size_t>(run));
+    fn(s_off, d_off, run);
     return;
   }
   // Odometer over the outer dims [0, inner).
   std::vector<std::int64_t> idx(inner, 0);
   for (;;) {
-    std::int64_t so = 0, dof = 0;
+    std::int64_t so = s_off, dof = d_off;
     for (int i = 0; i < inner; ++i) {
       so += idx[i] * ss[i];
       dof += idx[i] * ds[i];
     }
-    std::memcpy(d + dof, s + so, static_cast<std::size_t>(run));
+    fn(so, dof, run);
     int i = inner - 1;
     while (i >= 0 && ++idx[i] == box[i].size()) idx[i--] = 0;
     if (i < 0) break;
   }
+}
+
+void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
+              const std::vector<Slice>& box, std::size_t itemsize) {
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  for_each_run(src_box, dst_box, box, itemsize, [&](std::int64_t so, std::int64_t dof, std::int64_t bytes) {
+    std::memcpy(d + dof, s + so, static_cast<std::size_t>(bytes));
+  });
 }
 
 }  // namespace tessera::detail

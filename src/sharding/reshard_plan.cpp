@@ -5,7 +5,9 @@
 // blocks (the product over dims of the balanced 1-d splits); a block is held
 // by every device whose part indices select it (several when the spec leaves
 // mesh axes out: replicas). For each destination position t:
-//   1. T = the box t must hold under the target sharding.
+//   1. T = the box t must hold: its block under the target sharding, or any
+//      box the caller asks for (plan_boxes: a block widened by a halo, the
+//      source region of a slice, ...).
 //   2. If T equals the box t already holds under the source sharding, t keeps
 //      its buffer: no piece, no copy (this covers "nothing changes").
 //   3. Otherwise, per dim, find the source parts whose 1-d slice overlaps T
@@ -78,8 +80,18 @@ ReshardPlan plan_reshard(const Shape& shape, DType dtype, const NamedSharding& s
   const int rank = static_cast<int>(shape.size());
   source.check_rank(rank, "reshard");
   target.check_rank(rank, "reshard");
+  std::vector<std::vector<Slice>> boxes(target.mesh().size());
+  for (int t = 0; t < target.mesh().size(); ++t) boxes[t] = target.shard_index(shape, t);
+  ReshardPlan plan = plan_boxes(shape, dtype, source, std::move(boxes));
+  plan.target = target;
+  return plan;
+}
 
-  ReshardPlan plan(source, target);
+ReshardPlan plan_boxes(const Shape& shape, DType dtype, const NamedSharding& source,
+                       std::vector<std::vector<Slice>> target_boxes) {
+  const int rank = static_cast<int>(shape.size());
+  ReshardPlan plan(source, source);
+  plan.target_boxes = std::move(target_boxes);
   plan.shape = shape;
   plan.dtype = dtype;
   const Mesh& mesh = source.mesh();
@@ -113,7 +125,7 @@ ReshardPlan plan_reshard(const Shape& shape, DType dtype, const NamedSharding& s
   std::vector<int> senders_per_dst(n, 0);
   bool all_whole_blocks = true;
   for (int t = 0; t < n; ++t) {
-    const auto tbox = target.shard_index(shape, t);
+    const auto& tbox = plan.target_boxes[t];
     if (tbox == source.shard_index(shape, t) || box_empty(tbox)) continue;
     // Per dim, the consecutive source parts overlapping T.
     std::vector<int> lo(rank), hi(rank);

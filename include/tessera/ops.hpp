@@ -1,0 +1,304 @@
+// Global-view ops on sharded arrays.
+//
+// Every op validates its inputs, computes the output shape, dtype and
+// sharding and a communication plan without touching data, then runs
+// per-device kernels. Sharding rules (see docs/semantics.md):
+//   - Elementwise: the output keeps the operands' sharding. When operands
+//     disagree, Auto axes reshard the smaller operands to the largest one's
+//     sharding; Explicit axes raise ShardingError.
+//   - Reductions over a sharded dim: local reduce, then all-reduce over the
+//     mesh axes of the reduced dims (reduce-scatter when out_sharding is
+//     sharded).
+//   - Stencils, slices, pads, rolls, concatenations and scans along a sharded
+//     dim move only boundary data (halos) or shard totals.
+// Every op accepts arrays of any size on any mesh (uneven and empty shards).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/array.hpp"
+
+namespace tessera {
+
+// ------------------------------------------------------------------ scalars
+
+/// A C++ number used as an operand. Scalars are weakly typed (as in JAX): a
+/// float scalar with an f32 array stays f32; an int scalar with an integer
+/// array keeps the array's dtype; a float scalar with an integer or bool
+/// array gives f32.
+class Scalar {
+ public:
+  Scalar(bool v) : f_(v), i_(v), kind_(Kind::Bool) {}
+  Scalar(int v) : f_(v), i_(v), kind_(Kind::Int) {}
+  Scalar(long v) : f_(static_cast<double>(v)), i_(v), kind_(Kind::Int) {}
+  Scalar(long long v) : f_(static_cast<double>(v)), i_(v), kind_(Kind::Int) {}
+  Scalar(float v) : f_(v), i_(static_cast<std::int64_t>(v)), kind_(Kind::Float) {}
+  Scalar(double v) : f_(v), i_(static_cast<std::int64_t>(v)), kind_(Kind::Float) {}
+
+  enum class Kind { Bool, Int, Float };
+  Kind kind() const { return kind_; }
+  double as_double() const { return f_; }
+  std::int64_t as_int() const { return i_; }
+
+ private:
+  double f_;
+  std::int64_t i_;
+  Kind kind_;
+};
+
+/// Axes to reduce over: all by default, one (`0`), or several (`{0, 2}`).
+/// Negative axes count from the end.
+class Axes {
+ public:
+  Axes() = default;
+  Axes(int axis) : axes_{axis}, all_(false) {}
+  Axes(std::initializer_list<int> axes) : axes_(axes), all_(false) {}
+  Axes(std::vector<int> axes) : axes_(std::move(axes)), all_(false) {}
+  bool all() const { return all_; }
+  const std::vector<int>& axes() const { return axes_; }
+
+ private:
+  std::vector<int> axes_;
+  bool all_ = true;
+};
+
+/// Options of ops whose output layout the caller may choose.
+struct OutOptions {
+  /// The output's spec on the operands' mesh. Required in Explicit mode where
+  /// the output layout would be ambiguous.
+  std::optional<PartitionSpec> out_sharding;
+};
+
+// ----------------------------------------------------------------- creation
+
+/// Arrays filled on their devices; each device writes only its block.
+Array zeros(const Shape& shape, DType dtype, const NamedSharding& sharding);
+Array ones(const Shape& shape, DType dtype, const NamedSharding& sharding);
+Array full(const Shape& shape, Scalar value, DType dtype, const NamedSharding& sharding);
+/// [start, stop) with `step`, 1-d.
+Array arange(double start, double stop, double step, DType dtype, const NamedSharding& sharding);
+/// `num` evenly spaced values in [start, stop] (stop included when `endpoint`).
+Array linspace(double start, double stop, std::int64_t num, DType dtype, const NamedSharding& sharding,
+               bool endpoint = true);
+/// n x m with ones on diagonal `k`.
+Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const NamedSharding& sharding);
+/// A replicated scalar (rank 0) on the given mesh.
+Array scalar(Scalar value, DType dtype, const Mesh& mesh);
+
+// -------------------------------------------------------------- elementwise
+
+Array add(const Array& a, const Array& b, const OutOptions& opt = {});
+Array subtract(const Array& a, const Array& b, const OutOptions& opt = {});
+Array multiply(const Array& a, const Array& b, const OutOptions& opt = {});
+/// True division: integer operands give f32.
+Array divide(const Array& a, const Array& b, const OutOptions& opt = {});
+Array pow(const Array& a, const Array& b, const OutOptions& opt = {});
+Array maximum(const Array& a, const Array& b, const OutOptions& opt = {});
+Array minimum(const Array& a, const Array& b, const OutOptions& opt = {});
+Array equal(const Array& a, const Array& b, const OutOptions& opt = {});
+Array not_equal(const Array& a, const Array& b, const OutOptions& opt = {});
+Array less(const Array& a, const Array& b, const OutOptions& opt = {});
+Array less_equal(const Array& a, const Array& b, const OutOptions& opt = {});
+Array greater(const Array& a, const Array& b, const OutOptions& opt = {});
+Array greater_equal(const Array& a, const Array& b, const OutOptions& opt = {});
+/// Logical ops on truth values (nonzero is true); result bool.
+Array logical_and(const Array& a, const Array& b, const OutOptions& opt = {});
+Array logical_or(const Array& a, const Array& b, const OutOptions& opt = {});
+Array logical_xor(const Array& a, const Array& b, const OutOptions& opt = {});
+Array logical_not(const Array& a);
+/// Elementwise choice: cond ? x : y, broadcast together.
+Array where(const Array& cond, const Array& x, const Array& y, const OutOptions& opt = {});
+Array where(const Array& cond, const Array& x, Scalar y);
+Array where(const Array& cond, Scalar x, const Array& y);
+Array clip(const Array& x, std::optional<Scalar> lo, std::optional<Scalar> hi);
+
+Array negative(const Array& x);
+Array abs(const Array& x);
+Array exp(const Array& x);
+Array log(const Array& x);
+Array log1p(const Array& x);
+Array expm1(const Array& x);
+Array sqrt(const Array& x);
+Array rsqrt(const Array& x);
+Array sin(const Array& x);
+Array cos(const Array& x);
+Array tanh(const Array& x);
+Array sigmoid(const Array& x);
+Array floor(const Array& x);
+Array ceil(const Array& x);
+/// Rounds half to even, like jnp.round.
+Array round(const Array& x);
+Array sign(const Array& x);
+Array isnan(const Array& x);
+Array isfinite(const Array& x);
+/// Converts to `dtype` (float -> int truncates toward zero; nonzero -> true).
+Array astype(const Array& x, DType dtype);
+
+// Binary ops with a weakly typed C++ scalar on either side.
+#define TESSERA_SCALAR_BINARY(name)                  \
+  Array name(const Array& a, Scalar b);              \
+  Array name(Scalar a, const Array& b);
+TESSERA_SCALAR_BINARY(add)
+TESSERA_SCALAR_BINARY(subtract)
+TESSERA_SCALAR_BINARY(multiply)
+TESSERA_SCALAR_BINARY(divide)
+TESSERA_SCALAR_BINARY(pow)
+TESSERA_SCALAR_BINARY(maximum)
+TESSERA_SCALAR_BINARY(minimum)
+TESSERA_SCALAR_BINARY(equal)
+TESSERA_SCALAR_BINARY(not_equal)
+TESSERA_SCALAR_BINARY(less)
+TESSERA_SCALAR_BINARY(less_equal)
+TESSERA_SCALAR_BINARY(greater)
+TESSERA_SCALAR_BINARY(greater_equal)
+#undef TESSERA_SCALAR_BINARY
+
+#define TESSERA_OPERATOR(op, name)                                               \
+  inline Array operator op(const Array& a, const Array& b) { return name(a, b); } \
+  inline Array operator op(const Array& a, Scalar b) { return name(a, b); }       \
+  inline Array operator op(Scalar a, const Array& b) { return name(a, b); }
+TESSERA_OPERATOR(+, add)
+TESSERA_OPERATOR(-, subtract)
+TESSERA_OPERATOR(*, multiply)
+TESSERA_OPERATOR(/, divide)
+TESSERA_OPERATOR(==, equal)
+TESSERA_OPERATOR(!=, not_equal)
+TESSERA_OPERATOR(<, less)
+TESSERA_OPERATOR(<=, less_equal)
+TESSERA_OPERATOR(>, greater)
+TESSERA_OPERATOR(>=, greater_equal)
+#undef TESSERA_OPERATOR
+inline Array operator-(const Array& a) { return negative(a); }
+inline Array operator!(const Array& a) { return logical_not(a); }
+inline Array operator&&(const Array& a, const Array& b) { return logical_and(a, b); }
+inline Array operator||(const Array& a, const Array& b) { return logical_or(a, b); }
+
+// --------------------------------------------------------------- reductions
+
+struct ReduceOptions {
+  bool keepdims = false;
+  /// Output spec; a sharded dim here turns the all-reduce into a reduce-scatter.
+  std::optional<PartitionSpec> out_sharding;
+};
+
+Array sum(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+/// Integer and bool inputs give f32.
+Array mean(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+Array max(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+Array min(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+Array prod(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+Array any(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+Array all(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+/// Index (i32) of the first maximum / minimum along one axis (NaN wins, like
+/// jnp.argmax).
+Array argmax(const Array& x, int axis, const ReduceOptions& opt = {});
+Array argmin(const Array& x, int axis, const ReduceOptions& opt = {});
+
+// ----------------------------------------------------------- linear algebra
+
+/// Contracting and batch dims of a dot_general: ({lhs_contract}, {rhs_contract}),
+/// ({lhs_batch}, {rhs_batch}). Output dims: batch, lhs free, rhs free.
+struct DotDims {
+  std::vector<int> lhs_contracting, rhs_contracting;
+  std::vector<int> lhs_batch, rhs_batch;
+};
+
+/// NumPy matmul: 1-d operands are promoted and the added dim removed; leading
+/// dims broadcast as batch dims. The local GEMM calls BLAS.
+Array matmul(const Array& a, const Array& b, const OutOptions& opt = {});
+/// jnp.dot: matmul for rank <= 2; sum over the last dim of a and the
+/// second-to-last of b otherwise.
+Array dot(const Array& a, const Array& b, const OutOptions& opt = {});
+Array dot_general(const Array& a, const Array& b, const DotDims& dims, const OutOptions& opt = {});
+/// Two-operand einsum, e.g. "bij,bjk->bik"; every label appears in the output
+/// or is summed.
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, const OutOptions& opt = {});
+
+// -------------------------------------------------------------------- shape
+
+Array reshape(const Array& x, const Shape& shape, const OutOptions& opt = {});
+/// Permutes dims; empty `perm` reverses them.
+Array transpose(const Array& x, const std::vector<int>& perm = {});
+Array swapaxes(const Array& x, int axis1, int axis2);
+Array broadcast_to(const Array& x, const Shape& shape);
+Array expand_dims(const Array& x, int axis);
+/// Removes the given size-1 dims (all size-1 dims when empty).
+Array squeeze(const Array& x, const std::vector<int>& axes = {});
+
+/// One dim of a slice: start/stop/step like Python (stop exclusive; negative
+/// values count from the end; missing values take the defaults).
+struct SliceSpec {
+  std::optional<std::int64_t> start, stop;
+  std::int64_t step = 1;
+};
+/// x[s0, s1, ...]; missing trailing dims are taken whole.
+Array slice(const Array& x, const std::vector<SliceSpec>& slices);
+Array concatenate(const std::vector<Array>& xs, int axis);
+Array stack(const std::vector<Array>& xs, int axis);
+/// Constant padding: (before, after) per dim.
+Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths, Scalar value = 0);
+Array roll(const Array& x, std::int64_t shift, int axis);
+Array flip(const Array& x, int axis);
+
+// ------------------------------------------------------- stencils and scans
+
+struct DiffOptions {
+  std::optional<Array> prepend;
+  std::optional<Array> append;
+};
+/// n-th discrete difference along `axis` (jnp.diff).
+Array diff(const Array& x, int n = 1, int axis = -1, const DiffOptions& opt = {});
+/// Inclusive prefix sum along `axis`.
+Array cumsum(const Array& x, int axis);
+/// 1-d convolution of every line of `x` along `axis` with the 1-d `kernel`,
+/// "same" mode, zero boundary (np.convolve flips the kernel).
+Array convolve(const Array& x, const Array& kernel, int axis = -1);
+/// 2-d convolution over the last two dims, "same" mode, zero boundary.
+Array convolve2d(const Array& x, const Array& kernel);
+/// 1-d linear interpolation (jnp.interp): xp increasing; values outside take
+/// the end values.
+Array interp(const Array& x, const Array& xp, const Array& fp);
+
+// ----------------------------------------------------------------- indexing
+
+/// Gathers along `axis`: out[..., i, ...] = x[..., indices[i], ...]
+/// (indices 1-d, integer; out of range raises).
+Array take(const Array& x, const Array& indices, int axis = 0);
+/// x.at[indices].add(updates) along axis 0: out = x; out[indices[i]] += updates[i].
+Array scatter_add(const Array& x, const Array& indices, const Array& updates, const OutOptions& opt = {});
+/// out[s] = sum of data[i] with segment_ids[i] == s, for s in [0, num_segments);
+/// ids out of range are dropped (as in JAX).
+Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_segments, const OutOptions& opt = {});
+
+// ---------------------------------------------------------------- sharding
+
+/// Moves `x` to `sharding` (same as reshard; the name jit users know).
+Array with_sharding_constraint(const Array& x, const NamedSharding& sharding);
+Array with_sharding_constraint(const Array& x, const PartitionSpec& spec);
+
+// ------------------------------------------------------------------ random
+
+/// A PRNG key (threefry-2x32 counter-based, like JAX's default).
+struct Key {
+  std::uint32_t k0 = 0, k1 = 0;
+  bool operator==(const Key&) const = default;
+};
+
+namespace random {
+Key key(std::uint64_t seed);
+/// `num` independent keys.
+std::vector<Key> split(const Key& key, int num = 2);
+Key fold_in(const Key& key, std::uint32_t data);
+/// Uniform in [lo, hi). A value depends only on the key and its global
+/// index, so it is the same for every mesh and sharding.
+Array uniform(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo = 0.0,
+              double hi = 1.0);
+/// Standard normal, same guarantee.
+Array normal(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding);
+}  // namespace random
+
+}  // namespace tessera

@@ -1,0 +1,202 @@
+#include "ops/common.hpp"
+
+#include <algorithm>
+
+#include "comm/communicator.hpp"
+#include "sharding/check.hpp"
+
+namespace tessera::detail {
+
+std::string msg(const char* op, const std::string& text) { return std::string("[") + op + "] " + text; }
+
+void check_valid(const Array& a, const char* op, const char* name) {
+  if (!a.valid()) throw Error(msg(op, std::string(name) + " is an empty (default-constructed) array"));
+}
+
+int normalize_axis(int axis, int rank, const char* op) {
+  if (axis < -rank || axis >= rank)
+    throw ShapeError(msg(op, "axis " + std::to_string(axis) + " is out of range for an array of rank " +
+                                 std::to_string(rank)));
+  return axis < 0 ? axis + rank : axis;
+}
+
+std::vector<int> normalize_axes(const Axes& axes, int rank, const char* op) {
+  std::vector<int> out;
+  if (axes.all()) {
+    for (int d = 0; d < rank; ++d) out.push_back(d);
+    return out;
+  }
+  for (int a : axes.axes()) out.push_back(normalize_axis(a, rank, op));
+  std::sort(out.begin(), out.end());
+  if (std::adjacent_find(out.begin(), out.end()) != out.end())
+    throw ShapeError(msg(op, "axis " + std::to_string(*std::adjacent_find(out.begin(), out.end())) +
+                                 " is given more than once"));
+  return out;
+}
+
+void check_same_mesh(const std::vector<const Array*>& arrays, const char* op) {
+  for (size_t i = 1; i < arrays.size(); ++i)
+    if (!(arrays[i]->sharding().mesh() == arrays[0]->sharding().mesh()))
+      throw ShardingError(msg(op, "operands are on different meshes: " + arrays[0]->sharding().mesh().str() +
+                                      " and " + arrays[i]->sharding().mesh().str() +
+                                      "; move one with device_put first"));
+}
+
+std::string describe(const Array& a) { return typeof(a); }
+
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+bool is_integer(DType t) { return t == DType::i32 || t == DType::i64; }
+
+DType promote(DType a, DType b) {
+  if (a == b) return a;
+  auto rank = [](DType t) {
+    switch (t) {
+      case DType::bool_: return 0;
+      case DType::i32: return 1;
+      case DType::i64: return 2;
+      case DType::f32: return 3;
+      case DType::f64: return 4;
+    }
+    return 0;
+  };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+DType promote_scalar(DType a, const Scalar& s) {
+  switch (s.kind()) {
+    case Scalar::Kind::Bool: return a;
+    case Scalar::Kind::Int: return a == DType::bool_ ? DType::i32 : a;
+    case Scalar::Kind::Float: return is_float(a) ? a : DType::f32;
+  }
+  return a;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    std::int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    std::int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw ShapeError(msg(op, "shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast together"));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+bool has_explicit_axes(const NamedSharding& s) {
+  const Mesh& m = s.mesh();
+  for (const auto& e : s.spec().entries())
+    for (const auto& a : e.axes())
+      if (m.axis_types()[m.axis_index(a)] == AxisType::Explicit) return true;
+  return false;
+}
+
+bool mesh_is_explicit(const Mesh& mesh) {
+  for (auto t : mesh.axis_types())
+    if (t == AxisType::Explicit) return true;
+  return false;
+}
+
+NamedSharding resolve_spec(const Mesh& mesh, const PartitionSpec& spec, int rank, const char* op) {
+  check_spec(mesh, spec, op);
+  NamedSharding s(mesh, spec);
+  s.check_rank(rank, op);
+  return s;
+}
+
+std::vector<std::vector<std::string>> spec_axes(const NamedSharding& s, int rank) {
+  std::vector<std::vector<std::string>> out(rank);
+  for (int d = 0; d < rank; ++d) out[d] = s.spec()[d].axes();
+  return out;
+}
+
+PartitionSpec make_spec(const std::vector<std::vector<std::string>>& dims) {
+  std::vector<PartitionSpec::Entry> entries;
+  size_t last = 0;
+  for (size_t d = 0; d < dims.size(); ++d)
+    if (!dims[d].empty()) last = d + 1;
+  for (size_t d = 0; d < last; ++d) {
+    if (dims[d].empty())
+      entries.emplace_back(none);
+    else if (dims[d].size() == 1)
+      entries.emplace_back(dims[d][0]);
+    else
+      entries.emplace_back(dims[d]);
+  }
+  return PartitionSpec(entries);
+}
+
+Array wrap(const Shape& shape, DType dtype, const NamedSharding& sharding, std::vector<Buffer> buffers) {
+  auto impl = std::make_shared<ArrayImpl>(shape, dtype, sharding);
+  impl->buffers = std::move(buffers);
+  return Array(std::move(impl));
+}
+
+Array reshard_for(const Array& a, const NamedSharding& s, const char* op) {
+  if (a.sharding() == s) return a;
+  std::vector<std::vector<Slice>> boxes(s.mesh().size());
+  for (int t = 0; t < s.mesh().size(); ++t) boxes[t] = s.shard_index(a.shape(), t);
+  return wrap(a.shape(), a.dtype(), s, gather_boxes(a, boxes, op));
+}
+
+Array cast(const Array& a, DType dtype) {
+  if (a.dtype() == dtype) return a;
+  return make_array(a.shape(), dtype, a.sharding(), [&](int pos, Buffer& b) {
+    convert(local_data(a, pos), a.dtype(), b.data(), dtype, num_elements(local_shape(a, pos)));
+  });
+}
+
+std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<Slice>>& boxes, const char* op) {
+  ReshardPlan plan = plan_boxes(a.shape(), a.dtype(), a.sharding(), boxes);
+  const int n = a.sharding().mesh().size();
+  CommRecord rec;
+  rec.op = op;
+  rec.kind = plan.kind;
+  rec.pieces = plan.remote_pieces();
+  rec.bytes_received = plan.bytes_received;
+  rec.bytes_local = plan.bytes_local;
+  record_comm(rec);
+  std::vector<int> piece_begin(n + 1, 0);
+  for (const auto& p : plan.pieces) ++piece_begin[p.dst + 1];
+  for (int t = 0; t < n; ++t) piece_begin[t + 1] += piece_begin[t];
+  std::vector<Buffer> out(n);
+  const auto& src = a.impl()->buffers;
+  for (int t = 0; t < n; ++t)
+    if (piece_begin[t] == piece_begin[t + 1] && !box_empty(boxes[t])) out[t] = src[t];
+  if (!plan.pieces.empty()) communicator_for(a.sharding().mesh()).exchange(plan, piece_begin, src, out);
+  return out;
+}
+
+std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,
+                                const std::function<void(void*, const void*, std::int64_t)>& combine,
+                                const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
+                                const std::vector<std::vector<Slice>>& out_boxes, const char* op) {
+  const int n = mesh.size();
+  CommRecord rec;
+  rec.op = op;
+  rec.kind = "all-reduce";
+  rec.bytes_received.assign(n, 0);
+  rec.bytes_local.assign(n, 0);
+  bool scatter = false;
+  for (int t = 0; t < n; ++t) {
+    const auto obytes = num_elements(box_shape(out_boxes[t])) * static_cast<std::int64_t>(itemsize);
+    const auto group = group_of(mesh, axes, t);
+    rec.bytes_received[t] = obytes * static_cast<std::int64_t>(group.size() - 1);
+    rec.bytes_local[t] = obytes;
+    rec.pieces += static_cast<std::int64_t>(group.size() - 1);
+    scatter = scatter || out_boxes[t] != partial_boxes[t];
+  }
+  if (scatter) rec.kind = "reduce-scatter";
+  std::vector<Buffer> out(n);
+  bool trivial = true;
+  for (const auto& a : axes) trivial = trivial && mesh.axis_size(a) == 1;
+  if (trivial) rec.kind = "none";
+  record_comm(rec);
+  communicator_for(mesh).reduce(mesh, axes, itemsize, combine, partial, partial_boxes, out_boxes, out);
+  return out;
+}
+
+void for_each_device(const Mesh& mesh, const std::function<void(int)>& fn) { run_on_devices(mesh.devices(), fn); }
+
+}  // namespace tessera::detail

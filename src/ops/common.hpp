@@ -1,0 +1,106 @@
+// Shared machinery of the op front ends: validation, dtype promotion,
+// broadcasting, sharding resolution, and the two ways ops communicate
+// (gathering boxes through the planner, reducing over mesh axes).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/array_impl.hpp"
+#include "tessera/explain.hpp"
+#include "tessera/ops.hpp"
+
+namespace tessera::detail {
+
+// ---------------------------------------------------------------- checks
+
+/// "[op] " + msg.
+std::string msg(const char* op, const std::string& text);
+/// Raises Error "[op] the array is empty" for a default-constructed Array.
+void check_valid(const Array& a, const char* op, const char* name = "operand");
+/// Axis in [-rank, rank) -> [0, rank); ShapeError otherwise.
+int normalize_axis(int axis, int rank, const char* op);
+/// Sorted, unique, normalised axes (all when axes.all()); ShapeError on repeats.
+std::vector<int> normalize_axes(const Axes& axes, int rank, const char* op);
+/// ShardingError unless every array is on the same mesh.
+void check_same_mesh(const std::vector<const Array*>& arrays, const char* op);
+/// "f32[8@x,4]" of an array, for messages.
+std::string describe(const Array& a);
+
+// ----------------------------------------------------------------- dtypes
+
+bool is_float(DType t);
+bool is_integer(DType t);  // i32, i64
+/// JAX's promotion on {bool, i32, i64, f32, f64}: bool < i32 < i64 < f32 < f64,
+/// except that i64 with f32 gives f32 (as JAX does).
+DType promote(DType a, DType b);
+/// Result of a weakly typed scalar with an array of dtype `a`.
+DType promote_scalar(DType a, const Scalar& s);
+
+// ----------------------------------------------------------- broadcasting
+
+/// NumPy broadcast of two shapes; ShapeError "[op] shapes ... cannot broadcast".
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// ------------------------------------------------------------- shardings
+
+/// True when any mesh axis named by the spec is Explicit.
+bool has_explicit_axes(const NamedSharding& s);
+/// True when any axis of the mesh is Explicit.
+bool mesh_is_explicit(const Mesh& mesh);
+/// A NamedSharding on `mesh` from an out_sharding spec, validated for `rank`
+/// with errors naming `op`.
+NamedSharding resolve_spec(const Mesh& mesh, const PartitionSpec& spec, int rank, const char* op);
+/// The spec of `s` as per-dim axis lists, padded with empty lists to `rank`.
+std::vector<std::vector<std::string>> spec_axes(const NamedSharding& s, int rank);
+/// A spec from per-dim axis lists (single axes written plainly).
+PartitionSpec make_spec(const std::vector<std::vector<std::string>>& dims);
+
+// ---------------------------------------------------------------- arrays
+
+/// An Array from per-position buffers already laid out per `sharding`.
+Array wrap(const Shape& shape, DType dtype, const NamedSharding& sharding, std::vector<Buffer> buffers);
+/// The local block of `a` at mesh position `pos`.
+inline const void* local_data(const Array& a, int pos) { return a.impl()->buffers[pos].data(); }
+inline Shape local_shape(const Array& a, int pos) { return a.sharding().shard_shape(a.shape(), pos); }
+inline std::vector<Slice> local_index(const Array& a, int pos) { return a.sharding().shard_index(a.shape(), pos); }
+/// reshard(), recording the comm under `op` (no-op when already laid out).
+Array reshard_for(const Array& a, const NamedSharding& s, const char* op);
+/// Converts dtype (per device, no communication); returns `a` if equal.
+Array cast(const Array& a, DType dtype);
+
+// --------------------------------------------------------- communication
+
+/// Per position t, a buffer holding the box `boxes[t]` of `a` (row-major):
+/// t copies what it holds and receives the rest from its holders through the
+/// planner (e.g. a halo from a neighbour). Positions whose box equals their
+/// block share the buffer. Records the traffic under `op`.
+std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<Slice>>& boxes, const char* op);
+
+/// Combines per-position partials over mesh `axes` (see
+/// Communicator::reduce); records the traffic under `op`.
+std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,
+                                const std::function<void(void*, const void*, std::int64_t)>& combine,
+                                const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
+                                const std::vector<std::vector<Slice>>& out_boxes, const char* op);
+
+/// Runs fn(pos) on every device of the mesh (the executor).
+void for_each_device(const Mesh& mesh, const std::function<void(int)>& fn);
+
+// -------------------------------------------------------------- dispatch
+
+/// Calls f(T{}) with T the C++ type of `t` (bool stored as uint8_t).
+template <class F>
+decltype(auto) dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::bool_: return f(std::uint8_t{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+  }
+  return f(float{});
+}
+
+}  // namespace tessera::detail
