@@ -1,1 +1,344 @@
-// (being written)
+// Reductions: a local reduce on every device, then one reduction over the
+// mesh axes that shard the reduced dims (all-reduce; reduce-scatter when the
+// requested output is sharded over those axes).
+//
+// In keepdims form the reduced dims have size 1. Device t's partial covers
+// the box of the output given by its input block on the kept dims and [0, 1)
+// on the reduced ones; every device of a reduction group (devices that differ
+// only on the reduced mesh axes) covers the same box. The natural output
+// sharding keeps the kept dims' axes and replicates over the reduced axes. A
+// requested out_sharding whose blocks lie inside the partial boxes is served
+// directly by the reduction (reduce-scatter); any other is reached by a
+// reshard afterwards.
+#include <cmath>
+#include <limits>
+
+#include "ops/common.hpp"
+
+namespace tessera {
+
+using detail::Buffer;
+using detail::msg;
+
+namespace {
+
+enum class Red { Sum, Prod, Max, Min, Any, All };
+
+template <class T>
+T identity(Red r) {
+  switch (r) {
+    case Red::Sum: return T(0);
+    case Red::Prod: return T(1);
+    case Red::Max:
+      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+    case Red::Min:
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+    case Red::Any: return T(0);
+    case Red::All: return T(1);
+  }
+  return T(0);
+}
+
+// Accumulator type: f32 sums accumulate in f64 locally for accuracy; the
+// mesh-level combine is in the output dtype.
+template <class T>
+using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+
+template <class A>
+inline A combine1(Red r, A acc, A v) {
+  switch (r) {
+    case Red::Sum: return acc + v;
+    case Red::Prod: return acc * v;
+    case Red::Max:
+      if constexpr (std::is_floating_point_v<A>)
+        if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
+      return v > acc ? v : acc;
+    case Red::Min:
+      if constexpr (std::is_floating_point_v<A>)
+        if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
+      return v < acc ? v : acc;
+    case Red::Any: return static_cast<A>(acc != A(0) || v != A(0));
+    case Red::All: return static_cast<A>(acc != A(0) && v != A(0));
+  }
+  return acc;
+}
+
+// Reduces a row-major block of shape `shape` over dims with reduced[d] into
+// `out` (keepdims layout). Walks the input in order with an odometer over all
+// dims but the last; the last dim is either summed into one value or
+// accumulated elementwise into an output row.
+template <class T>
+void local_reduce(Red r, const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out) {
+  using A = Acc<T>;
+  const int rank = static_cast<int>(shape.size());
+  std::int64_t nout = 1, nin = 1;
+  for (int d = 0; d < rank; ++d) {
+    nin *= shape[d];
+    if (!reduced[d]) nout *= shape[d];
+  }
+  std::vector<A> acc(static_cast<size_t>(nout), static_cast<A>(identity<T>(r)));
+  if (nin > 0 && rank > 0) {
+    std::vector<std::int64_t> ostride(rank, 0);
+    std::int64_t s = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (!reduced[d]) {
+        ostride[d] = s;
+        s *= shape[d];
+      }
+    }
+    const std::int64_t inner = shape[rank - 1];
+    std::vector<std::int64_t> idx(rank - 1, 0);
+    const T* p = in;
+    for (;;) {
+      std::int64_t o = 0;
+      for (int d = 0; d < rank - 1; ++d) o += idx[d] * ostride[d];
+      if (reduced[rank - 1]) {
+        A v = acc[o];
+        for (std::int64_t j = 0; j < inner; ++j) v = combine1<A>(r, v, static_cast<A>(p[j]));
+        acc[o] = v;
+      } else {
+        A* row = acc.data() + o;
+        for (std::int64_t j = 0; j < inner; ++j) row[j] = combine1<A>(r, row[j], static_cast<A>(p[j]));
+      }
+      p += inner;
+      int d = rank - 2;
+      while (d >= 0 && ++idx[d] == shape[d]) idx[d--] = 0;
+      if (d < 0) break;
+    }
+  } else if (rank == 0) {
+    acc[0] = combine1<A>(r, acc[0], static_cast<A>(in[0]));
+  }
+  for (std::int64_t i = 0; i < nout; ++i) out[i] = static_cast<T>(acc[i]);
+}
+
+DType result_dtype(Red r, DType in) {
+  switch (r) {
+    case Red::Sum: case Red::Prod: return in == DType::bool_ ? DType::i32 : in;
+    case Red::Any: case Red::All: return DType::bool_;
+    default: return in;
+  }
+}
+
+// Drops the reduced dims of a keepdims-form result (a local view change).
+Array drop_dims(const Array& k, const std::vector<int>& axes) {
+  Shape shape;
+  std::vector<std::vector<std::string>> dims;
+  for (int d = 0; d < k.ndim(); ++d) {
+    if (std::find(axes.begin(), axes.end(), d) != axes.end()) continue;
+    shape.push_back(k.shape()[d]);
+    dims.push_back(k.sharding().spec()[d].axes());
+  }
+  return detail::wrap(shape, k.dtype(), NamedSharding(k.sharding().mesh(), detail::make_spec(dims)),
+                      k.impl()->buffers);
+}
+
+// Inserts size-1 unsharded dims at `axes` into a spec for the keepdims form.
+PartitionSpec keepdims_spec(const PartitionSpec& spec, int rank, const std::vector<int>& axes) {
+  std::vector<std::vector<std::string>> dims;
+  int src = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (std::find(axes.begin(), axes.end(), d) != axes.end())
+      dims.emplace_back();
+    else
+      dims.push_back(spec[src++].axes());
+  }
+  return detail::make_spec(dims);
+}
+
+Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const ReduceOptions& opt) {
+  detail::check_valid(x0, op);
+  const int rank = x0.ndim();
+  const std::vector<int> axes = detail::normalize_axes(axes_in, rank, op);
+  const DType t = result_dtype(r, x0.dtype());
+  const Array x = detail::cast(x0, (r == Red::Any || r == Red::All) ? DType::bool_ : t);
+  const Mesh& mesh = x.sharding().mesh();
+
+  std::vector<bool> reduced(rank, false);
+  for (int a : axes) reduced[a] = true;
+  Shape kshape = x.shape();
+  for (int a : axes) kshape[a] = 1;
+  std::vector<std::string> mesh_axes;
+  std::vector<std::vector<std::string>> kdims(rank);
+  for (int d = 0; d < rank; ++d) {
+    const auto& ax = x.sharding().spec()[d].axes();
+    if (reduced[d])
+      mesh_axes.insert(mesh_axes.end(), ax.begin(), ax.end());
+    else
+      kdims[d] = ax;
+  }
+  const NamedSharding natural(mesh, detail::make_spec(kdims));
+
+  // The requested layout, in keepdims form.
+  std::optional<NamedSharding> want;
+  if (opt.out_sharding) {
+    const int out_rank = opt.keepdims ? rank : rank - static_cast<int>(axes.size());
+    detail::resolve_spec(mesh, *opt.out_sharding, out_rank, op);
+    want = NamedSharding(mesh, opt.keepdims ? *opt.out_sharding : keepdims_spec(*opt.out_sharding, rank, axes));
+  } else if (detail::has_explicit_axes(x.sharding())) {
+    want = natural;  // known at once, nothing to resolve
+  }
+
+  const int n = mesh.size();
+  std::vector<Buffer> partial(n);
+  std::vector<std::vector<Slice>> pbox(n), obox(n);
+  detail::for_each_device(mesh, [&](int pos) {
+    const Shape local = detail::local_shape(x, pos);
+    Shape lk = local;
+    for (int a : axes) lk[a] = 1;
+    Buffer b(mesh.devices()[pos].id(), static_cast<size_t>(detail::num_elements(lk)) * itemsize(t));
+    detail::dispatch(t, [&](auto tag) {
+      using T = decltype(tag);
+      local_reduce<T>(r, static_cast<const T*>(detail::local_data(x, pos)), local, reduced, static_cast<T*>(b.data()));
+    });
+    partial[pos] = std::move(b);
+  });
+  bool direct = true;
+  for (int pos = 0; pos < n; ++pos) {
+    pbox[pos] = natural.shard_index(kshape, pos);
+    obox[pos] = want ? want->shard_index(kshape, pos) : pbox[pos];
+    const auto inter = detail::intersect(obox[pos], pbox[pos]);
+    direct = direct && inter == obox[pos];
+  }
+  if (!direct) obox = pbox;
+  auto combine = [&](void* acc, const void* in, std::int64_t cnt) {
+    detail::dispatch(t, [&](auto tag) {
+      using T = decltype(tag);
+      T* a = static_cast<T*>(acc);
+      const T* b = static_cast<const T*>(in);
+      for (std::int64_t i = 0; i < cnt; ++i) a[i] = combine1<T>(r, a[i], b[i]);
+    });
+  };
+  std::vector<Buffer> out = detail::reduce_over(mesh, mesh_axes, itemsize(t), combine, partial, pbox, obox, op);
+  Array k = detail::wrap(kshape, t, direct && want ? *want : natural, std::move(out));
+  if (want && !(k.sharding() == *want)) k = detail::reshard_for(k, *want, op);
+  return opt.keepdims ? k : drop_dims(k, axes);
+}
+
+}  // namespace
+
+Array sum(const Array& x, const Axes& axes, const ReduceOptions& opt) { return reduce(Red::Sum, "sum", x, axes, opt); }
+Array prod(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+  return reduce(Red::Prod, "prod", x, axes, opt);
+}
+Array max(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+  detail::check_valid(x, "max");
+  for (int a : detail::normalize_axes(axes, x.ndim(), "max"))
+    if (x.shape()[a] == 0)
+      throw ShapeError(msg("max", "cannot reduce over axis " + std::to_string(a) + " of size 0 (no identity)"));
+  return reduce(Red::Max, "max", x, axes, opt);
+}
+Array min(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+  detail::check_valid(x, "min");
+  for (int a : detail::normalize_axes(axes, x.ndim(), "min"))
+    if (x.shape()[a] == 0)
+      throw ShapeError(msg("min", "cannot reduce over axis " + std::to_string(a) + " of size 0 (no identity)"));
+  return reduce(Red::Min, "min", x, axes, opt);
+}
+Array any(const Array& x, const Axes& axes, const ReduceOptions& opt) { return reduce(Red::Any, "any", x, axes, opt); }
+Array all(const Array& x, const Axes& axes, const ReduceOptions& opt) { return reduce(Red::All, "all", x, axes, opt); }
+
+Array mean(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+  detail::check_valid(x, "mean");
+  const std::vector<int> ax = detail::normalize_axes(axes, x.ndim(), "mean");
+  std::int64_t count = 1;
+  for (int a : ax) count *= x.shape()[a];
+  const DType t = detail::is_float(x.dtype()) ? x.dtype() : DType::f32;
+  Array s = reduce(Red::Sum, "mean", detail::cast(x, t), axes, opt);
+  return divide(s, static_cast<double>(count));  // 0/0 gives NaN, like jnp.mean of nothing
+}
+
+// ------------------------------------------------------------ argmax/argmin
+
+namespace {
+
+template <class T>
+struct ValIdx {
+  T v;
+  std::int64_t i;
+};
+
+// True when (v, i) should replace the current best: larger (or smaller), NaN
+// first, ties to the lower index.
+template <class T>
+bool better(bool is_max, T v, std::int64_t i, T bv, std::int64_t bi) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const bool vn = std::isnan(v), bn = std::isnan(bv);
+    if (vn || bn) return vn && (!bn || i < bi);
+  }
+  if (v == bv) return i < bi;
+  return is_max ? v > bv : v < bv;
+}
+
+Array arg_reduce(bool is_max, const char* op, const Array& x, int axis_in, const ReduceOptions& opt) {
+  detail::check_valid(x, op);
+  const int rank = x.ndim();
+  const int axis = detail::normalize_axis(axis_in, rank, op);
+  if (x.shape()[axis] == 0)
+    throw ShapeError(msg(op, "cannot take the " + std::string(is_max ? "argmax" : "argmin") + " of axis " +
+                                 std::to_string(axis) + " of size 0"));
+  const Mesh& mesh = x.sharding().mesh();
+  Shape kshape = x.shape();
+  kshape[axis] = 1;
+  std::vector<std::vector<std::string>> kdims(rank);
+  for (int d = 0; d < rank; ++d)
+    if (d != axis) kdims[d] = x.sharding().spec()[d].axes();
+  const std::vector<std::string> mesh_axes = x.sharding().spec()[axis].axes();
+  const NamedSharding natural(mesh, detail::make_spec(kdims));
+  const int n = mesh.size();
+  std::vector<Buffer> partial(n), idx(n);
+  std::vector<std::vector<Slice>> pbox(n);
+  detail::dispatch(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using VI = ValIdx<T>;
+    detail::for_each_device(mesh, [&](int pos) {
+      const Shape local = detail::local_shape(x, pos);
+      const std::int64_t base = detail::local_index(x, pos)[axis].start;
+      std::int64_t outer = 1, inner = 1;
+      for (int d = 0; d < axis; ++d) outer *= local[d];
+      for (int d = axis + 1; d < rank; ++d) inner *= local[d];
+      const std::int64_t len = local[axis];
+      Buffer b(mesh.devices()[pos].id(), static_cast<size_t>(outer * inner) * sizeof(VI));
+      VI* o = static_cast<VI*>(b.data());
+      const T* p = static_cast<const T*>(detail::local_data(x, pos));
+      for (std::int64_t a = 0; a < outer; ++a)
+        for (std::int64_t c = 0; c < inner; ++c) {
+          VI best{T{}, -1};
+          for (std::int64_t j = 0; j < len; ++j) {
+            const T v = p[(a * len + j) * inner + c];
+            if (best.i < 0 || better(is_max, v, base + j, best.v, best.i)) best = {v, base + j};
+          }
+          o[a * inner + c] = best;
+        }
+      partial[pos] = std::move(b);
+    });
+    for (int pos = 0; pos < n; ++pos) pbox[pos] = natural.shard_index(kshape, pos);
+    auto combine = [&](void* acc, const void* in, std::int64_t cnt) {
+      VI* a = static_cast<VI*>(acc);
+      const VI* b = static_cast<const VI*>(in);
+      for (std::int64_t k = 0; k < cnt; ++k)
+        if (b[k].i >= 0 && (a[k].i < 0 || better(is_max, b[k].v, b[k].i, a[k].v, a[k].i))) a[k] = b[k];
+    };
+    auto reduced = detail::reduce_over(mesh, mesh_axes, sizeof(VI), combine, partial, pbox, pbox, op);
+    // Keep the indices (i32, as jnp.argmax returns).
+    detail::for_each_device(mesh, [&](int pos) {
+      const std::int64_t cnt = detail::num_elements(detail::box_shape(pbox[pos]));
+      Buffer b(mesh.devices()[pos].id(), static_cast<size_t>(cnt) * sizeof(std::int32_t));
+      const VI* s = static_cast<const VI*>(reduced[pos].data());
+      auto* d = static_cast<std::int32_t*>(b.data());
+      for (std::int64_t k = 0; k < cnt; ++k) d[k] = static_cast<std::int32_t>(s[k].i);
+      idx[pos] = std::move(b);
+    });
+  });
+  Array k = detail::wrap(kshape, DType::i32, natural, std::move(idx));
+  Array out = opt.keepdims ? k : drop_dims(k, {axis});
+  if (opt.out_sharding)
+    out = detail::reshard_for(out, detail::resolve_spec(mesh, *opt.out_sharding, out.ndim(), op), op);
+  return out;
+}
+
+}  // namespace
+
+Array argmax(const Array& x, int axis, const ReduceOptions& opt) { return arg_reduce(true, "argmax", x, axis, opt); }
+Array argmin(const Array& x, int axis, const ReduceOptions& opt) { return arg_reduce(false, "argmin", x, axis, opt); }
+
+}  // namespace tessera

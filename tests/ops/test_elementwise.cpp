@@ -1,1 +1,289 @@
+// Elementwise ops: promotion, broadcasting, the sharding rule, and the SPMD
+// property (gathered sharded result == single-device reference) on many
+// meshes and layouts.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "test_util.hpp"
+
+namespace ts = tessera;
+using ts::testing::expect_error;
+using ts::testing::for_each_layout;
+using ts::testing::iota_data;
+
+namespace {
+
+std::int64_t numel(const ts::Shape& s) {
+  std::int64_t n = 1;
+  for (auto v : s) n *= v;
+  return n;
+}
+
+// Host reference of a broadcasting binary op, in double.
+std::vector<double> ref_binary(const std::vector<double>& a, const ts::Shape& as, const std::vector<double>& b,
+                               const ts::Shape& bs, const ts::Shape& out, const std::function<double(double, double)>& f) {
+  const int r = static_cast<int>(out.size());
+  std::vector<double> y(static_cast<size_t>(numel(out)));
+  std::vector<std::int64_t> idx(r, 0);
+  auto offset = [&](const ts::Shape& s) {
+    std::int64_t o = 0;
+    const int sr = static_cast<int>(s.size());
+    for (int d = 0; d < sr; ++d) o = o * s[d] + (s[d] == 1 ? 0 : idx[d + r - sr]);
+    return o;
+  };
+  for (size_t k = 0; k < y.size(); ++k) {
+    y[k] = f(a[offset(as)], b[offset(bs)]);
+    for (int d = r - 1; d >= 0; --d) {
+      if (++idx[d] < out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return y;
+}
+
+template <class T>
+std::vector<double> as_double(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+ts::NamedSharding replicated(const ts::Mesh& m) { return ts::NamedSharding(m, ts::P()); }
+
+}  // namespace
+
+TEST(ElementwisePromotion, JaxLikeTable) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto i32 = ts::device_put(std::vector<std::int32_t>{1, 2, 3}, {3}, replicated(m));
+  auto i64 = ts::device_put(std::vector<std::int64_t>{1, 2, 3}, {3}, replicated(m));
+  auto f32 = ts::device_put(std::vector<float>{1, 2, 3}, {3}, replicated(m));
+  auto f64 = ts::device_put(std::vector<double>{1, 2, 3}, {3}, replicated(m));
+  auto b = ts::device_put(std::vector<bool>{true, false, true}, {3}, replicated(m));
+  EXPECT_EQ((i32 + f32).dtype(), ts::f32);
+  EXPECT_EQ((i32 + i64).dtype(), ts::i64);
+  EXPECT_EQ((i64 + f32).dtype(), ts::f32);
+  EXPECT_EQ((f32 + f64).dtype(), ts::f64);
+  EXPECT_EQ((b + i32).dtype(), ts::i32);
+  EXPECT_EQ((b + b).dtype(), ts::bool_);
+  // Weak scalars.
+  EXPECT_EQ((2.0 * f32).dtype(), ts::f32);
+  EXPECT_EQ((f32 + 1).dtype(), ts::f32);
+  EXPECT_EQ((i32 + 2).dtype(), ts::i32);
+  EXPECT_EQ((i32 * 2.5).dtype(), ts::f32);
+  EXPECT_EQ((b + 1).dtype(), ts::i32);
+  EXPECT_EQ((i64 + 1).dtype(), ts::i64);
+  // Division and comparisons.
+  EXPECT_EQ((i32 / i32).dtype(), ts::f32);
+  EXPECT_EQ((f64 / 2).dtype(), ts::f64);
+  EXPECT_EQ((i32 < f32).dtype(), ts::bool_);
+  EXPECT_EQ(ts::sin(i32).dtype(), ts::f32);
+  EXPECT_EQ(ts::abs(i32).dtype(), ts::i32);
+  EXPECT_EQ(ts::isnan(f32).dtype(), ts::bool_);
+  EXPECT_EQ((b + b).to_vector<bool>(), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ((i32 / i32).to_vector<float>(), (std::vector<float>{1, 1, 1}));
+  EXPECT_EQ((i32 * 2.5).to_vector<float>(), (std::vector<float>{2.5f, 5.f, 7.5f}));
+}
+
+TEST(ElementwiseGolden, ContractExample) {
+  ts::Mesh m = ts::make_mesh({2, 4}, {"x", "y"});
+  std::vector<float> h(10 * 8);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = 0.01f * static_cast<float>(i);
+  ts::Array a = ts::device_put(h, {10, 8}, ts::NamedSharding(m, ts::P("x", "y")));
+  ts::Array y = 2.0f * ts::sin(a) + 1.0f;
+  EXPECT_EQ(ts::typeof(y), "f32[10@x,8@y]");
+  auto got = y.to_vector<float>();
+  for (size_t i = 0; i < h.size(); ++i) EXPECT_EQ(got[i], 2.0f * std::sin(h[i]) + 1.0f) << i;
+}
+
+// a (shape as) op b (shape bs) over every layout of `a` and a spread of b's.
+void check_binary_layouts(const ts::Shape& as, const ts::Shape& bs) {
+  const ts::Shape out = [&] {
+    ts::Shape o(std::max(as.size(), bs.size()));
+    for (size_t i = 0; i < o.size(); ++i) {
+      std::int64_t da = i < o.size() - as.size() ? 1 : as[i - (o.size() - as.size())];
+      std::int64_t db = i < o.size() - bs.size() ? 1 : bs[i - (o.size() - bs.size())];
+      o[i] = da == 1 ? db : da;
+    }
+    return o;
+  }();
+  const auto ha = iota_data<double>(numel(as), 3), hb = iota_data<double>(numel(bs), 11);
+  const auto want_add = ref_binary(ha, as, hb, bs, out, [](double u, double v) { return u + v; });
+  const auto want_max = ref_binary(ha, as, hb, bs, out, [](double u, double v) { return std::max(u, v); });
+  const auto want_lt = ref_binary(ha, as, hb, bs, out, [](double u, double v) { return u < v ? 1.0 : 0.0; });
+  int cases = 0;
+  for_each_layout(static_cast<int>(as.size()), [&](const ts::NamedSharding& sa) {
+    std::vector<ts::NamedSharding> sbs{ts::NamedSharding(sa.mesh(), ts::P())};
+    for (const auto& name : sa.mesh().axis_names()) {
+      std::vector<ts::PartitionSpec::Entry> e(bs.size(), ts::none);
+      if (!bs.empty()) e.back() = name;
+      sbs.emplace_back(sa.mesh(), ts::PartitionSpec(e));
+    }
+    for (const auto& sb : sbs) {
+      SCOPED_TRACE("a " + sa.str() + " " + ts::shape_str(as) + ", b " + sb.str() + " " + ts::shape_str(bs));
+      auto a = ts::device_put(std::vector<std::int32_t>(ha.begin(), ha.end()), as, sa);
+      auto b = ts::device_put(std::vector<double>(hb.begin(), hb.end()), bs, sb);
+      auto y = a + b;
+      ASSERT_EQ(y.shape(), out);
+      ASSERT_EQ(y.dtype(), ts::f64);
+      EXPECT_EQ(y.to_vector<double>(), want_add);
+      EXPECT_EQ(ts::maximum(a, b).to_vector<double>(), want_max);
+      EXPECT_EQ(as_double((a < b).to_vector<std::int32_t>()), want_lt);
+      // Every shard holds its block of the output sharding.
+      for (const auto& sh : y.addressable_shards())
+        EXPECT_EQ(sh.index, y.sharding().shard_index(out, y.sharding().mesh().device_position(sh.device)));
+      ++cases;
+    }
+  });
+  EXPECT_GT(cases, 50);
+}
+
+TEST(ElementwiseSpmd, SameShapes) { check_binary_layouts({7, 5}, {7, 5}); }
+TEST(ElementwiseSpmd, BroadcastRow) { check_binary_layouts({6, 5}, {5}); }
+TEST(ElementwiseSpmd, BroadcastColumn) { check_binary_layouts({6, 5}, {6, 1}); }
+TEST(ElementwiseSpmd, BroadcastBothWays) { check_binary_layouts({1, 5}, {3, 1}); }
+TEST(ElementwiseSpmd, SmallerThanShardCount) { check_binary_layouts({3, 2}, {3, 2}); }
+TEST(ElementwiseSpmd, ZeroSize) { check_binary_layouts({0, 4}, {4}); }
+TEST(ElementwiseSpmd, Rank3) { check_binary_layouts({2, 3, 5}, {3, 1}); }
+
+TEST(ElementwiseSpmd, UnaryOpsEveryLayout) {
+  const ts::Shape shape{9, 4};
+  std::vector<double> h(36);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = -2.3 + 0.17 * static_cast<double>(i);
+  struct U {
+    const char* name;
+    std::function<ts::Array(const ts::Array&)> op;
+    std::function<double(double)> ref;
+  };
+  const std::vector<U> ops = {
+      {"neg", [](const ts::Array& x) { return -x; }, [](double v) { return -v; }},
+      {"abs", [](const ts::Array& x) { return ts::abs(x); }, [](double v) { return std::abs(v); }},
+      {"exp", [](const ts::Array& x) { return ts::exp(x); }, [](double v) { return std::exp(v); }},
+      {"log", [](const ts::Array& x) { return ts::log(ts::abs(x)); }, [](double v) { return std::log(std::abs(v)); }},
+      {"log1p", [](const ts::Array& x) { return ts::log1p(ts::abs(x)); },
+       [](double v) { return std::log1p(std::abs(v)); }},
+      {"expm1", [](const ts::Array& x) { return ts::expm1(x); }, [](double v) { return std::expm1(v); }},
+      {"sqrt", [](const ts::Array& x) { return ts::sqrt(ts::abs(x)); }, [](double v) { return std::sqrt(std::abs(v)); }},
+      {"rsqrt", [](const ts::Array& x) { return ts::rsqrt(ts::abs(x)); },
+       [](double v) { return 1.0 / std::sqrt(std::abs(v)); }},
+      {"sin", [](const ts::Array& x) { return ts::sin(x); }, [](double v) { return std::sin(v); }},
+      {"cos", [](const ts::Array& x) { return ts::cos(x); }, [](double v) { return std::cos(v); }},
+      {"tanh", [](const ts::Array& x) { return ts::tanh(x); }, [](double v) { return std::tanh(v); }},
+      {"sigmoid", [](const ts::Array& x) { return ts::sigmoid(x); }, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }},
+      {"floor", [](const ts::Array& x) { return ts::floor(x); }, [](double v) { return std::floor(v); }},
+      {"ceil", [](const ts::Array& x) { return ts::ceil(x); }, [](double v) { return std::ceil(v); }},
+      {"round", [](const ts::Array& x) { return ts::round(x * 2.0); }, [](double v) { return std::nearbyint(v * 2.0); }},
+      {"sign", [](const ts::Array& x) { return ts::sign(x); }, [](double v) { return double((v > 0) - (v < 0)); }},
+  };
+  for_each_layout(2, [&](const ts::NamedSharding& s) {
+    auto x = ts::device_put(h, shape, s);
+    for (const auto& u : ops) {
+      SCOPED_TRACE(std::string(u.name) + " on " + s.str());
+      auto y = u.op(x);
+      EXPECT_EQ(y.sharding(), s);
+      auto got = y.to_vector<double>();
+      for (size_t i = 0; i < h.size(); ++i) EXPECT_NEAR(got[i], u.ref(h[i]), 1e-12 * (1 + std::abs(u.ref(h[i])))) << i;
+    }
+  });
+}
+
+TEST(ElementwiseGolden, PredicatesLogicalWhereClipAstype) {
+  ts::Mesh m = ts::make_mesh({4, 2}, {"x", "y"});
+  ts::NamedSharding s(m, ts::P("x"));
+  const double nan = std::nan("");
+  const double inf = INFINITY;
+  auto x = ts::device_put(std::vector<double>{1.5, -2.5, nan, inf, 0.5, -0.5}, {6}, s);
+  EXPECT_EQ(ts::isnan(x).to_vector<bool>(), (std::vector<bool>{false, false, true, false, false, false}));
+  EXPECT_EQ(ts::isfinite(x).to_vector<bool>(), (std::vector<bool>{true, true, false, false, true, true}));
+  auto r = ts::round(x).to_vector<double>();  // half to even
+  EXPECT_EQ(r[0], 2.0);
+  EXPECT_EQ(r[1], -2.0);
+  EXPECT_EQ(r[4], 0.0);
+  auto p = ts::device_put(std::vector<bool>{true, true, false, false}, {4}, s);
+  auto q = ts::device_put(std::vector<bool>{true, false, true, false}, {4}, s);
+  EXPECT_EQ(ts::logical_and(p, q).to_vector<bool>(), (std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ(ts::logical_or(p, q).to_vector<bool>(), (std::vector<bool>{true, true, true, false}));
+  EXPECT_EQ(ts::logical_xor(p, q).to_vector<bool>(), (std::vector<bool>{false, true, true, false}));
+  EXPECT_EQ((!p).to_vector<bool>(), (std::vector<bool>{false, false, true, true}));
+  auto a = ts::device_put(std::vector<std::int32_t>{1, 2, 3, 4}, {4}, s);
+  auto b = ts::device_put(std::vector<std::int32_t>{10, 20, 30, 40}, {4}, ts::NamedSharding(m, ts::P()));
+  EXPECT_EQ(ts::where(p, a, b).to_vector<std::int32_t>(), (std::vector<std::int32_t>{1, 2, 30, 40}));
+  EXPECT_EQ(ts::where(p, a, 0).to_vector<std::int32_t>(), (std::vector<std::int32_t>{1, 2, 0, 0}));
+  EXPECT_EQ(ts::where(p, -1, b).to_vector<std::int32_t>(), (std::vector<std::int32_t>{-1, -1, 30, 40}));
+  EXPECT_EQ(ts::clip(a, 2, 3).to_vector<std::int32_t>(), (std::vector<std::int32_t>{2, 2, 3, 3}));
+  EXPECT_EQ(ts::clip(a, std::nullopt, 2).to_vector<std::int32_t>(), (std::vector<std::int32_t>{1, 2, 2, 2}));
+  auto f = ts::device_put(std::vector<float>{-1.7f, 0.0f, 2.9f}, {3}, s);
+  EXPECT_EQ(ts::astype(f, ts::i32).to_vector<std::int32_t>(), (std::vector<std::int32_t>{-1, 0, 2}));
+  EXPECT_EQ(ts::astype(f, ts::bool_).to_vector<bool>(), (std::vector<bool>{true, false, true}));
+  // Integer pow, floor division semantics are not exposed; divide is true division.
+  EXPECT_EQ(ts::pow(a, 2).to_vector<std::int32_t>(), (std::vector<std::int32_t>{1, 4, 9, 16}));
+  EXPECT_EQ((7 - a).to_vector<std::int32_t>(), (std::vector<std::int32_t>{6, 5, 4, 3}));
+  auto mx = ts::maximum(x, 0.0).to_vector<double>();
+  EXPECT_TRUE(std::isnan(mx[2]));  // NaN propagates
+}
+
+TEST(ElementwiseSharding, MergesCompatibleShardingsWithoutMovingData) {
+  ts::Mesh m = ts::make_mesh({2, 4}, {"x", "y"});
+  auto a = ts::device_put(iota_data<float>(8 * 12), {8, 12}, ts::NamedSharding(m, ts::P("x")));
+  auto b = ts::device_put(iota_data<float>(8 * 12, 5), {8, 12}, ts::NamedSharding(m, ts::P(ts::none, "y")));
+  ts::Array y;
+  auto ex = ts::explain([&] { y = a + b; });
+  EXPECT_EQ(ts::typeof(y), "f32[8@x,12@y]");
+  EXPECT_EQ(ex.bytes_moved(), 0);  // local slices only
+  // Replicated + sharded keeps the sharding, nothing moves.
+  auto r = ts::device_put(iota_data<float>(12), {12}, ts::NamedSharding(m, ts::P()));
+  ts::Array z;
+  auto ex2 = ts::explain([&] { z = a * r; });
+  EXPECT_EQ(ts::typeof(z), "f32[8@x,12]");
+  EXPECT_EQ(ex2.bytes_moved(), 0);
+}
+
+TEST(ElementwiseSharding, AutoConflictTakesLargestOperand) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto a = ts::device_put(iota_data<float>(16), {16, 1}, ts::NamedSharding(m, ts::P("x")));
+  auto b = ts::device_put(iota_data<float>(16 * 4), {16, 4}, ts::NamedSharding(m, ts::P(ts::none, "x")));
+  auto y = a + b;  // b is larger: its layout wins
+  EXPECT_EQ(y.sharding().spec(), ts::P(ts::none, "x"));
+  auto ha = a.to_vector<float>(), hb = b.to_vector<float>(), hy = y.to_vector<float>();
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(hy[i * 4 + j], ha[i] + hb[i * 4 + j]);
+}
+
+TEST(ElementwiseSharding, ExplicitModeKnowsTypeAndRejectsConflicts) {
+  ts::Mesh m = ts::make_mesh({8}, {"X"}, {ts::AxisType::Explicit});
+  auto a = ts::device_put(iota_data<float>(8 * 4), {8, 4}, ts::NamedSharding(m, ts::P("X")));
+  auto r = ts::device_put(iota_data<float>(4), {4}, ts::NamedSharding(m, ts::P()));
+  EXPECT_EQ(ts::typeof(a * r), "f32[8@X,4]");
+  auto c = ts::device_put(iota_data<float>(8 * 4), {8, 4}, ts::NamedSharding(m, ts::P(ts::none, "X")));
+  expect_error<ts::ShardingError>([&] { (void)(a + c); }, "[add]", {"incompatible shardings for broadcasting", "f32[8@X,4]", "f32[8,4@X]", "out_sharding"});
+  // out_sharding resolves it.
+  auto y = ts::add(a, c, {.out_sharding = ts::P("X")});
+  EXPECT_EQ(ts::typeof(y), "f32[8@X,4]");
+  auto ha = a.to_vector<float>(), hc = c.to_vector<float>(), hy = y.to_vector<float>();
+  for (size_t i = 0; i < ha.size(); ++i) EXPECT_EQ(hy[i], ha[i] + hc[i]);
+}
+
+TEST(ElementwiseErrors, ShapesMeshesEmpty) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto d = ts::devices();
+  ts::Mesh m4(std::vector<ts::Device>(d.begin(), d.begin() + 4), {4}, {"x"});
+  auto a = ts::device_put(iota_data<float>(3), {3}, ts::NamedSharding(m, ts::P()));
+  auto b = ts::device_put(iota_data<float>(4), {4}, ts::NamedSharding(m, ts::P()));
+  expect_error<ts::ShapeError>([&] { (void)(a + b); }, "[add]", {"(3,)", "(4,)", "cannot be broadcast"});
+  expect_error<ts::ShapeError>([&] { (void)ts::where(a > 0, a, b); }, "[where]", {"cannot be broadcast"});
+  auto c = ts::device_put(iota_data<float>(3), {3}, ts::NamedSharding(m4, ts::P()));
+  expect_error<ts::ShardingError>([&] { (void)ts::multiply(a, c); }, "[multiply]", {"different meshes"});
+  expect_error<ts::Error>([&] { (void)ts::sin(ts::Array()); }, "[sin]", {"empty"});
+  expect_error<ts::ShardingError>([&] { (void)ts::add(a, a, {.out_sharding = ts::P("z")}); }, "[add]", {"'z'"});
+  expect_error<ts::ShardingError>([&] { (void)ts::add(a, a, {.out_sharding = ts::P("x", ts::none)}); }, "[add]",
+                                  {"rank 1"});
+}
+
+TEST(ElementwiseDeterminism, BitwiseEqualAcrossRuns) {
+  ts::Mesh m = ts::make_mesh({2, 4}, {"x", "y"});
+  std::vector<float> h(33 * 17);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = std::sin(0.37f * static_cast<float>(i));
+  auto x = ts::device_put(h, {33, 17}, ts::NamedSharding(m, ts::P("x", "y")));
+  auto run = [&] { return (ts::exp(x) * 3.0f - ts::tanh(x) / (x * x + 1.0f)).to_vector<float>(); };
+  auto first = run();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(run(), first);
+}

@@ -1,1 +1,332 @@
-// (being written)
+// Elementwise kernels. Each op is a small functor; loops are templated on it
+// so the compiler vectorises the contiguous cases (same-shape operands, or an
+// array with a scalar). Broadcast cases walk the output with an odometer over
+// all dims but the last and run a strided inner loop.
+#include "backend/cpu/elementwise.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace tessera::cpu {
+
+namespace {
+
+using u8 = std::uint8_t;
+
+template <class T>
+constexpr bool kFloat = std::is_floating_point_v<T>;
+
+template <class F>
+decltype(auto) by_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::bool_: return f(u8{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+  }
+  return f(float{});
+}
+
+// ------------------------------------------------------------------ unary
+
+template <class T>
+T round_half_even(T v) {
+  if constexpr (kFloat<T>) return std::nearbyint(v);  // default rounding mode: ties to even
+  else return v;
+}
+
+template <class T, class R, class F>
+void unary_loop(const T* x, R* y, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+template <class T>
+void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
+  T* y = static_cast<T*>(out);
+  u8* yb = static_cast<u8*>(out);
+  switch (op) {
+    case UnaryOp::Neg:
+      if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
+      else unary_loop(x, y, n, [](T v) { return static_cast<T>(-v); });
+      return;
+    case UnaryOp::Abs:
+      if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
+      else unary_loop(x, y, n, [](T v) { return v < 0 ? static_cast<T>(-v) : v; });
+      return;
+    case UnaryOp::Sign:
+      if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
+      else if constexpr (kFloat<T>)
+        unary_loop(x, y, n, [](T v) { return std::isnan(v) ? v : static_cast<T>((v > 0) - (v < 0)); });
+      else unary_loop(x, y, n, [](T v) { return static_cast<T>((v > 0) - (v < 0)); });
+      return;
+    case UnaryOp::Floor:
+      if constexpr (kFloat<T>) unary_loop(x, y, n, [](T v) { return std::floor(v); });
+      else std::memcpy(y, x, static_cast<size_t>(n) * sizeof(T));
+      return;
+    case UnaryOp::Ceil:
+      if constexpr (kFloat<T>) unary_loop(x, y, n, [](T v) { return std::ceil(v); });
+      else std::memcpy(y, x, static_cast<size_t>(n) * sizeof(T));
+      return;
+    case UnaryOp::Round:
+      unary_loop(x, y, n, [](T v) { return round_half_even(v); });
+      return;
+    case UnaryOp::IsNan:
+      if constexpr (kFloat<T>) unary_loop(x, yb, n, [](T v) { return static_cast<u8>(std::isnan(v)); });
+      else std::memset(yb, 0, static_cast<size_t>(n));
+      return;
+    case UnaryOp::IsFinite:
+      if constexpr (kFloat<T>) unary_loop(x, yb, n, [](T v) { return static_cast<u8>(std::isfinite(v)); });
+      else std::memset(yb, 1, static_cast<size_t>(n));
+      return;
+    case UnaryOp::Not:
+      unary_loop(x, yb, n, [](T v) { return static_cast<u8>(v == T(0)); });
+      return;
+    default:
+      break;
+  }
+  if constexpr (kFloat<T>) {
+    switch (op) {
+      case UnaryOp::Exp: unary_loop(x, y, n, [](T v) { return std::exp(v); }); return;
+      case UnaryOp::Log: unary_loop(x, y, n, [](T v) { return std::log(v); }); return;
+      case UnaryOp::Log1p: unary_loop(x, y, n, [](T v) { return std::log1p(v); }); return;
+      case UnaryOp::Expm1: unary_loop(x, y, n, [](T v) { return std::expm1(v); }); return;
+      case UnaryOp::Sqrt: unary_loop(x, y, n, [](T v) { return std::sqrt(v); }); return;
+      case UnaryOp::Rsqrt: unary_loop(x, y, n, [](T v) { return T(1) / std::sqrt(v); }); return;
+      case UnaryOp::Sin: unary_loop(x, y, n, [](T v) { return std::sin(v); }); return;
+      case UnaryOp::Cos: unary_loop(x, y, n, [](T v) { return std::cos(v); }); return;
+      case UnaryOp::Tanh: unary_loop(x, y, n, [](T v) { return std::tanh(v); }); return;
+      case UnaryOp::Sigmoid:
+        // 1/(1+e^-v) overflows harmlessly to 0 for very negative v.
+        unary_loop(x, y, n, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
+        return;
+      default: break;
+    }
+  }
+  // The front end converts integer inputs of float-valued ops to f32 first.
+}
+
+// ----------------------------------------------------------------- binary
+
+template <class T>
+struct Ops {
+  static T add(T a, T b) {
+    if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a | b);
+    else return a + b;
+  }
+  static T sub(T a, T b) {
+    if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a ^ b);
+    else if constexpr (std::is_integral_v<T>)  // wraps like XLA instead of UB
+      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) - static_cast<std::make_unsigned_t<T>>(b));
+    else return a - b;
+  }
+  static T mul(T a, T b) {
+    if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a & b);
+    else if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) * static_cast<std::make_unsigned_t<T>>(b));
+    else return a * b;
+  }
+  static T div(T a, T b) {
+    if constexpr (kFloat<T>) return a / b;
+    else {
+      // Integer floor division (the front end makes true division float);
+      // division by zero gives 0 instead of trapping.
+      if (b == 0) return 0;
+      if constexpr (std::is_signed_v<T>) {
+        if (b == -1) return sub(0, a);
+        T q = a / b;
+        return (a % b != 0 && ((a < 0) != (b < 0))) ? static_cast<T>(q - 1) : q;
+      } else {
+        return static_cast<T>(a / b);
+      }
+    }
+  }
+  static T pow(T a, T b) {
+    if constexpr (kFloat<T>) return std::pow(a, b);
+    else if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a || !b);
+    else {
+      if (b < 0) return a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0);
+      T r = 1;
+      T base = a;
+      while (b > 0) {
+        if (b & 1) r = mul(r, base);
+        base = mul(base, base);
+        b >>= 1;
+      }
+      return r;
+    }
+  }
+  static T max(T a, T b) {
+    if constexpr (kFloat<T>)
+      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+    return a > b ? a : b;
+  }
+  static T min(T a, T b) {
+    if constexpr (kFloat<T>)
+      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+    return a < b ? a : b;
+  }
+};
+
+template <class T, class R, class F>
+void binary_loop(const Operand& a, const Operand& b, R* out, const std::vector<std::int64_t>& shape, F f) {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  if (n == 0) return;
+  const T* pa = static_cast<const T*>(a.data);
+  const T* pb = static_cast<const T*>(b.data);
+  const T sa = a.is_scalar ? (kFloat<T> ? static_cast<T>(a.f) : static_cast<T>(a.i)) : T{};
+  const T sb = b.is_scalar ? (kFloat<T> ? static_cast<T>(b.f) : static_cast<T>(b.i)) : T{};
+  auto contiguous = [&](const Operand& o) {
+    if (o.is_scalar) return false;
+    std::int64_t acc = 1;
+    for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+      if (shape[d] != 1 && o.strides[d] != acc) return false;
+      acc *= shape[d];
+    }
+    return true;
+  };
+  const bool ca = contiguous(a), cb = contiguous(b);
+  if (ca && cb) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = f(pa[i], pb[i]);
+    return;
+  }
+  if (ca && b.is_scalar) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = f(pa[i], sb);
+    return;
+  }
+  if (a.is_scalar && cb) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = f(sa, pb[i]);
+    return;
+  }
+  // General broadcast: odometer over the outer dims, strided inner loop.
+  const int r = static_cast<int>(shape.size());
+  const std::int64_t inner = shape[r - 1];
+  const std::int64_t as = a.is_scalar ? 0 : a.strides[r - 1];
+  const std::int64_t bs = b.is_scalar ? 0 : b.strides[r - 1];
+  std::vector<std::int64_t> idx(r - 1, 0);
+  std::int64_t o = 0;
+  for (;;) {
+    std::int64_t ao = 0, bo = 0;
+    for (int d = 0; d < r - 1; ++d) {
+      if (!a.is_scalar) ao += idx[d] * a.strides[d];
+      if (!b.is_scalar) bo += idx[d] * b.strides[d];
+    }
+    for (std::int64_t j = 0; j < inner; ++j)
+      out[o + j] = f(a.is_scalar ? sa : pa[ao + j * as], b.is_scalar ? sb : pb[bo + j * bs]);
+    o += inner;
+    int d = r - 2;
+    while (d >= 0 && ++idx[d] == shape[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+}
+
+template <class T>
+void binary_typed(BinaryOp op, const Operand& a, const Operand& b, void* out, const std::vector<std::int64_t>& shape) {
+  using O = Ops<T>;
+  T* y = static_cast<T*>(out);
+  u8* yb = static_cast<u8*>(out);
+  switch (op) {
+    case BinaryOp::Add: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::add(u, v); });
+    case BinaryOp::Sub: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::sub(u, v); });
+    case BinaryOp::Mul: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::mul(u, v); });
+    case BinaryOp::Div: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::div(u, v); });
+    case BinaryOp::Pow: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::pow(u, v); });
+    case BinaryOp::Max: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::max(u, v); });
+    case BinaryOp::Min: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::min(u, v); });
+    case BinaryOp::Eq: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u == v); });
+    case BinaryOp::Ne: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u != v); });
+    case BinaryOp::Lt: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u < v); });
+    case BinaryOp::Le: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u <= v); });
+    case BinaryOp::Gt: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u > v); });
+    case BinaryOp::Ge: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u >= v); });
+    case BinaryOp::And:
+      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u != T(0) && v != T(0)); });
+    case BinaryOp::Or:
+      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u != T(0) || v != T(0)); });
+    case BinaryOp::Xor:
+      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>((u != T(0)) != (v != T(0))); });
+  }
+}
+
+}  // namespace
+
+bool returns_bool(UnaryOp op) { return op == UnaryOp::IsNan || op == UnaryOp::IsFinite || op == UnaryOp::Not; }
+
+bool returns_bool(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt:
+    case BinaryOp::Ge: case BinaryOp::And: case BinaryOp::Or: case BinaryOp::Xor:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void unary(UnaryOp op, DType t, const void* x, void* y, std::int64_t n) {
+  by_dtype(t, [&](auto tag) { unary_typed<decltype(tag)>(op, static_cast<const decltype(tag)*>(x), y, n); });
+}
+
+void binary(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out,
+            const std::vector<std::int64_t>& shape) {
+  if (shape.empty()) {  // rank 0: one element
+    std::vector<std::int64_t> one{1};
+    Operand a1 = a, b1 = b;
+    if (!a1.is_scalar) a1.strides = {0};
+    if (!b1.is_scalar) b1.strides = {0};
+    return binary(op, t, a1, b1, out, one);
+  }
+  by_dtype(t, [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out, shape); });
+}
+
+void select(DType t, const Operand& cond, const Operand& x, const Operand& y, void* out,
+            const std::vector<std::int64_t>& shape) {
+  const std::vector<std::int64_t> sh = shape.empty() ? std::vector<std::int64_t>{1} : shape;
+  auto fix = [&](Operand o) {
+    if (!o.is_scalar && shape.empty()) o.strides = {0};
+    return o;
+  };
+  const Operand c = fix(cond), a = fix(x), b = fix(y);
+  std::int64_t n = 1;
+  for (auto s : sh) n *= s;
+  if (n == 0) return;
+  by_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out);
+    const int r = static_cast<int>(sh.size());
+    auto val = [](const Operand& op, std::int64_t off) -> T {
+      if (op.is_scalar) return kFloat<T> ? static_cast<T>(op.f) : static_cast<T>(op.i);
+      return static_cast<const T*>(op.data)[off];
+    };
+    std::vector<std::int64_t> idx(r, 0);
+    for (std::int64_t k = 0; k < n; ++k) {
+      std::int64_t co = 0, xo = 0, yo = 0;
+      for (int d = 0; d < r; ++d) {
+        if (!c.is_scalar) co += idx[d] * c.strides[d];
+        if (!a.is_scalar) xo += idx[d] * a.strides[d];
+        if (!b.is_scalar) yo += idx[d] * b.strides[d];
+      }
+      const bool pick = c.is_scalar ? c.i != 0 : static_cast<const u8*>(c.data)[co] != 0;
+      o[k] = pick ? val(a, xo) : val(b, yo);
+      int d = r - 1;
+      while (d >= 0 && ++idx[d] == sh[d]) idx[d--] = 0;
+    }
+  });
+}
+
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& local,
+                                            const std::vector<std::int64_t>& out) {
+  const int r = static_cast<int>(out.size()), lr = static_cast<int>(local.size());
+  std::vector<std::int64_t> st(r, 0);
+  std::int64_t acc = 1;
+  for (int d = lr - 1; d >= 0; --d) {
+    const int od = d + (r - lr);
+    st[od] = (local[d] == 1 && out[od] != 1) ? 0 : acc;
+    acc *= local[d];
+  }
+  return st;
+}
+
+}  // namespace tessera::cpu
