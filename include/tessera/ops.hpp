@@ -70,7 +70,7 @@ class Axes {
 struct OutOptions {
   /// The output's spec on the operands' mesh. Required in Explicit mode where
   /// the output layout would be ambiguous.
-  std::optional<PartitionSpec> out_sharding;
+  std::optional<PartitionSpec> out_sharding = std::nullopt;
 };
 
 // ----------------------------------------------------------------- creation
@@ -182,7 +182,7 @@ inline Array operator||(const Array& a, const Array& b) { return logical_or(a, b
 struct ReduceOptions {
   bool keepdims = false;
   /// Output spec; a sharded dim here turns the all-reduce into a reduce-scatter.
-  std::optional<PartitionSpec> out_sharding;
+  std::optional<PartitionSpec> out_sharding = std::nullopt;
 };
 
 Array sum(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
@@ -203,8 +203,8 @@ Array argmin(const Array& x, int axis, const ReduceOptions& opt = {});
 /// Contracting and batch dims of a dot_general: ({lhs_contract}, {rhs_contract}),
 /// ({lhs_batch}, {rhs_batch}). Output dims: batch, lhs free, rhs free.
 struct DotDims {
-  std::vector<int> lhs_contracting, rhs_contracting;
-  std::vector<int> lhs_batch, rhs_batch;
+  std::vector<int> lhs_contracting = {}, rhs_contracting = {};
+  std::vector<int> lhs_batch = {}, rhs_batch = {};
 };
 
 /// NumPy matmul: 1-d operands are promoted and the added dim removed; leading
@@ -232,7 +232,7 @@ Array squeeze(const Array& x, const std::vector<int>& axes = {});
 /// One dim of a slice: start/stop/step like Python (stop exclusive; negative
 /// values count from the end; missing values take the defaults).
 struct SliceSpec {
-  std::optional<std::int64_t> start, stop;
+  std::optional<std::int64_t> start = std::nullopt, stop = std::nullopt;
   std::int64_t step = 1;
 };
 /// x[s0, s1, ...]; missing trailing dims are taken whole.
@@ -247,8 +247,8 @@ Array flip(const Array& x, int axis);
 // ------------------------------------------------------- stencils and scans
 
 struct DiffOptions {
-  std::optional<Array> prepend;
-  std::optional<Array> append;
+  std::optional<Array> prepend = std::nullopt;
+  std::optional<Array> append = std::nullopt;
 };
 /// n-th discrete difference along `axis` (jnp.diff).
 Array diff(const Array& x, int n = 1, int axis = -1, const DiffOptions& opt = {});

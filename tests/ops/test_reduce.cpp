@@ -1,1 +1,231 @@
+// Reductions: local reduce + all-reduce / reduce-scatter over the mesh axes
+// of the reduced dims, checked against a host reference on many layouts.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "test_util.hpp"
+
+namespace ts = tessera;
+using ts::testing::expect_error;
+using ts::testing::for_each_layout;
+using ts::testing::iota_data;
+
+namespace {
+
+std::int64_t numel(const ts::Shape& s) {
+  std::int64_t n = 1;
+  for (auto v : s) n *= v;
+  return n;
+}
+
+// Host reference: reduce `x` (shape) over `axes` with f, starting at init;
+// result in keepdims layout.
+std::vector<double> ref_reduce(const std::vector<double>& x, const ts::Shape& shape, const std::vector<int>& axes,
+                               double init, const std::function<double(double, double)>& f) {
+  const int r = static_cast<int>(shape.size());
+  ts::Shape out = shape;
+  for (int a : axes) out[a] = 1;
+  std::vector<double> y(static_cast<size_t>(numel(out)), init);
+  std::vector<std::int64_t> idx(r, 0);
+  for (size_t k = 0; k < x.size(); ++k) {
+    std::int64_t o = 0;
+    for (int d = 0; d < r; ++d) o = o * out[d] + (out[d] == 1 ? 0 : idx[d]);
+    y[o] = f(y[o], x[k]);
+    for (int d = r - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return y;
+}
+
+ts::Shape drop(const ts::Shape& s, const std::vector<int>& axes, bool keepdims) {
+  ts::Shape o;
+  for (int d = 0; d < static_cast<int>(s.size()); ++d) {
+    bool red = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (!red) o.push_back(s[d]);
+    else if (keepdims) o.push_back(1);
+  }
+  return o;
+}
+
+}  // namespace
+
+TEST(ReduceSpmd, EveryOpEveryLayoutAndAxisSet) {
+  const std::vector<ts::Shape> shapes = {{9, 5}, {3, 2}, {1, 7}, {0, 3}};
+  const std::vector<std::vector<int>> axis_sets = {{0}, {1}, {0, 1}};
+  int cases = 0;
+  for (const auto& shape : shapes) {
+    const auto h = iota_data<double>(numel(shape), 1);
+    for_each_layout(2, [&](const ts::NamedSharding& s) {
+      auto xi = ts::device_put(std::vector<std::int64_t>(h.begin(), h.end()), shape, s);
+      auto xf = ts::device_put(h, shape, s);
+      for (const auto& axes : axis_sets) {
+        for (bool keep : {false, true}) {
+          SCOPED_TRACE(s.str() + " shape " + ts::shape_str(shape) + " axes " + std::to_string(axes.size()) +
+                       (keep ? " keepdims" : ""));
+          ts::Axes ax(axes);
+          ts::ReduceOptions opt{.keepdims = keep};
+          const ts::Shape oshape = drop(shape, axes, keep);
+          auto sum = ts::sum(xi, ax, opt);
+          EXPECT_EQ(sum.shape(), oshape);
+          EXPECT_EQ(sum.dtype(), ts::i64);
+          EXPECT_EQ(sum.to_vector<double>(), ref_reduce(h, shape, axes, 0, std::plus<double>()));
+          EXPECT_EQ(ts::prod(ts::astype(xi, ts::f64) * 0.125 + 1.0, ax, opt).to_vector<double>().size(),
+                    static_cast<size_t>(numel(oshape)));
+          bool empty_axis = false;
+          for (int a : axes) empty_axis = empty_axis || shape[a] == 0;
+          if (!empty_axis) {
+            EXPECT_EQ(ts::max(xf, ax, opt).to_vector<double>(),
+                      ref_reduce(h, shape, axes, -INFINITY, [](double u, double v) { return std::max(u, v); }));
+            EXPECT_EQ(ts::min(xi, ax, opt).to_vector<double>(),
+                      ref_reduce(h, shape, axes, INFINITY, [](double u, double v) { return std::min(u, v); }));
+          }
+          auto mean = ts::mean(xf, ax, opt).to_vector<double>();
+          auto want = ref_reduce(h, shape, axes, 0, std::plus<double>());
+          std::int64_t cnt = 1;
+          for (int a : axes) cnt *= shape[a];
+          for (size_t i = 0; i < want.size(); ++i) {
+            if (cnt == 0) EXPECT_TRUE(std::isnan(mean[i]));
+            else EXPECT_NEAR(mean[i], want[i] / static_cast<double>(cnt), 1e-12);
+          }
+          auto pos = xi > 0;
+          EXPECT_EQ(ts::any(pos, ax, opt).to_vector<double>(),
+                    ref_reduce(h, shape, axes, 0, [](double u, double v) { return (u != 0 || v > 0) ? 1.0 : 0.0; }));
+          EXPECT_EQ(ts::all(pos, ax, opt).to_vector<double>(),
+                    ref_reduce(h, shape, axes, 1, [](double u, double v) { return (u != 0 && v > 0) ? 1.0 : 0.0; }));
+          ++cases;
+        }
+      }
+    });
+  }
+  EXPECT_GT(cases, 300);
+}
+
+TEST(ReduceSpmd, FloatSumsMatchWithinTolerance) {
+  ts::Shape shape{37, 23};
+  std::vector<float> h(static_cast<size_t>(numel(shape)));
+  for (size_t i = 0; i < h.size(); ++i) h[i] = std::sin(0.1f * static_cast<float>(i)) * 3.0f;
+  std::vector<double> hd(h.begin(), h.end());
+  for_each_layout(2, [&](const ts::NamedSharding& s) {
+    auto x = ts::device_put(h, shape, s);
+    for (int axis : {0, 1}) {
+      auto got = ts::sum(x, axis).to_vector<float>();
+      auto want = ref_reduce(hd, shape, {axis}, 0, std::plus<double>());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << s.str();
+    }
+    EXPECT_NEAR(ts::sum(x).item<double>(), ref_reduce(hd, shape, {0, 1}, 0, std::plus<double>())[0], 1e-3);
+  });
+}
+
+TEST(ReduceSharding, AllReduceOverShardedAxisKeepsOtherSharding) {
+  ts::Mesh m = ts::make_mesh({2, 4}, {"x", "y"});
+  auto x = ts::device_put(iota_data<float>(10 * 12), {10, 12}, ts::NamedSharding(m, ts::P("x", "y")));
+  ts::Array s0;
+  auto ex = ts::explain([&] { s0 = ts::sum(x, {0}); });
+  EXPECT_EQ(ts::typeof(s0), "f32[12@y]");  // replicated over x, still sharded over y
+  ASSERT_EQ(ex.records.size(), 1u);
+  EXPECT_EQ(ex.records[0].op, "sum");
+  EXPECT_EQ(ex.records[0].kind, "all-reduce");
+  // Each device receives its 3-element block from its one partner: 12 bytes.
+  for (auto b : ex.records[0].bytes_received) EXPECT_EQ(b, 12);
+  // Reducing an unsharded dim communicates nothing.
+  auto ex2 = ts::explain([&] { (void)ts::sum(ts::reshard(x, ts::P(ts::none, "y")), {0}); });
+  EXPECT_EQ(ex2.records.back().kind, "none");
+}
+
+TEST(ReduceSharding, ReduceScatterWhenOutputIsSharded) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto h = iota_data<double>(16 * 24);
+  auto x = ts::device_put(h, {16, 24}, ts::NamedSharding(m, ts::P("x")));
+  ts::Array y;
+  auto ex = ts::explain([&] { y = ts::sum(x, {0}, {.out_sharding = ts::P("x")}); });
+  EXPECT_EQ(ts::typeof(y), "f64[24@x]");
+  ASSERT_FALSE(ex.records.empty());
+  EXPECT_EQ(ex.records[0].kind, "reduce-scatter");
+  // Each device receives only its 3 columns from each of the 7 others.
+  for (auto b : ex.records[0].bytes_received) EXPECT_EQ(b, 7 * 3 * 8);
+  EXPECT_EQ(y.to_vector<double>(), ref_reduce(h, {16, 24}, {0}, 0, std::plus<double>()));
+  // An out_sharding the reduction cannot produce directly is reached by a reshard.
+  ts::Mesh m2 = ts::make_mesh({2, 4}, {"a", "b"});
+  auto x2 = ts::device_put(h, {16, 24}, ts::NamedSharding(m2, ts::P("a", "b")));
+  auto y2 = ts::sum(x2, {0}, {.out_sharding = ts::P("a")});
+  EXPECT_EQ(ts::typeof(y2), "f64[24@a]");
+  EXPECT_EQ(y2.to_vector<double>(), ref_reduce(h, {16, 24}, {0}, 0, std::plus<double>()));
+}
+
+TEST(ReduceGolden, DtypesAndArgReductions) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  ts::NamedSharding s(m, ts::P("x"));
+  auto b = ts::device_put(std::vector<bool>{true, true, false, true, false}, {5}, s);
+  EXPECT_EQ(ts::sum(b).dtype(), ts::i32);
+  EXPECT_EQ(ts::sum(b).item<int>(), 3);
+  EXPECT_EQ(ts::mean(b).dtype(), ts::f32);
+  EXPECT_FLOAT_EQ(ts::mean(b).item<float>(), 0.6f);
+  auto v = ts::device_put(std::vector<float>{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5}, {11}, s);
+  EXPECT_EQ(ts::argmax(v, 0).item<int>(), 5);
+  EXPECT_EQ(ts::argmin(v, 0).item<int>(), 1);  // first of the ties
+  EXPECT_EQ(ts::argmax(v, 0).dtype(), ts::i32);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto w = ts::device_put(std::vector<float>{1, 7, nan, 7, nan}, {5}, s);
+  EXPECT_EQ(ts::argmax(w, 0).item<int>(), 2);
+  EXPECT_EQ(ts::argmin(w, 0).item<int>(), 2);
+  EXPECT_TRUE(std::isnan(ts::max(w).item<float>()));
+  // 2-d argmax along each axis on many layouts.
+  const ts::Shape shape{7, 6};
+  auto h = iota_data<double>(42, 2);
+  for_each_layout(2, [&](const ts::NamedSharding& sh) {
+    auto x = ts::device_put(h, shape, sh);
+    auto a0 = ts::argmax(x, 0).to_vector<int>();
+    auto a1 = ts::argmin(x, 1, {.keepdims = true});
+    EXPECT_EQ(a1.shape(), (ts::Shape{7, 1}));
+    auto a1v = a1.to_vector<int>();
+    for (int j = 0; j < 6; ++j) {
+      int best = 0;
+      for (int i = 1; i < 7; ++i)
+        if (h[i * 6 + j] > h[best * 6 + j]) best = i;
+      EXPECT_EQ(a0[j], best) << sh.str();
+    }
+    for (int i = 0; i < 7; ++i) {
+      int best = 0;
+      for (int j = 1; j < 6; ++j)
+        if (h[i * 6 + j] < h[i * 6 + best]) best = j;
+      EXPECT_EQ(a1v[i], best) << sh.str();
+    }
+  });
+}
+
+TEST(ReduceSharding, ExplicitModeTypeKnown) {
+  ts::Mesh m = ts::make_mesh({8}, {"X"}, {ts::AxisType::Explicit});
+  auto x = ts::device_put(iota_data<float>(8 * 4), {8, 4}, ts::NamedSharding(m, ts::P("X")));
+  EXPECT_EQ(ts::typeof(ts::sum(x, {1})), "f32[8@X]");
+  EXPECT_EQ(ts::typeof(ts::sum(x, {0})), "f32[4]");
+  EXPECT_EQ(ts::typeof(ts::mean(x, {1}, {.keepdims = true})), "f32[8@X,1]");
+}
+
+TEST(ReduceErrors, AxesAndEmpty) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::device_put(iota_data<float>(6), {2, 3}, ts::NamedSharding(m, ts::P("x")));
+  expect_error<ts::ShapeError>([&] { (void)ts::sum(x, {2}); }, "[sum]", {"axis 2", "rank 2"});
+  expect_error<ts::ShapeError>([&] { (void)ts::mean(x, {0, -2}); }, "[mean]", {"more than once"});
+  expect_error<ts::ShapeError>([&] { (void)ts::argmax(x, -3); }, "[argmax]", {"out of range"});
+  auto e = ts::device_put(std::vector<float>{}, {0, 3}, ts::NamedSharding(m, ts::P("x")));
+  expect_error<ts::ShapeError>([&] { (void)ts::max(e, {0}); }, "[max]", {"size 0"});
+  expect_error<ts::ShapeError>([&] { (void)ts::argmin(e, 0); }, "[argmin]", {"size 0"});
+  expect_error<ts::ShardingError>([&] { (void)ts::sum(x, {0}, {.out_sharding = ts::P("x", "x")}); }, "[sum]",
+                                  {"more than once"});
+  expect_error<ts::ShardingError>([&] { (void)ts::sum(x, {0}, {.out_sharding = ts::P("x", ts::none)}); }, "[sum]",
+                                  {"rank 1"});
+}
+
+TEST(ReduceDeterminism, BitwiseEqualAcrossRuns) {
+  ts::Mesh m = ts::make_mesh({2, 4}, {"x", "y"});
+  std::vector<float> h(301 * 7);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = std::sin(0.37f * static_cast<float>(i)) * 1e3f;
+  auto x = ts::device_put(h, {301, 7}, ts::NamedSharding(m, ts::P({"x", "y"})));
+  auto first = ts::sum(x, {0}).to_vector<float>();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(ts::sum(x, {0}).to_vector<float>(), first);
+}
