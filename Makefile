@@ -27,6 +27,7 @@ test: build
 bench: build
 	@mkdir -p $(BUILD)/bench-results
 	@$(BUILD)/bench/bench_reshard --json $(BUILD)/bench-results/reshard.json
+	@$(BUILD)/bench/bench_ops --json $(BUILD)/bench-results/ops.json
 
 asan:
 	@$(MAKE) --no-print-directory test PRESET=asan

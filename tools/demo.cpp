@@ -13,6 +13,8 @@
 
 #include "bench_util.hpp"
 #include "commands.hpp"
+#include "finite_difference/finite_difference.hpp"
+#include "mlp_layer/mlp_layer.hpp"
 
 namespace ts = tessera;
 namespace tb = tessera::bench;
@@ -277,6 +279,18 @@ int cmd_demo(const Context& ctx, const DemoOptions& opt) {
                          "Each device copies its block out of its own full copy; nothing crosses between devices.", b_rep,
                          ts::P("x", "y"), big_host, opt.reps, false, check);
   }
+
+  // ------------------------------------------------------- the scenarios
+  heading("5. Computing on sharded arrays: two scenarios from examples/");
+  std::cout << "Global-view code on sharded arrays: each op picks the output layout and the communication.\n";
+  subheading("examples/finite_difference: diff along and across the sharded axis");
+  const int fd_failures = examples::finite_difference(std::cout, opt.small_only ? 256 : 2048);
+  check.done += 2;
+  check.failed += fd_failures;
+  subheading("examples/mlp_layer: sigmoid(x @ w + b), automatic and explicit mode");
+  const int mlp_failures = examples::mlp_layer(std::cout);
+  check.done += 2;
+  check.failed += mlp_failures;
 
   // -------------------------------------------------------------- summary
   heading("Summary");

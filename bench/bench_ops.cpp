@@ -1,0 +1,166 @@
+// bench_ops: global-view ops against the machine's limits, measured in the
+// same run.
+//
+//   bench_ops [--json build/bench/ops.json] [--reps 7] [--num-devices N]
+//
+// Workloads (N = all devices, one per hardware thread by default):
+//   diff        diff(x, 1, axis=0, prepend=0) on 4096x4096 f64, sharded over
+//               (1 device), (N,1) and (1,N); ratio = (bytes read + written) /
+//               time over the STREAM-like bandwidth of as many threads.
+//   sin         2*sin(x)+1 on 2^24 f32 over N (three unfused passes); same ratio.
+//   mlp         sigmoid(x @ w + b), x 8192x1024 (i, none), w 1024x1024
+//               (none, j) on a 2-d mesh; GFLOP/s over single-thread BLAS peak
+//               (sgemm 1024^3, one thread, same run) x devices.
+//   dispatch    x + 1 on a 16-element array over N devices: microseconds per op.
+#include <cblas.h>
+
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <tessera/tessera.hpp>
+
+#include "bench_util.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace ts = tessera;
+namespace tb = tessera::bench;
+using json = nlohmann::json;
+
+namespace {
+
+struct Row {
+  std::string workload, layout;
+  double seconds = 0, value = 0, limit = 0, ratio = 0, goal = 0;
+  std::string unit, limit_name;
+};
+
+double median_time(int reps, const std::function<void()>& f) { return tb::median(tb::time_reps(1, reps, f)); }
+
+// Single-thread sgemm GFLOP/s on 1024^3, the per-device compute limit.
+double blas_peak_gflops() {
+  const int n = 1024;
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n, 0.0f);
+  openblas_set_num_threads(1);
+  double t = median_time(5, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  });
+  return 2.0 * n * n * n / t / 1e9;
+}
+
+// Two axes for an N-device 2-d mesh: (N/2, 2) when even, else (N, 1).
+std::vector<int> mesh_2d(int n) { return n % 2 == 0 && n > 1 ? std::vector<int>{n / 2, 2} : std::vector<int>{n, 1}; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tessera ops benchmark: diff, elementwise, mlp layer, dispatch overhead vs machine limits"};
+  std::string json_path = "build/bench/ops.json";
+  int reps = 7;
+  std::optional<int> num_devices;
+  app.add_option("--json", json_path, "where to write the results as JSON")->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions (median reported)")->capture_default_str();
+  app.add_option("--num-devices", num_devices, "number of CPU devices (default: hardware threads)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (num_devices) ts::config::set_num_cpu_devices(*num_devices);
+    const int n = ts::device_count();
+    auto devs = ts::devices();
+    std::vector<Row> rows;
+
+    const auto stream1 = tb::stream_copy(std::size_t(128) << 20, 1, 5);
+    const auto streamN = tb::stream_copy(std::size_t(128) << 20, n, 5);
+    std::cout << "Tessera ops benchmark: " << n << " devices\n"
+              << "  streaming bandwidth (STREAM copy, read + write): 1 thread " << stream1.stream_gbps << " GB/s, "
+              << n << " threads " << streamN.stream_gbps << " GB/s\n";
+
+    // ---- diff along axis 0 with prepend 0.
+    {
+      const std::int64_t m = 4096;
+      std::vector<double> host(static_cast<size_t>(m * m));
+      for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<double>(i % 1000) * 0.5;
+      struct L {
+        std::string name;
+        ts::Mesh mesh;
+        ts::PartitionSpec spec, zspec;
+      };
+      ts::Mesh one(std::vector<ts::Device>{devs[0]}, {1}, {"x"});
+      ts::Mesh line = ts::make_mesh({n}, {"x"});
+      std::vector<L> layouts = {{"1 device", one, ts::P(), ts::P()},
+                                {"(" + std::to_string(n) + ",1)", line, ts::P("x"), ts::P()},
+                                {"(1," + std::to_string(n) + ")", line, ts::P(ts::none, "x"), ts::P(ts::none, "x")}};
+      for (const auto& l : layouts) {
+        auto x = ts::device_put(host, {m, m}, ts::NamedSharding(l.mesh, l.spec));
+        auto z = ts::zeros({1, m}, ts::f64, ts::NamedSharding(l.mesh, l.zspec));
+        double t = median_time(reps, [&] { ts::diff(x, 1, 0, {.prepend = z}).block_until_ready(); });
+        const double bytes = 2.0 * m * m * 8;
+        const double limit = l.mesh.size() == 1 ? stream1.stream_gbps : streamN.stream_gbps;
+        rows.push_back({"diff axis 0 (4096^2 f64)", l.name, t, bytes / t / 1e9, limit, 0, 0.7, "GB/s",
+                        "STREAM GB/s"});
+      }
+    }
+    // ---- 2*sin(x)+1 on 2^24 f32.
+    {
+      const std::int64_t len = std::int64_t(1) << 24;
+      ts::Mesh line = ts::make_mesh({n}, {"x"});
+      auto x = ts::random::uniform(ts::random::key(0), {len}, ts::f32, ts::NamedSharding(line, ts::P("x")), -3, 3);
+      double t = median_time(reps, [&] { (2.0f * ts::sin(x) + 1.0f).block_until_ready(); });
+      const double bytes = 3.0 * 2.0 * len * 4;  // three passes, each reads and writes
+      rows.push_back({"2*sin(x)+1 (2^24 f32)", "(" + std::to_string(n) + ")", t, bytes / t / 1e9,
+                      streamN.stream_gbps, 0, 0, "GB/s", "STREAM GB/s"});
+    }
+    // ---- sigmoid(x @ w + b).
+    {
+      const auto ms = mesh_2d(n);
+      ts::Mesh mesh = ts::make_mesh(ms, {"i", "j"});
+      const std::int64_t M = 8192, K = 1024, N = 1024;
+      auto key = ts::random::key(1);
+      auto x = ts::random::normal(key, {M, K}, ts::f32, ts::NamedSharding(mesh, ts::P("i", ts::none)));
+      auto w = ts::random::normal(ts::random::fold_in(key, 1), {K, N}, ts::f32,
+                                  ts::NamedSharding(mesh, ts::P(ts::none, "j")));
+      auto b = ts::zeros({N}, ts::f32, ts::NamedSharding(mesh, ts::P("j")));
+      const double peak = blas_peak_gflops();
+      double t = median_time(reps, [&] { ts::sigmoid(ts::matmul(x, w) + b).block_until_ready(); });
+      const double gflops = 2.0 * M * K * N / t / 1e9;
+      rows.push_back({"sigmoid(x@w+b) 8192x1024x1024 f32",
+                      "mesh (" + std::to_string(ms[0]) + "," + std::to_string(ms[1]) + ")", t, gflops, peak * n, 0, 0.8,
+                      "GFLOP/s", "BLAS 1-thread peak x devices"});
+    }
+    // ---- eager dispatch overhead.
+    {
+      ts::Mesh line = ts::make_mesh({n}, {"x"});
+      auto x = ts::zeros({16}, ts::f32, ts::NamedSharding(line, ts::P("x")));
+      const int iters = 20000;
+      double t = median_time(5, [&] {
+        for (int i = 0; i < iters; ++i) (void)(x + 1.0f);
+      }) / iters;
+      rows.push_back({"dispatch: x + 1 (16 f32)", "(" + std::to_string(n) + ")", t, t * 1e6, 10.0, 0, 0, "us/op",
+                      "goal us/op"});
+    }
+
+    json out = json::array();
+    std::printf("\n%-36s %-12s %10s %12s %12s %8s\n", "workload", "layout", "time", "achieved", "limit", "ratio");
+    for (auto& r : rows) {
+      r.ratio = r.unit == "us/op" ? r.value / r.limit : r.value / r.limit;
+      std::printf("%-36s %-12s %10s %8.2f %-7s %8.2f %s %6.2f%s\n", r.workload.c_str(), r.layout.c_str(),
+                  tb::format_seconds(r.seconds).c_str(), r.value, r.unit.c_str(), r.limit,
+                  r.unit == "us/op" ? "   " : "", r.ratio,
+                  r.goal > 0 ? (r.ratio >= r.goal ? "  (goal met)" : "  (below goal)") : "");
+      out.push_back({{"workload", r.workload}, {"layout", r.layout}, {"seconds", r.seconds}, {"value", r.value},
+                     {"unit", r.unit}, {"limit", r.limit}, {"limit_name", r.limit_name}, {"ratio", r.ratio},
+                     {"goal", r.goal}});
+    }
+    std::printf("ratio: achieved / limit (for dispatch: us per op / 10 us goal, lower is better)\n");
+    std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
+    std::ofstream(json_path) << json{{"devices", n}, {"results", out}}.dump(2) << "\n";
+    std::cout << "wrote " << json_path << "\n";
+  } catch (const ts::Error& e) {
+    std::cerr << "bench_ops: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

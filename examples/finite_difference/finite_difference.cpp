@@ -1,0 +1,75 @@
+// The finite-difference case from a user whose sharded jnp.diff ran 20x
+// slower than unsharded: with Tessera, differencing along the sharded axis
+// exchanges one boundary row per device and is no slower than across it.
+#include "finite_difference.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <ostream>
+#include <tessera/tessera.hpp>
+
+namespace ts = tessera;
+
+namespace examples {
+
+namespace {
+double seconds_of(const std::function<void()>& f, int reps = 5) {
+  f();  // warm up (allocator caches, first touch)
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+}  // namespace
+
+int finite_difference(std::ostream& os, long n) {
+  const int ndev = ts::device_count();
+  ts::Mesh mesh = ts::make_mesh({ndev}, {"x"});
+  const double h = 2.0 * M_PI / static_cast<double>(n);
+  // Grid values built block by block on the devices that hold them.
+  auto grid = [&](const ts::NamedSharding& s) {
+    return ts::make_array_from_callback({n, n}, ts::f64, s, [&](const std::vector<ts::Slice>& idx) {
+      std::vector<double> v;
+      v.reserve(static_cast<size_t>(idx[0].size() * idx[1].size()));
+      for (auto i = idx[0].start; i < idx[0].stop; ++i)
+        for (auto j = idx[1].start; j < idx[1].stop; ++j) v.push_back(std::sin(i * h) * std::cos(j * h));
+      return v;
+    });
+  };
+  int failures = 0;
+  os << "d/dx of sin(x) cos(y) on a " << n << " x " << n << " f64 grid over " << ndev << " devices\n";
+  struct Form {
+    const char* name;
+    ts::PartitionSpec spec;
+  };
+  for (const Form& f : {Form{"rows sharded (N,1): diff along the sharded axis", ts::P("x")},
+                        Form{"columns sharded (1,N): diff across the sharded axis", ts::P(ts::none, "x")}}) {
+    ts::NamedSharding s(mesh, f.spec);
+    ts::Array u = grid(s);
+    ts::Array zero = ts::zeros({1, n}, ts::f64, ts::NamedSharding(mesh, ts::P(ts::none, f.spec[1])));
+    ts::Array du;
+    auto ex = ts::explain([&] { du = ts::diff(u, 1, 0, {.prepend = zero}) / h; });
+    double t = seconds_of([&] { ts::diff(u, 1, 0, {.prepend = zero}).block_until_ready(); });
+    // Backward difference at row i approximates the derivative at i - 1/2.
+    ts::Array exact = ts::make_array_from_callback({n, n}, ts::f64, s, [&](const std::vector<ts::Slice>& idx) {
+      std::vector<double> v;
+      for (auto i = idx[0].start; i < idx[0].stop; ++i)
+        for (auto j = idx[1].start; j < idx[1].stop; ++j)
+          v.push_back(i == 0 ? std::sin(0.0) * std::cos(j * h) / h : std::cos((i - 0.5) * h) * std::cos(j * h));
+      return v;
+    });
+    const double err = ts::max(ts::abs(du - exact)).item<double>();
+    const bool ok = err < 1e-3 && du.sharding() == s;
+    failures += ok ? 0 : 1;
+    os << "  " << f.name << "\n"
+       << "    result " << ts::typeof(du) << ", time " << t * 1e3 << " ms, moved " << ts::format_bytes(ex.bytes_moved())
+       << " between devices (array " << ts::format_bytes(n * n * 8) << "), max error " << err << " ... "
+       << (ok ? "ok" : "FAILED") << "\n";
+  }
+  return failures;
+}
+
+}  // namespace examples

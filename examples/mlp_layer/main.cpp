@@ -1,0 +1,5 @@
+#include <iostream>
+
+#include "mlp_layer.hpp"
+
+int main() { return examples::mlp_layer(std::cout); }

@@ -1,0 +1,64 @@
+// A neural-network layer from the SPMD tutorial: sigmoid(x @ w + b) with the
+// batch sharded over one mesh axis and the output features over the other.
+#include "mlp_layer.hpp"
+
+#include <ostream>
+#include <tessera/tessera.hpp>
+
+namespace ts = tessera;
+
+namespace examples {
+
+namespace {
+// Two axes for an n-device mesh: (n/2, 2) when even, else (n, 1).
+std::vector<int> grid_of(int n) { return n % 2 == 0 && n > 1 ? std::vector<int>{n / 2, 2} : std::vector<int>{n, 1}; }
+}  // namespace
+
+int mlp_layer(std::ostream& os, long batch, long features) {
+  const int ndev = ts::device_count();
+  const auto g = grid_of(ndev);
+  int failures = 0;
+  ts::Key key = ts::random::key(42);
+  // Reference on one device.
+  ts::Mesh one(std::vector<ts::Device>{ts::devices()[0]}, {1, 1}, {"i", "j"});
+  auto make = [&](const ts::Mesh& m, ts::PartitionSpec xs, ts::PartitionSpec ws, ts::PartitionSpec bs) {
+    ts::Array x = ts::random::normal(key, {batch, features}, ts::f32, ts::NamedSharding(m, xs));
+    ts::Array w = ts::random::normal(ts::random::fold_in(key, 1), {features, features}, ts::f32,
+                                     ts::NamedSharding(m, ws)) * 0.05f;
+    ts::Array b = ts::random::uniform(ts::random::fold_in(key, 2), {features}, ts::f32, ts::NamedSharding(m, bs));
+    return std::tuple{x, w, b};
+  };
+  auto [x1, w1, b1] = make(one, ts::P(), ts::P(), ts::P());
+  const std::vector<float> want = ts::sigmoid(ts::matmul(x1, w1) + b1).to_vector<float>();
+  auto close = [&](const ts::Array& y) {
+    auto got = y.to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::abs(got[i] - want[i]) > 1e-5f) return false;
+    return got.size() == want.size();
+  };
+  os << "sigmoid(x @ w + b): x " << batch << "x" << features << " (rows over 'i'), w " << features << "x"
+     << features << " (columns over 'j') on a " << g[0] << " x " << g[1] << " mesh\n";
+  {
+    ts::Mesh mesh = ts::make_mesh(g, {"i", "j"});
+    auto [x, w, b] = make(mesh, ts::P("i", ts::none), ts::P(ts::none, "j"), ts::P("j"));
+    ts::Array y;
+    auto ex = ts::explain([&] { y = ts::sigmoid(ts::matmul(x, w) + b); });
+    const bool ok = close(y);
+    failures += ok ? 0 : 1;
+    os << "  automatic: " << ts::typeof(x) << " @ " << ts::typeof(w) << " -> " << ts::typeof(y) << ", moved "
+       << ts::format_bytes(ex.bytes_moved()) << " ... " << (ok ? "ok" : "FAILED") << "\n";
+  }
+  {
+    ts::Mesh mesh = ts::make_mesh(g, {"i", "j"}, {ts::AxisType::Explicit, ts::AxisType::Explicit});
+    auto [x, w, b] = make(mesh, ts::P("i", ts::none), ts::P(ts::none, "j"), ts::P("j"));
+    ts::Array h = ts::matmul(x, w);  // the output type is known at once
+    os << "  explicit:  typeof(x @ w) = " << ts::typeof(h);
+    ts::Array y = ts::sigmoid(h + b);
+    const bool ok = close(y) && ts::typeof(y) == ts::typeof(h);
+    failures += ok ? 0 : 1;
+    os << ", typeof(sigmoid(x @ w + b)) = " << ts::typeof(y) << " ... " << (ok ? "ok" : "FAILED") << "\n";
+  }
+  return failures;
+}
+
+}  // namespace examples

@@ -1,0 +1,9 @@
+#pragma once
+#include <iosfwd>
+
+namespace examples {
+/// sigmoid(x @ w + b) with x sharded by rows and w by columns, in automatic
+/// and explicit mode; checks both give the same numbers as one device.
+/// Returns 0 when every check passes.
+int mlp_layer(std::ostream& os, long batch = 512, long features = 256);
+}  // namespace examples
