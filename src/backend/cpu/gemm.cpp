@@ -1,1 +1,244 @@
-// (being written)
+// CPU kernels of the linear-algebra family (see gemm.hpp).
+#include "backend/cpu/gemm.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include "tessera/error.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace tessera::detail::cpu {
+
+namespace {
+
+// Wrap-around arithmetic for integers (signed overflow is undefined in C++,
+// JAX's int matmul wraps), plain arithmetic for floats.
+template <class T>
+T mul_add(T acc, T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(acc) + static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return acc + a * b;
+  }
+}
+
+template <class T>
+T add(T a, T b) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    return static_cast<T>((a != 0) || (b != 0));
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+// C (m x n) = op(A) @ op(B) with a plain loop; i-p-j order keeps the inner
+// loop contiguous in C (and in B when not transposed).
+template <class T>
+void gemm_loop(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
+  std::fill(c, c + m * n, T{0});
+  for (std::int64_t i = 0; i < m; ++i) {
+    T* crow = c + i * n;
+    for (std::int64_t p = 0; p < k; ++p) {
+      const T av = ta ? a[p * m + i] : a[i * k + p];
+      if (av == T{0}) continue;
+      if constexpr (std::is_same_v<T, std::uint8_t>) {
+        for (std::int64_t j = 0; j < n; ++j)
+          if ((tb ? b[j * k + p] : b[p * n + j]) != 0) crow[j] = 1;
+      } else if (!tb) {
+        const T* brow = b + p * n;
+        for (std::int64_t j = 0; j < n; ++j) crow[j] = mul_add(crow[j], av, brow[j]);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) crow[j] = mul_add(crow[j], av, b[j * k + p]);
+      }
+    }
+  }
+}
+
+int blas_int(std::int64_t v) {
+  if (v > INT_MAX)
+    throw Error("[gemm] a local matrix dimension of " + std::to_string(v) +
+                " exceeds the BLAS 32-bit index range; shard the operands over more devices");
+  return static_cast<int>(v);
+}
+
+template <class T>
+void gemm_one(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(c, c + m * n, T{0});
+    return;
+  }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    const int M = blas_int(m), N = blas_int(n), K = blas_int(k);
+    const int lda = ta ? M : K, ldb = tb ? K : N;
+    const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, N);
+    else
+      cblas_dgemm(CblasRowMajor, TA, TB, M, N, K, 1.0, a, lda, b, ldb, 0.0, c, N);
+  } else {
+    gemm_loop(ta, tb, m, n, k, a, b, c);
+  }
+}
+
+template <class T>
+void batched(const GemmBatch& g, const T* a, const T* b, T* c) {
+  const int r = static_cast<int>(g.batch.size());
+  std::int64_t count = 1;
+  for (auto s : g.batch) count *= s;
+  if (count == 0 || g.m == 0 || g.n == 0) return;
+  const std::int64_t csize = g.m * g.n;
+  std::vector<std::int64_t> idx(r, 0);
+  std::int64_t aoff = 0, boff = 0;
+  for (std::int64_t t = 0; t < count; ++t) {
+    gemm_one(g.trans_a, g.trans_b, g.m, g.n, g.k, a + aoff, b + boff, c + t * csize);
+    // Odometer over the batch multi-index, tracking operand offsets.
+    for (int d = r - 1; d >= 0; --d) {
+      if (++idx[d] < g.batch[d]) {
+        aoff += g.a_stride[d];
+        boff += g.b_stride[d];
+        break;
+      }
+      aoff -= g.a_stride[d] * (g.batch[d] - 1);
+      boff -= g.b_stride[d] * (g.batch[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+template <class F>
+decltype(auto) by_type(DType t, F&& f) {
+  switch (t) {
+    case DType::bool_: return f(std::uint8_t{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+  }
+  return f(float{});
+}
+
+template <class E>
+void permute_typed(const E* src, const Shape& shape, const std::vector<int>& perm, E* dst) {
+  const int r = static_cast<int>(shape.size());
+  std::int64_t total = 1;
+  for (auto s : shape) total *= s;
+  if (total == 0) return;
+  if (r == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  std::vector<std::int64_t> sstride(r);
+  std::int64_t acc = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    sstride[d] = acc;
+    acc *= shape[d];
+  }
+  // Walk dst in row-major order; src stride per dst dim.
+  std::vector<std::int64_t> dsz(r), dst_src_stride(r);
+  for (int i = 0; i < r; ++i) {
+    dsz[i] = shape[perm[i]];
+    dst_src_stride[i] = sstride[perm[i]];
+  }
+  const std::int64_t inner = dsz[r - 1], istride = dst_src_stride[r - 1];
+  std::vector<std::int64_t> idx(r, 0);
+  std::int64_t soff = 0;
+  E* out = dst;
+  for (std::int64_t done = 0; done < total; done += inner) {
+    const E* s = src + soff;
+    for (std::int64_t j = 0; j < inner; ++j) out[j] = s[j * istride];
+    out += inner;
+    for (int d = r - 2; d >= 0; --d) {
+      if (++idx[d] < dsz[d]) {
+        soff += dst_src_stride[d];
+        break;
+      }
+      soff -= dst_src_stride[d] * (dsz[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void init_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void batched_gemm(const GemmBatch& g, const void* a, const void* b, void* c) {
+  init_blas();
+  by_type(g.dtype, [&](auto t) {
+    using T = decltype(t);
+    batched(g, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
+  });
+}
+
+void permute(const void* src, const Shape& shape, const std::vector<int>& perm, void* dst, std::size_t itemsize) {
+  switch (itemsize) {
+    case 1: return permute_typed(static_cast<const std::uint8_t*>(src), shape, perm, static_cast<std::uint8_t*>(dst));
+    case 2: return permute_typed(static_cast<const std::uint16_t*>(src), shape, perm, static_cast<std::uint16_t*>(dst));
+    case 4: return permute_typed(static_cast<const std::uint32_t*>(src), shape, perm, static_cast<std::uint32_t*>(dst));
+    case 8: return permute_typed(static_cast<const std::uint64_t*>(src), shape, perm, static_cast<std::uint64_t*>(dst));
+    default: throw Error("[permute] unsupported item size " + std::to_string(itemsize));
+  }
+}
+
+void sum_dims(DType dtype, const void* src, const Shape& shape, const std::vector<bool>& summed, void* dst) {
+  by_type(dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* s = static_cast<const T*>(src);
+    T* d = static_cast<T*>(dst);
+    const int r = static_cast<int>(shape.size());
+    std::int64_t total = 1, out_total = 1;
+    for (int i = 0; i < r; ++i) {
+      total *= shape[i];
+      if (!summed[i]) out_total *= shape[i];
+    }
+    std::fill(d, d + out_total, T{0});
+    if (total == 0) return;
+    // Destination stride per source dim (0 for summed dims).
+    std::vector<std::int64_t> dstride(r, 0);
+    std::int64_t acc = 1;
+    for (int i = r - 1; i >= 0; --i) {
+      if (summed[i]) continue;
+      dstride[i] = acc;
+      acc *= shape[i];
+    }
+    std::vector<std::int64_t> idx(r, 0);
+    std::int64_t doff = 0;
+    for (std::int64_t e = 0; e < total; ++e) {
+      d[doff] = add(d[doff], s[e]);
+      for (int i = r - 1; i >= 0; --i) {
+        if (++idx[i] < shape[i]) {
+          doff += dstride[i];
+          break;
+        }
+        doff -= dstride[i] * (shape[i] - 1);
+        idx[i] = 0;
+      }
+    }
+  });
+}
+
+void accumulate(DType dtype, void* acc, const void* in, std::int64_t n) {
+  by_type(dtype, [&](auto t) {
+    using T = decltype(t);
+    T* a = static_cast<T*>(acc);
+    const T* b = static_cast<const T*>(in);
+    for (std::int64_t i = 0; i < n; ++i) a[i] = add(a[i], b[i]);
+  });
+}
+
+}  // namespace tessera::detail::cpu
