@@ -1,6 +1,8 @@
 #include "runtime/runtime.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -17,6 +19,9 @@ constexpr std::size_t kAlign = 64;
 constexpr std::size_t kPage = 4096;
 // Freed blocks above this total per device are returned to the OS instead of
 // cached, so a long program does not hold its peak forever.
+// How long an idle worker (and a caller waiting for its devices) polls
+// before sleeping on a condition variable.
+constexpr auto kPollTime = std::chrono::microseconds(50);
 constexpr std::size_t kMaxCachedBytes = std::size_t(1) << 30;
 
 std::atomic<int> g_requested_devices{0};
@@ -120,16 +125,19 @@ std::size_t Allocator::bytes_cached() const {
 
 // ------------------------------------------------------------------- Worker
 
-Worker::Worker(int device_id) : device_id_(device_id), thread_([this] { loop(); }) {}
+Worker::Worker(int device_id, bool poll) : device_id_(device_id), poll_(poll), thread_([this] { loop(); }) {}
 
 Worker::~Worker() { stop(); }
 
 void Worker::submit(std::function<void()> task) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
+    queued_.fetch_add(1, std::memory_order_release);
+    wake = sleeping_;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 void Worker::stop() {
@@ -147,10 +155,25 @@ void Worker::loop() {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
+      if (queue_.empty()) {
+        if (stopping_) return;
+        if (poll_) {
+          // Poll for a while before sleeping; yield so a thread with work
+          // gets the core first.
+          lock.unlock();
+          const auto until = std::chrono::steady_clock::now() + kPollTime;
+          while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+            std::this_thread::yield();
+          lock.lock();
+        }
+        sleeping_ = true;
+        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        sleeping_ = false;
+        if (queue_.empty()) return;  // stopping and drained
+      }
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     task();  // tasks catch their own exceptions (see run_on_devices)
   }
@@ -162,7 +185,10 @@ Runtime::Runtime(int n) {
   allocators_.reserve(n);
   workers_.reserve(n);
   for (int i = 0; i < n; ++i) allocators_.push_back(std::make_unique<Allocator>(i));
-  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(i));
+  // Polling pays only when each worker can have a core.
+  const bool poll = n < static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 1;
+  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(i, poll));
+  poll_ = poll;
 }
 
 void Runtime::shutdown() {
@@ -190,10 +216,23 @@ int current_device() { return t_current_device; }
 void run_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn) {
   Runtime& rt = Runtime::get();
   const int n = static_cast<int>(devices.size());
-  std::vector<std::exception_ptr> errors(n);
-  std::mutex mu;
-  std::condition_variable cv;
-  int remaining = n;
+  // Shared with the tasks: the last task to finish may still be notifying
+  // when the caller, having seen the count reach zero, returns.
+  struct State {
+    std::atomic<int> remaining;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::exception_ptr> errors;
+  };
+  auto st = std::make_shared<State>();
+  st->remaining.store(n, std::memory_order_relaxed);
+  st->errors.resize(n);
+  auto finish = [](State& s) {
+    if (s.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      { std::lock_guard<std::mutex> lock(s.mu); }
+      s.cv.notify_all();
+    }
+  };
   std::vector<int> inline_indices;
   for (int i = 0; i < n; ++i) {
     Worker& w = rt.worker(devices[i].id());
@@ -201,30 +240,33 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
       inline_indices.push_back(i);  // run after dispatching the others, so they overlap
       continue;
     }
-    w.submit([&, i] {
+    w.submit([st, &fn, i, finish] {
       try {
         fn(i);
       } catch (...) {
-        errors[i] = std::current_exception();
+        st->errors[i] = std::current_exception();
       }
-      std::lock_guard<std::mutex> lock(mu);
-      if (--remaining == 0) cv.notify_one();
+      finish(*st);
     });
   }
   for (int i : inline_indices) {
     try {
       fn(i);
     } catch (...) {
-      errors[i] = std::current_exception();
+      st->errors[i] = std::current_exception();
     }
-    std::lock_guard<std::mutex> lock(mu);
-    --remaining;
+    finish(*st);
   }
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return remaining == 0; });
+  if (rt.polls()) {
+    const auto until = std::chrono::steady_clock::now() + kPollTime;
+    while (st->remaining.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
   }
-  for (auto& e : errors)
+  if (st->remaining.load(std::memory_order_acquire) > 0) {
+    std::unique_lock<std::mutex> lock(st->mu);
+    st->cv.wait(lock, [&] { return st->remaining.load(std::memory_order_acquire) == 0; });
+  }
+  for (auto& e : st->errors)
     if (e) std::rethrow_exception(e);
 }
 

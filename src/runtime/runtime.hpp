@@ -2,6 +2,7 @@
 // executor that runs one task per device.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -49,10 +50,13 @@ class Allocator {
   std::size_t cached_ = 0;
 };
 
-/// A persistent thread with an in-order queue of tasks.
+/// A persistent thread with an in-order queue of tasks. After its queue runs
+/// dry the thread polls briefly (yielding the core) before it sleeps, so a
+/// stream of small ops does not pay a sleep/wake-up per op; it polls only
+/// when every worker can have a core of its own.
 class Worker {
  public:
-  explicit Worker(int device_id);
+  Worker(int device_id, bool poll);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -70,7 +74,10 @@ class Worker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
+  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
+  bool sleeping_ = false;       // guarded by mu_
   bool stopping_ = false;
+  bool poll_;
   std::thread thread_;
 };
 
@@ -85,12 +92,15 @@ class Runtime {
   int num_devices() const { return static_cast<int>(workers_.size()); }
   Worker& worker(int id) { return *workers_.at(id); }
   Allocator& allocator(int id) { return *allocators_.at(id); }
+  /// Whether idle workers and waiting callers poll before sleeping.
+  bool polls() const { return poll_; }
 
  private:
   explicit Runtime(int n);
   void shutdown();
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::unique_ptr<Allocator>> allocators_;
+  bool poll_ = false;
 };
 
 /// Id of the device whose worker runs the current thread, or -1.

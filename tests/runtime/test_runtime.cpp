@@ -153,8 +153,10 @@ TEST(Worker, InOrderAcrossRunOnDevicesCalls) {
 TEST(Worker, StandaloneWorkerDrainsQueueOnStop) {
   std::vector<int> order;
   std::vector<int> device_seen;
-  {
-    td::Worker w(42);
+  for (bool poll : {false, true}) {
+    order.clear();
+    device_seen.clear();
+    td::Worker w(42, poll);
     EXPECT_FALSE(w.is_current());
     for (int i = 0; i < 100; ++i)
       w.submit([&, i] {
