@@ -1,1 +1,254 @@
-// (being written)
+// Creation ops: zeros, ones, full, arange, linspace, eye, scalar.
+//
+// Each front end validates its arguments and fixes the output type (shape,
+// dtype, the caller's sharding) without touching data; then every device runs
+// a kernel that writes its own block, computed from the block's global index
+// slices. Nothing crosses devices, and replicas compute their copy themselves.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "ops/common.hpp"
+
+namespace tessera {
+namespace {
+
+using detail::msg;
+
+// ------------------------------------------------------------- validation
+
+/// Shortest text that reads back as `v` ("0.1", "1e+300", "inf").
+std::string num_str(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+/// The checks every creation op makes on its output: sizes >= 0 and a
+/// sharding that fits the rank.
+void check_output(const Shape& shape, const NamedSharding& sharding, const char* op) {
+  for (auto s : shape)
+    if (s < 0) throw ShapeError(msg(op, "dimensions must be >= 0, got shape " + shape_str(shape)));
+  sharding.check_rank(static_cast<int>(shape.size()), op);
+  // A pending sum over mesh axes has no meaning for a freshly filled array
+  // (ones would count the replicas); ask for the plain layout instead.
+  if (!sharding.spec().unreduced().empty())
+    throw ShardingError(
+        msg(op, "expected a sharding without unreduced axes for a created array, got " + sharding.spec().str()));
+}
+
+/// True when the integer part of `v` fits T (a signed integer type).
+template <class T>
+bool fits_int(double v) {
+  // -2^(bits-1) is exact in double; 2^(bits-1) is the first value past the end.
+  const double lo = static_cast<double>(std::numeric_limits<T>::min());
+  const double end = -lo;
+  return std::isfinite(v) && std::trunc(v) >= lo && std::trunc(v) < end;
+}
+
+/// Converts a double to T: truncation toward zero for integers (saturating,
+/// the front ends have checked the range), nonzero -> 1 for bool (uint8_t).
+template <class T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    return v != 0.0 ? 1 : 0;
+  } else if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(v)) return 0;
+    const double lo = static_cast<double>(std::numeric_limits<T>::min());
+    if (v <= lo) return std::numeric_limits<T>::min();
+    if (v >= -lo) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+/// The element of dtype `dtype` (C++ type T) that `v` converts to, like
+/// numpy's astype; DTypeError when an integer dtype cannot hold it.
+template <class T>
+T element_of(const Scalar& v, DType dtype, const char* op) {
+  auto too_big = [&](const std::string& text) {
+    return DTypeError(msg(op, "value " + text + " does not fit dtype " + dtype_name(dtype)));
+  };
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    return v.kind() == Scalar::Kind::Float ? from_double<T>(v.as_double()) : (v.as_int() != 0 ? 1 : 0);
+  } else if constexpr (std::is_integral_v<T>) {
+    if (v.kind() == Scalar::Kind::Float) {
+      if (!fits_int<T>(v.as_double())) throw too_big(num_str(v.as_double()));
+      return static_cast<T>(v.as_double());
+    }
+    const std::int64_t i = v.as_int();
+    if (i < std::numeric_limits<T>::min() || i > std::numeric_limits<T>::max()) throw too_big(std::to_string(i));
+    return static_cast<T>(i);
+  } else {
+    return v.kind() == Scalar::Kind::Float ? static_cast<T>(v.as_double()) : static_cast<T>(v.as_int());
+  }
+}
+
+/// DTypeError for creation ops that have no meaning for bool.
+void reject_bool(DType dtype, const char* op) {
+  if (dtype == DType::bool_) throw DTypeError(msg(op, "expected a numeric dtype (i32, i64, f32, f64), got bool"));
+}
+
+// ---------------------------------------------------------------- kernels
+// Each writes one device's block; `index` holds the block's global slices.
+
+template <class T>
+void fill_kernel(T* out, std::int64_t n, T value) {
+  std::fill_n(out, n, value);
+}
+
+/// out[j] = start + (index.start + j) * step, converted to T.
+template <class T>
+void arange_kernel(T* out, Slice index, double start, double step) {
+  for (std::int64_t i = index.start; i < index.stop; ++i)
+    out[i - index.start] = from_double<T>(start + static_cast<double>(i) * step);
+}
+
+/// numpy.linspace's formula, element by element.
+struct LinspaceParams {
+  double start, stop;
+  std::int64_t num;
+  bool endpoint;
+};
+
+double linspace_value(const LinspaceParams& p, std::int64_t i) {
+  if (p.endpoint && p.num > 1 && i == p.num - 1) return p.stop;
+  const std::int64_t div = p.endpoint ? p.num - 1 : p.num;
+  const double delta = p.stop - p.start;
+  const double x = static_cast<double>(i);
+  if (div <= 0) return x * delta + p.start;
+  const double step = delta / static_cast<double>(div);
+  // A step that underflows to zero loses the spacing; numpy then scales last.
+  if (step == 0.0) return x / static_cast<double>(div) * delta + p.start;
+  return x * step + p.start;
+}
+
+template <class T>
+void linspace_kernel(T* out, Slice index, const LinspaceParams& p) {
+  for (std::int64_t i = index.start; i < index.stop; ++i) {
+    double y = linspace_value(p, i);
+    if constexpr (std::is_integral_v<T>) y = std::floor(y);  // numpy >= 2 and JAX floor for integers
+    out[i - index.start] = from_double<T>(y);
+  }
+}
+
+/// Ones where column - row == k inside the block rows x cols.
+template <class T>
+void eye_kernel(T* out, Slice rows, Slice cols, std::int64_t k) {
+  const std::int64_t width = cols.size();
+  std::fill_n(out, rows.size() * width, T{0});
+  for (std::int64_t r = rows.start; r < rows.stop; ++r) {
+    const std::int64_t c = r + k;
+    if (c >= cols.start && c < cols.stop) out[(r - rows.start) * width + (c - cols.start)] = T{1};
+  }
+}
+
+/// Every device fills its block with one value.
+Array filled(const Shape& shape, DType dtype, const NamedSharding& sharding, const Scalar& value, const char* op) {
+  check_output(shape, sharding, op);
+  return detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    const T v = element_of<T>(value, dtype, op);
+    return detail::make_array(shape, dtype, sharding, [&](int, detail::Buffer& b) {
+      fill_kernel(static_cast<T*>(b.data()), static_cast<std::int64_t>(b.nbytes() / sizeof(T)), v);
+    });
+  });
+}
+
+}  // namespace
+
+// -------------------------------------------------------------- front ends
+
+Array zeros(const Shape& shape, DType dtype, const NamedSharding& sharding) {
+  return filled(shape, dtype, sharding, Scalar(0), "zeros");
+}
+
+Array ones(const Shape& shape, DType dtype, const NamedSharding& sharding) {
+  return filled(shape, dtype, sharding, Scalar(1), "ones");
+}
+
+Array full(const Shape& shape, Scalar value, DType dtype, const NamedSharding& sharding) {
+  return filled(shape, dtype, sharding, value, "full");
+}
+
+Array scalar(Scalar value, DType dtype, const Mesh& mesh) {
+  return filled(Shape{}, dtype, NamedSharding(mesh, P()), value, "scalar");
+}
+
+Array arange(double start, double stop, double step, DType dtype, const NamedSharding& sharding) {
+  const char* op = "arange";
+  reject_bool(dtype, op);
+  if (!std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    throw ShapeError(msg(op, "expected finite start, stop and step, got start=" + num_str(start) +
+                                 ", stop=" + num_str(stop) + ", step=" + num_str(step)));
+  if (step == 0.0) throw ShapeError(msg(op, "step must be nonzero, got step=0"));
+  const double len = std::ceil((stop - start) / step);
+  if (!(len < 0x1p62))
+    throw ShapeError(msg(op, "the range start=" + num_str(start) + ", stop=" + num_str(stop) +
+                                 ", step=" + num_str(step) + " has too many elements (" + num_str(len) + ")"));
+  const std::int64_t n = len > 0 ? static_cast<std::int64_t>(len) : 0;
+  const Shape shape{n};
+  check_output(shape, sharding, op);
+  if (n > 0 && (dtype == DType::i32 || dtype == DType::i64)) {
+    // Values are monotone in i, so the ends bound them all.
+    const double first = start, last = start + static_cast<double>(n - 1) * step;
+    const bool ok = dtype == DType::i32 ? fits_int<std::int32_t>(first) && fits_int<std::int32_t>(last)
+                                        : fits_int<std::int64_t>(first) && fits_int<std::int64_t>(last);
+    if (!ok)
+      throw DTypeError(
+          msg(op, "values from " + num_str(first) + " to " + num_str(last) + " do not fit dtype " + dtype_name(dtype)));
+  }
+  return detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
+      arange_kernel(static_cast<T*>(b.data()), sharding.shard_index(shape, pos)[0], start, step);
+    });
+  });
+}
+
+Array linspace(double start, double stop, std::int64_t num, DType dtype, const NamedSharding& sharding, bool endpoint) {
+  const char* op = "linspace";
+  reject_bool(dtype, op);
+  if (num < 0) throw ShapeError(msg(op, "num must be >= 0, got num=" + std::to_string(num)));
+  const Shape shape{num};
+  check_output(shape, sharding, op);
+  const LinspaceParams params{start, stop, num, endpoint};
+  if (num > 0 && (dtype == DType::i32 || dtype == DType::i64)) {
+    const double first = std::floor(linspace_value(params, 0));
+    const double last = std::floor(linspace_value(params, num - 1));
+    const bool ok = dtype == DType::i32 ? fits_int<std::int32_t>(first) && fits_int<std::int32_t>(last)
+                                        : fits_int<std::int64_t>(first) && fits_int<std::int64_t>(last);
+    if (!ok)
+      throw DTypeError(
+          msg(op, "values from " + num_str(start) + " to " + num_str(stop) + " do not fit dtype " + dtype_name(dtype)));
+  }
+  return detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
+      linspace_kernel(static_cast<T*>(b.data()), sharding.shard_index(shape, pos)[0], params);
+    });
+  });
+}
+
+Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const NamedSharding& sharding) {
+  const char* op = "eye";
+  if (n < 0 || m < 0)
+    throw ShapeError(msg(op, "n and m must be >= 0, got n=" + std::to_string(n) + ", m=" + std::to_string(m)));
+  const Shape shape{n, m};
+  check_output(shape, sharding, op);
+  // Diagonals past either edge are empty; clamping keeps row + k from overflowing.
+  k = std::clamp<std::int64_t>(k, -n - 1, m + 1);
+  return detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
+      const auto index = sharding.shard_index(shape, pos);
+      eye_kernel(static_cast<T*>(b.data()), index[0], index[1], k);
+    });
+  });
+}
+
+}  // namespace tessera

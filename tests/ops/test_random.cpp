@@ -1,1 +1,478 @@
+// Tests of the counter-based random numbers: threefry-2x32-20 against the
+// Random123 known-answer vectors, key handling (key, split, fold_in), the
+// mesh-independence guarantee (bitwise the same values for every mesh and
+// sharding, in every shard), ranges and moments of uniform and normal, and
+// errors.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/threefry.hpp"
+#include "tessera/tessera.hpp"
+#include "test_util.hpp"
+
+namespace ts = tessera;
+using ts::testing::expect_error;
+using ts::testing::for_each_layout;
+
+namespace {
+
+std::int64_t numel(const ts::Shape& s) {
+  std::int64_t n = 1;
+  for (auto v : s) n *= v;
+  return n;
+}
+
+ts::Mesh mesh1() { return ts::Mesh(std::vector<ts::Device>{ts::devices()[0]}, {1}, {"x"}); }
+ts::NamedSharding rep1() { return ts::NamedSharding(mesh1(), ts::P()); }
+ts::Mesh mesh24() { return ts::make_mesh({2, 4}, {"x", "y"}); }
+
+// The bit patterns of a float vector, so comparisons are exact (and -0 != 0).
+template <class T>
+auto bits_of(const std::vector<T>& v) {
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  std::vector<U> out;
+  for (T x : v) out.push_back(std::bit_cast<U>(x));
+  return out;
+}
+
+// The elements of a box (global slices) of a row-major host array.
+template <class T>
+std::vector<T> sub_block(const std::vector<T>& host, const ts::Shape& shape, const std::vector<ts::Slice>& box) {
+  std::vector<T> out;
+  const int r = static_cast<int>(shape.size());
+  for (const auto& s : box)
+    if (s.stop <= s.start) return out;
+  std::vector<std::int64_t> idx(r);
+  for (int d = 0; d < r; ++d) idx[d] = box[d].start;
+  for (;;) {
+    std::int64_t flat = 0;
+    for (int d = 0; d < r; ++d) flat = flat * shape[d] + idx[d];
+    out.push_back(host[static_cast<size_t>(flat)]);
+    int d = r - 1;
+    while (d >= 0 && ++idx[d] == box[d].stop) {
+      idx[d] = box[d].start;
+      --d;
+    }
+    if (d < 0) break;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- threefry
+
+TEST(Threefry, Random123KnownAnswers) {
+  using ts::detail::threefry2x32;
+  // threefry2x32_20 vectors from Random123's kat_vectors (key, counter -> out).
+  auto a = threefry2x32(0u, 0u, 0u, 0u);
+  EXPECT_EQ(a[0], 0x6b200159u);
+  EXPECT_EQ(a[1], 0x99ba4efeu);
+  auto b = threefry2x32(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  EXPECT_EQ(b[0], 0x1cb996fcu);
+  EXPECT_EQ(b[1], 0xbb002be7u);
+  auto c = threefry2x32(0x13198a2eu, 0x03707344u, 0x243f6a88u, 0x85a308d3u);
+  EXPECT_EQ(c[0], 0xc4923a9cu);
+  EXPECT_EQ(c[1], 0x483df7a0u);
+}
+
+TEST(Threefry, CounterIsTheSixtyFourBitIndex) {
+  using ts::detail::threefry2x32;
+  using ts::detail::threefry_at;
+  const std::uint64_t i = (std::uint64_t{5} << 32) | 7u;
+  EXPECT_EQ(threefry_at(1u, 2u, i), threefry2x32(1u, 2u, 5u, 7u));
+  EXPECT_EQ(threefry_at(1u, 2u, 9u), threefry2x32(1u, 2u, 0u, 9u));
+  auto w = threefry2x32(3u, 4u, 0u, 11u);
+  EXPECT_EQ(ts::detail::random_bits32(3u, 4u, 11u), w[0] ^ w[1]);
+  EXPECT_EQ(ts::detail::random_bits64(3u, 4u, 11u), (std::uint64_t{w[0]} << 32) | w[1]);
+}
+
+TEST(Threefry, UnitFloatsUseTheTopBits) {
+  EXPECT_EQ(ts::detail::unit_float(0u), 0.0f);
+  EXPECT_EQ(ts::detail::unit_float(0xffffffffu), 1.0f - 0x1p-23f);
+  EXPECT_EQ(ts::detail::unit_float(0x80000000u), 0.5f);
+  EXPECT_EQ(ts::detail::unit_float(0x000001ffu), 0.0f);  // low 9 bits are dropped
+  EXPECT_EQ(ts::detail::unit_double(0u), 0.0);
+  EXPECT_EQ(ts::detail::unit_double(~std::uint64_t{0}), 1.0 - 0x1p-52);
+  EXPECT_EQ(ts::detail::unit_double(std::uint64_t{1} << 63), 0.5);
+  EXPECT_EQ(ts::detail::unit_double(0xfffu), 0.0);  // low 12 bits are dropped
+}
+
+TEST(Threefry, ErfinvInvertsErf) {
+  // Where erf is well conditioned, erfinv(erf(y)) gives y back.
+  for (double y = -2.5; y <= 2.5; y += 0.0625) EXPECT_NEAR(ts::detail::erfinv(std::erf(y)), y, 1e-12) << "y " << y;
+  // In the tails, compare through erfc (relative to 1 - x, which is exact).
+  for (double y = 0.5; y < 5.85; y += 0.05) {
+    const double x = 1.0 - std::erfc(y);
+    EXPECT_NEAR(std::erfc(ts::detail::erfinv(x)), 1.0 - x, 1e-13 * (1.0 - x)) << "y " << y;
+  }
+  for (double x = -0.999; x < 1.0; x += 0.001) EXPECT_NEAR(std::erf(ts::detail::erfinv(x)), x, 4e-16) << "x " << x;
+  EXPECT_EQ(ts::detail::erfinv(0.0), 0.0);
+  // The tails stay finite and accurate up to the last double below 1.
+  const double top = std::nextafter(1.0, 0.0);
+  EXPECT_NEAR(ts::detail::erfinv(top), 5.8636, 1e-3);
+  for (double t : {top, 1.0 - 0x1p-52, 1.0 - 1e-10, 1.0 - 1e-5, 0.99, 0.6}) {
+    EXPECT_NEAR(std::erfc(ts::detail::erfinv(t)), 1.0 - t, 1e-12 * (1.0 - t)) << "x " << t;
+    EXPECT_NEAR(std::erfc(-ts::detail::erfinv(-t)), 1.0 - t, 1e-12 * (1.0 - t)) << "x " << -t;
+  }
+  EXPECT_EQ(ts::detail::erfinv(-0.3), -ts::detail::erfinv(0.3));
+}
+
+// -------------------------------------------------------------------- keys
+
+TEST(RandomKeys, KeyFromSeedLikeJax) {
+  EXPECT_EQ(ts::random::key(0), (ts::Key{0u, 0u}));
+  EXPECT_EQ(ts::random::key(42), (ts::Key{0u, 42u}));
+  EXPECT_EQ(ts::random::key(0x123456789abcdef0ull), (ts::Key{0x12345678u, 0x9abcdef0u}));
+  EXPECT_EQ(ts::random::key(~0ull), (ts::Key{0xffffffffu, 0xffffffffu}));
+}
+
+TEST(RandomKeys, FoldIn) {
+  const ts::Key k = ts::random::key(7);
+  const ts::Key f = ts::random::fold_in(k, 3);
+  EXPECT_NE(f, k);
+  EXPECT_EQ(ts::random::fold_in(k, 3), f);  // deterministic
+  EXPECT_NE(ts::random::fold_in(k, 4), f);
+  EXPECT_NE(ts::random::fold_in(ts::random::key(8), 3), f);
+  // JAX's definition: the hash of the counter (0, data).
+  auto w = ts::detail::threefry2x32(k.k0, k.k1, 0u, 3u);
+  EXPECT_EQ(f, (ts::Key{w[0], w[1]}));
+  // With key 0 and data 0 this is the first Random123 vector.
+  EXPECT_EQ(ts::random::fold_in(ts::random::key(0), 0), (ts::Key{0x6b200159u, 0x99ba4efeu}));
+  // Many data values give distinct keys.
+  std::set<std::pair<std::uint32_t, std::uint32_t>> seen;
+  for (std::uint32_t d = 0; d < 1000; ++d) {
+    auto g = ts::random::fold_in(k, d);
+    seen.insert({g.k0, g.k1});
+  }
+  EXPECT_EQ(seen.size(), 1000u);
+}
+
+TEST(RandomKeys, Split) {
+  const ts::Key k = ts::random::key(1234);
+  EXPECT_EQ(ts::random::split(k).size(), 2u);
+  auto keys = ts::random::split(k, 64);
+  ASSERT_EQ(keys.size(), 64u);
+  std::set<std::pair<std::uint32_t, std::uint32_t>> seen;
+  for (const auto& s : keys) {
+    EXPECT_NE(s, k);
+    seen.insert({s.k0, s.k1});
+  }
+  EXPECT_EQ(seen.size(), 64u);
+  EXPECT_EQ(ts::random::split(k, 64), keys);  // deterministic
+  EXPECT_NE(ts::random::split(ts::random::key(1235), 2), ts::random::split(k, 2));
+  // Partitionable threefry (JAX's default): key i hashes counter i, so a
+  // shorter split is a prefix of a longer one and matches fold_in(k, i).
+  auto three = ts::random::split(k, 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(three[i], keys[i]);
+    EXPECT_EQ(three[i], ts::random::fold_in(k, static_cast<std::uint32_t>(i)));
+  }
+  EXPECT_TRUE(ts::random::split(k, 0).empty());
+  // Splitting a split key gives new keys.
+  auto sub = ts::random::split(keys[0], 2);
+  EXPECT_NE(sub[0], keys[0]);
+  EXPECT_NE(sub[0], keys[1]);
+}
+
+// ------------------------------------------------------- mesh independence
+
+const std::vector<ts::Shape> kShapes1 = {{0}, {1}, {3}, {13}};
+const std::vector<ts::Shape> kShapes2 = {{0, 4}, {1, 1}, {3, 2}, {13, 5}, {2, 11}};
+
+// For every layout: same type as asked, the gathered values bitwise equal to
+// the single-device ones, and every shard (replicas too) holds its block.
+template <class T, class Make>
+void check_mesh_independent(int rank, const std::vector<ts::Shape>& shapes, Make&& make) {
+  std::vector<std::vector<T>> refs;
+  for (const auto& shape : shapes) {
+    auto ref = make(shape, rep1()).template to_vector<T>();
+    ASSERT_EQ(static_cast<std::int64_t>(ref.size()), numel(shape));
+    refs.push_back(std::move(ref));
+  }
+  for_each_layout(rank, [&](const ts::NamedSharding& s) {
+    for (size_t c = 0; c < shapes.size(); ++c) {
+      const auto& shape = shapes[c];
+      SCOPED_TRACE(s.str() + " shape " + ts::shape_str(shape));
+      ts::Array a = make(shape, s);
+      ASSERT_EQ(a.shape(), shape);
+      EXPECT_EQ(a.dtype(), ts::dtype_of<T>());
+      EXPECT_EQ(a.sharding(), s);
+      EXPECT_EQ(bits_of(a.template to_vector<T>()), bits_of(refs[c]));
+      int pos = 0;
+      for (const ts::Shard& sh : a.addressable_shards()) {
+        EXPECT_EQ(bits_of(sh.data.template to_vector<T>()), bits_of(sub_block(refs[c], shape, sh.index)))
+            << "position " << pos;
+        ++pos;
+      }
+    }
+  });
+}
+
+TEST(RandomSpmd, UniformSameOnEveryLayout) {
+  const ts::Key k = ts::random::key(2024);
+  check_mesh_independent<float>(1, kShapes1, [&](const ts::Shape& sh, const ts::NamedSharding& s) {
+    return ts::random::uniform(k, sh, ts::f32, s);
+  });
+  check_mesh_independent<double>(2, kShapes2, [&](const ts::Shape& sh, const ts::NamedSharding& s) {
+    return ts::random::uniform(k, sh, ts::f64, s, -2.0, 3.0);
+  });
+  check_mesh_independent<float>(2, kShapes2, [&](const ts::Shape& sh, const ts::NamedSharding& s) {
+    return ts::random::uniform(k, sh, ts::f32, s, 10.0, 10.5);
+  });
+}
+
+TEST(RandomSpmd, NormalSameOnEveryLayout) {
+  const ts::Key k = ts::random::fold_in(ts::random::key(5), 9);
+  check_mesh_independent<float>(2, kShapes2, [&](const ts::Shape& sh, const ts::NamedSharding& s) {
+    return ts::random::normal(k, sh, ts::f32, s);
+  });
+  check_mesh_independent<double>(1, kShapes1, [&](const ts::Shape& sh, const ts::NamedSharding& s) {
+    return ts::random::normal(k, sh, ts::f64, s);
+  });
+}
+
+TEST(RandomSpmd, Rank3AndRank0) {
+  const ts::Key k = ts::random::key(77);
+  check_mesh_independent<float>(3, {{3, 1, 5}, {2, 3, 4}}, [&](const ts::Shape& sh, const ts::NamedSharding& s) {
+    return ts::random::normal(k, sh, ts::f32, s);
+  });
+  for (const ts::Mesh& m : ts::testing::test_meshes()) {
+    ts::Array a = ts::random::uniform(k, {}, ts::f64, ts::NamedSharding(m, ts::P()));
+    EXPECT_EQ(a.ndim(), 0);
+    EXPECT_EQ(a.item<double>(), ts::detail::unit_double(ts::detail::random_bits64(k.k0, k.k1, 0)));
+  }
+}
+
+TEST(RandomSpmd, ExplicitMesh) {
+  const ts::Key k = ts::random::key(8);
+  ts::Mesh em = ts::make_mesh({2, 4}, {"X", "Y"}, {ts::AxisType::Explicit, ts::AxisType::Explicit});
+  const ts::NamedSharding s(em, ts::P("Y", "X"));
+  ts::Array a = ts::random::normal(k, {9, 5}, ts::f32, s);
+  EXPECT_EQ(ts::typeof(a), "f32[9@Y,5@X]");
+  EXPECT_EQ(bits_of(a.to_vector<float>()), bits_of(ts::random::normal(k, {9, 5}, ts::f32, rep1()).to_vector<float>()));
+}
+
+// The value at flat index i is exactly the documented function of (key, i).
+TEST(RandomSpmd, ValuesAreTheDocumentedFunctionOfKeyAndIndex) {
+  const ts::Key k = ts::random::key(31337);
+  const ts::Shape shape{7, 9};
+  const ts::NamedSharding s(mesh24(), ts::P("y", "x"));
+  auto u32 = ts::random::uniform(k, shape, ts::f32, s).to_vector<float>();
+  auto u64 = ts::random::uniform(k, shape, ts::f64, s).to_vector<double>();
+  for (std::uint64_t i = 0; i < u32.size(); ++i) {
+    EXPECT_EQ(u32[i], ts::detail::unit_float(ts::detail::random_bits32(k.k0, k.k1, i)));
+    EXPECT_EQ(u64[i], ts::detail::unit_double(ts::detail::random_bits64(k.k0, k.k1, i)));
+  }
+  // A reshape of the same element count gives the same flat sequence.
+  auto flat = ts::random::uniform(k, {63}, ts::f32, ts::NamedSharding(mesh24(), ts::P("x"))).to_vector<float>();
+  EXPECT_EQ(bits_of(flat), bits_of(u32));
+}
+
+TEST(RandomSpmd, Deterministic) {
+  const ts::Key k = ts::random::key(3);
+  const ts::NamedSharding s(mesh24(), ts::P("x", "y"));
+  for (int rep = 0; rep < 3; ++rep) {
+    EXPECT_EQ(bits_of(ts::random::normal(k, {33, 17}, ts::f64, s).to_vector<double>()),
+              bits_of(ts::random::normal(k, {33, 17}, ts::f64, s).to_vector<double>()));
+  }
+}
+
+TEST(RandomSpmd, MovesNothing) {
+  const ts::NamedSharding s(mesh24(), ts::P("x", "y"));
+  auto ex = ts::explain([&] {
+    ts::random::uniform(ts::random::key(1), {13, 7}, ts::f32, s);
+    ts::random::normal(ts::random::key(1), {13, 7}, ts::f64, s);
+  });
+  EXPECT_EQ(ex.bytes_moved(), 0);
+}
+
+// ---------------------------------------------------------- distributions
+
+TEST(RandomValues, DifferentKeysDiffer) {
+  const ts::NamedSharding s(mesh24(), ts::P("x"));
+  auto a = ts::random::uniform(ts::random::key(0), {1000}, ts::f32, s).to_vector<float>();
+  auto b = ts::random::uniform(ts::random::key(1), {1000}, ts::f32, s).to_vector<float>();
+  auto c = ts::random::uniform(ts::random::fold_in(ts::random::key(0), 1), {1000}, ts::f32, s).to_vector<float>();
+  int same_ab = 0, same_ac = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    same_ab += a[i] == b[i];
+    same_ac += a[i] == c[i];
+  }
+  EXPECT_LT(same_ab, 5);
+  EXPECT_LT(same_ac, 5);
+  // Neighbouring elements differ too.
+  std::set<float> distinct(a.begin(), a.end());
+  EXPECT_GT(distinct.size(), 990u);
+}
+
+template <class T>
+void check_uniform_range(double lo, double hi) {
+  SCOPED_TRACE("lo " + std::to_string(lo) + " hi " + std::to_string(hi));
+  const ts::NamedSharding s(mesh24(), ts::P({"x", "y"}));
+  auto v = ts::random::uniform(ts::random::key(11), {20000}, ts::dtype_of<T>(), s, lo, hi).template to_vector<T>();
+  const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+  double sum = 0;  // of offsets from lo, so large bounds keep their precision
+  for (T x : v) {
+    ASSERT_GE(x, l);
+    ASSERT_LT(x, h);
+    sum += static_cast<double>(x) - static_cast<double>(l);
+  }
+  const double mean = sum / static_cast<double>(v.size());
+  // Standard error of the mean: (hi - lo) / sqrt(12 n) ~ 0.002 (hi - lo);
+  // a coarse grid of representable values adds a bias of up to one spacing.
+  const double spacing = static_cast<double>(std::nextafter(h, l + h)) - static_cast<double>(h);
+  EXPECT_NEAR(mean, 0.5 * (hi - lo), 0.012 * (hi - lo) + spacing);
+}
+
+TEST(RandomValues, UniformStaysInRange) {
+  check_uniform_range<float>(0.0, 1.0);
+  check_uniform_range<double>(0.0, 1.0);
+  check_uniform_range<float>(-3.0, 5.0);
+  check_uniform_range<double>(-1e-3, 2e-3);
+  // A coarse f32 grid (spacing 0.0625 near 1e6) where u * (hi - lo) + lo
+  // rounds up to hi unless held below it.
+  check_uniform_range<float>(1e6, 1e6 + 1);
+  check_uniform_range<double>(1e15, 1e15 + 1);
+}
+
+TEST(RandomValues, UniformVariance) {
+  const ts::NamedSharding s(mesh24(), ts::P("x"));
+  auto v = ts::random::uniform(ts::random::key(12), {100000}, ts::f64, s).to_vector<double>();
+  double m = 0, m2 = 0;
+  for (double x : v) m += x;
+  m /= static_cast<double>(v.size());
+  for (double x : v) m2 += (x - m) * (x - m);
+  m2 /= static_cast<double>(v.size());
+  EXPECT_NEAR(m, 0.5, 0.005);
+  EXPECT_NEAR(m2, 1.0 / 12.0, 0.002);
+}
+
+template <class T>
+void check_normal_moments(const ts::Key& k) {
+  const ts::NamedSharding s(mesh24(), ts::P("y", "x"));
+  auto v = ts::random::normal(k, {400, 250}, ts::dtype_of<T>(), s).template to_vector<T>();
+  const double n = static_cast<double>(v.size());
+  double m = 0;
+  for (T x : v) {
+    ASSERT_TRUE(std::isfinite(x));
+    m += static_cast<double>(x);
+  }
+  m /= n;
+  double var = 0, skew = 0, kurt = 0;
+  int within1 = 0;
+  for (T x : v) {
+    const double d = static_cast<double>(x) - m;
+    var += d * d;
+    skew += d * d * d;
+    kurt += d * d * d * d;
+    within1 += std::fabs(static_cast<double>(x)) < 1.0;
+  }
+  var /= n;
+  skew /= n * var * std::sqrt(var);
+  kurt /= n * var * var;
+  // Standard errors for n = 1e5: mean 0.0032, variance 0.0045, skewness
+  // 0.008, kurtosis 0.015, P(|x| < 1) 0.0015; bounds at about 5 of them.
+  EXPECT_NEAR(m, 0.0, 0.016);
+  EXPECT_NEAR(var, 1.0, 0.025);
+  EXPECT_NEAR(skew, 0.0, 0.04);
+  EXPECT_NEAR(kurt, 3.0, 0.08);
+  EXPECT_NEAR(within1 / n, 0.682689, 0.008);
+}
+
+TEST(RandomValues, NormalMoments) {
+  check_normal_moments<float>(ts::random::key(0));
+  check_normal_moments<double>(ts::random::key(1));
+  check_normal_moments<float>(ts::random::split(ts::random::key(2), 2)[1]);
+}
+
+// ---------------------------------------------------------------- vs JAX
+
+// Golden values from JAX 0.10.2 (jax_threefry_partitionable on, its default;
+// x64 enabled for f64):
+//   k = jax.random.PRNGKey(42); jax.random.split(k, 3); jax.random.fold_in(k, 3)
+//   jax.random.uniform(k, (2, 5), dtype) viewed as unsigned bits
+//   jax.random.normal(k, (6,), dtype)
+TEST(RandomJax, KeysMatchJax) {
+  EXPECT_EQ(ts::random::key(0x123456789abcdef0ull), (ts::Key{0x12345678u, 0x9abcdef0u}));
+  const ts::Key k = ts::random::key(42);
+  auto s = ts::random::split(k, 3);
+  EXPECT_EQ(s[0], (ts::Key{0x6d3e048fu, 0x1022172du}));
+  EXPECT_EQ(s[1], (ts::Key{0x03d7b32du, 0xadd083f4u}));
+  EXPECT_EQ(s[2], (ts::Key{0x92fb20eau, 0x0f38d913u}));
+  EXPECT_EQ(ts::random::fold_in(k, 3), (ts::Key{0xbad56946u, 0x354ba891u}));
+}
+
+TEST(RandomJax, UniformMatchesJaxBitwise) {
+  const ts::Key k = ts::random::key(42);
+  const ts::NamedSharding s(mesh24(), ts::P("x", "y"));
+  const std::vector<std::uint32_t> u32 = {0x3efa3824, 0x3f2e0730, 0x3f1dc3f8, 0x3f0f9ec0, 0x3ee6bae4,
+                                          0x3f15fb4e, 0x3d9935b0, 0x3f466f24, 0x3f32eefe, 0x3f5191fa};
+  const std::vector<std::uint64_t> u64 = {
+      0x3fdb4f8123c40884, 0x3f8ebd996d6e8400, 0x3fe25f641d41e71a, 0x3fe75aad28c6a974, 0x3fe60275dc7869da,
+      0x3fe49b2352c6244a, 0x3fe4a0d8a116c40e, 0x3fe2fa0aa5ea37ee, 0x3fce4cc8b3c73bb0, 0x3fd0d25122e4b62c};
+  EXPECT_EQ(bits_of(ts::random::uniform(k, {2, 5}, ts::f32, s).to_vector<float>()), u32);
+  EXPECT_EQ(bits_of(ts::random::uniform(k, {2, 5}, ts::f64, s).to_vector<double>()), u64);
+}
+
+TEST(RandomJax, NormalCloseToJax) {
+  // Same method (sqrt(2) erfinv(u)); the erfinv evaluations differ, so
+  // values agree to rounding, not bitwise.
+  const ts::Key k = ts::random::key(42);
+  const ts::NamedSharding s(mesh24(), ts::P("y"));
+  const std::vector<double> n64 = {-0.18471174528191162, -2.169824560397754, 0.18693555179382582,
+                                   0.6122653570510959,   0.4896249504757018, 0.36900430470828355};
+  const std::vector<double> n32 = {-0.02830461598932743, 0.4671318531036377,   0.2957029640674591,
+                                   0.15354591608047485,  -0.12403281778097153, 0.21692314743995667};
+  auto a = ts::random::normal(k, {6}, ts::f64, s).to_vector<double>();
+  auto b = ts::random::normal(k, {6}, ts::f32, s).to_vector<float>();
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NEAR(a[i], n64[i], 1e-13) << i;
+    EXPECT_NEAR(b[i], n32[i], 1e-6) << i;
+  }
+}
+
+// ------------------------------------------------------------------ errors
+
+TEST(RandomErrors, NonFloatDtype) {
+  auto s = rep1();
+  const ts::Key k = ts::random::key(0);
+  expect_error<ts::DTypeError>([&] { ts::random::uniform(k, {4}, ts::i32, s); }, "[uniform]", {"float", "i32"});
+  expect_error<ts::DTypeError>([&] { ts::random::uniform(k, {4}, ts::bool_, s); }, "[uniform]", {"float", "bool"});
+  expect_error<ts::DTypeError>([&] { ts::random::normal(k, {4}, ts::i64, s); }, "[normal]", {"float", "i64"});
+}
+
+TEST(RandomErrors, ShapeAndSharding) {
+  const ts::Key k = ts::random::key(0);
+  expect_error<ts::ShapeError>(
+      [&] {
+        ts::random::uniform(k, {3, -1}, ts::f32, rep1());
+      },
+      "[uniform]", {">= 0", "(3, -1)"});
+  expect_error<ts::ShapeError>([&] { ts::random::normal(k, {-2}, ts::f64, rep1()); }, "[normal]", {"(-2,)"});
+  const ts::NamedSharding s2(mesh24(), ts::P("x", "y"));
+  expect_error<ts::ShardingError>([&] { ts::random::uniform(k, {8}, ts::f32, s2); }, "[uniform]", {"rank 1"});
+  expect_error<ts::ShardingError>([&] { ts::random::normal(k, {}, ts::f32, s2); }, "[normal]", {"rank 0"});
+  const ts::NamedSharding u(mesh24(), ts::PartitionSpec({ts::PartitionSpec::Entry("x")}, {"y"}));
+  expect_error<ts::ShardingError>([&] { ts::random::normal(k, {8}, ts::f32, u); }, "[normal]", {"unreduced"});
+}
+
+TEST(RandomErrors, Bounds) {
+  const ts::Key k = ts::random::key(0);
+  auto s = rep1();
+  expect_error<ts::Error>([&] { ts::random::uniform(k, {4}, ts::f32, s, 1.0, 1.0); }, "[uniform]",
+                          {"lo < hi", "lo=1", "hi=1"});
+  expect_error<ts::Error>([&] { ts::random::uniform(k, {4}, ts::f64, s, 2.0, -1.0); }, "[uniform]", {"lo < hi"});
+  expect_error<ts::Error>([&] { ts::random::uniform(k, {4}, ts::f64, s, 0.0, INFINITY); }, "[uniform]", {"finite"});
+  // Distinct as doubles, equal once rounded to f32.
+  expect_error<ts::Error>([&] { ts::random::uniform(k, {4}, ts::f32, s, 1.0, 1.0 + 1e-12); }, "[uniform]", {"f32"});
+  expect_error<ts::ShapeError>([&] { ts::random::split(k, -1); }, "[split]", {"num", "-1"});
+}
+
+}  // namespace

@@ -1,0 +1,121 @@
+// Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as
+// easy as 1, 2, 3", SC'11), the counter-based generator behind JAX's default
+// PRNG, plus the per-device kernels that turn (key, global index) into bits,
+// uniforms and normals. Kernels see a block of global indices, never a mesh.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace tessera::detail {
+
+/// Threefry-2x32-20 of the 64-bit counter (c0, c1) under key (k0, k1).
+inline std::array<std::uint32_t, 2> threefry2x32(std::uint32_t k0, std::uint32_t k1, std::uint32_t c0,
+                                                 std::uint32_t c1) {
+  // Rotation distances of the 2-word variant, applied in a cycle of eight.
+  constexpr int kRot[8] = {13, 15, 26, 6, 17, 29, 16, 24};
+  // The key schedule's parity word; it makes the three-word schedule never all zero.
+  const std::uint32_t ks[3] = {k0, k1, 0x1BD11BDAu ^ k0 ^ k1};
+  auto rotl = [](std::uint32_t v, int r) { return (v << r) | (v >> (32 - r)); };
+  std::uint32_t x0 = c0 + ks[0];
+  std::uint32_t x1 = c1 + ks[1];
+  for (int r = 0; r < 20; ++r) {
+    x0 += x1;
+    x1 = rotl(x1, kRot[r % 8]);
+    x1 ^= x0;
+    if (r % 4 == 3) {  // key injection after every four rounds
+      const std::uint32_t s = static_cast<std::uint32_t>(r / 4 + 1);
+      x0 += ks[s % 3];
+      x1 += ks[(s + 1) % 3] + s;
+    }
+  }
+  return {x0, x1};
+}
+
+/// The two hash words of global flat index i: the counter is i as a 64-bit
+/// number, high word first (JAX's partitionable threefry counters).
+inline std::array<std::uint32_t, 2> threefry_at(std::uint32_t k0, std::uint32_t k1, std::uint64_t i) {
+  return threefry2x32(k0, k1, static_cast<std::uint32_t>(i >> 32), static_cast<std::uint32_t>(i));
+}
+
+/// 32 random bits of index i (the two words xor-ed, as JAX does).
+inline std::uint32_t random_bits32(std::uint32_t k0, std::uint32_t k1, std::uint64_t i) {
+  auto w = threefry_at(k0, k1, i);
+  return w[0] ^ w[1];
+}
+
+/// 64 random bits of index i (the two words concatenated, as JAX does).
+inline std::uint64_t random_bits64(std::uint32_t k0, std::uint32_t k1, std::uint64_t i) {
+  auto w = threefry_at(k0, k1, i);
+  return (static_cast<std::uint64_t>(w[0]) << 32) | w[1];
+}
+
+/// A float in [0, 1) from the top 23 bits: they become the mantissa of a
+/// number in [1, 2), from which 1 is subtracted (exact).
+inline float unit_float(std::uint32_t bits) {
+  const std::uint32_t u = (bits >> 9) | 0x3F800000u;
+  return std::bit_cast<float>(u) - 1.0f;
+}
+
+/// A double in [0, 1) from the top 52 bits, the same way.
+inline double unit_double(std::uint64_t bits) {
+  const std::uint64_t u = (bits >> 12) | 0x3FF0000000000000ull;
+  return std::bit_cast<double>(u) - 1.0;
+}
+
+/// Inverse error function on (-1, 1), accurate to a few ulps of double.
+/// Starts from Giles' single-precision approximation ("Approximating the
+/// erfinv function", GPU Computing Gems, 2011) and refines it with Newton
+/// steps. Below 0.5 they solve erf(y) = |x|; above, log erfc(y) = log(1 - |x|)
+/// (1 - |x| is exact there): erfc keeps its relative accuracy in the tails,
+/// where erf is flat, and its logarithm is nearly quadratic, so Newton
+/// converges fast even where the starting guess is off.
+inline double erfinv(double x) {
+  if (x == 0.0) return 0.0;
+  const double a = std::fabs(x);
+  double w = -std::log((1.0 - a) * (1.0 + a));
+  double p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w;
+    p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w;
+    p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w;
+  } else {
+    w = std::sqrt(w) - 3.0;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w;
+    p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w;
+    p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w;
+  }
+  double y = p * a;
+  constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
+  const double log_tail = std::log(1.0 - a);
+  for (int it = 0; it < 8; ++it) {
+    const double density = kTwoOverSqrtPi * std::exp(-y * y);  // d erf / dy
+    double step;
+    if (a < 0.5) {
+      step = (std::erf(y) - a) / density;
+    } else {
+      const double tail = std::erfc(y);
+      step = (std::log(tail) - log_tail) * tail / -density;
+    }
+    y -= step;
+    if (std::fabs(step) <= 1e-16 * y) break;
+  }
+  return x < 0 ? -y : y;
+}
+
+}  // namespace tessera::detail
