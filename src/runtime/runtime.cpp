@@ -266,8 +266,14 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
     std::unique_lock<std::mutex> lock(st->mu);
     st->cv.wait(lock, [&] { return st->remaining.load(std::memory_order_acquire) == 0; });
   }
-  for (auto& e : st->errors)
-    if (e) std::rethrow_exception(e);
+  for (auto& e : st->errors) {
+    if (e) {
+      // Take the only reference, so the exception dies on this thread and
+      // not with the state a worker may still be releasing.
+      std::exception_ptr first = std::move(e);
+      std::rethrow_exception(first);
+    }
+  }
 }
 
 // ------------------------------------------------------------------- Buffer
