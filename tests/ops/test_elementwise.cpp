@@ -92,7 +92,31 @@ TEST(ElementwiseGolden, ContractExample) {
   ts::Array y = 2.0f * ts::sin(a) + 1.0f;
   EXPECT_EQ(ts::typeof(y), "f32[10@x,8@y]");
   auto got = y.to_vector<float>();
-  for (size_t i = 0; i < h.size(); ++i) EXPECT_EQ(got[i], 2.0f * std::sin(h[i]) + 1.0f) << i;
+  for (size_t i = 0; i < h.size(); ++i) EXPECT_NEAR(got[i], 2.0f * std::sin(h[i]) + 1.0f, 1e-6f) << i;
+}
+
+// f32 sin/cos are polynomial (vectorised); check them against double math
+// over a wide range, including the large-argument fallback, inf and NaN.
+TEST(ElementwiseGolden, Float32TrigAccuracy) {
+  std::vector<float> h;
+  for (float v = -9000.0f; v < 9000.0f; v += 0.731f) h.push_back(v);
+  for (float v = -3.5f; v < 3.5f; v += 1e-3f) h.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, 1e6f, -3e7f, 1e30f}) h.push_back(v);
+  h.push_back(INFINITY);
+  h.push_back(std::nanf(""));
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::device_put(h, {static_cast<std::int64_t>(h.size())}, ts::NamedSharding(m, ts::P("x")));
+  auto s = ts::sin(x).to_vector<float>(), c = ts::cos(x).to_vector<float>();
+  for (size_t i = 0; i < h.size(); ++i) {
+    if (!std::isfinite(h[i])) {
+      EXPECT_TRUE(std::isnan(s[i]) && std::isnan(c[i])) << h[i];
+      continue;
+    }
+    const double tol = std::fabs(h[i]) <= 8192.0f ? 2e-7 : 1e-6;
+    EXPECT_NEAR(s[i], std::sin(static_cast<double>(h[i])), tol) << h[i];
+    EXPECT_NEAR(c[i], std::cos(static_cast<double>(h[i])), tol) << h[i];
+  }
+  EXPECT_EQ(std::signbit(s[h.size() - 8]), false);  // sin(+0) = +0
 }
 
 // a (shape as) op b (shape bs) over every layout of `a` and a spread of b's.
