@@ -139,11 +139,6 @@ std::string quoted(const std::vector<std::string>& axes) {
   return s;
 }
 
-void check_no_unreduced(const Array& a, const char* op, const char* name) {
-  if (!a.sharding().spec().unreduced().empty())
-    throw ShardingError(msg(op, std::string(name) + " has pending unreduced axes (" + a.sharding().spec().str() +
-                                    "); reduce it first (reshard to a spec without unreduced): not supported yet"));
-}
 
 void check_index_array(const Array& idx, const char* op, const char* name) {
   if (!detail::is_integer(idx.dtype()))
@@ -268,8 +263,6 @@ Array take(const Array& x, const Array& indices, int axis) {
   check_index_array(indices, op, "indices");
   const int rank = x.ndim();
   axis = detail::normalize_axis(axis, rank, op);
-  check_no_unreduced(x, op, "x");
-  check_no_unreduced(indices, op, "indices");
   const Mesh& mesh = x.sharding().mesh();
 
   // x whole along `axis`.
@@ -340,9 +333,6 @@ Array scatter_add(const Array& x, const Array& indices, const Array& updates, co
     throw ShapeError(msg(op, "updates must have shape (len(indices), *x.shape[1:]) = " + shape_str(want) +
                                  " for indices " + shape_str(indices.shape()) + " and x " + shape_str(x.shape()) +
                                  ", got " + shape_str(updates.shape())));
-  check_no_unreduced(x, op, "x");
-  check_no_unreduced(indices, op, "indices");
-  check_no_unreduced(updates, op, "updates");
   const Mesh& mesh = x.sharding().mesh();
   const NamedSharding out_s = opt.out_sharding ? resolve_out(mesh, *opt.out_sharding, x.ndim(), op) : x.sharding();
   // As x.at[i].add(u): the updates take x's dtype.
@@ -364,8 +354,6 @@ Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_
                                  shape_str(segment_ids.shape())));
   if (num_segments < 0)
     throw ShapeError(msg(op, "num_segments must be >= 0, got " + std::to_string(num_segments)));
-  check_no_unreduced(data, op, "data");
-  check_no_unreduced(segment_ids, op, "segment_ids");
   const Mesh& mesh = data.sharding().mesh();
   Shape out_shape = data.shape();
   out_shape[0] = num_segments;

@@ -41,10 +41,6 @@
 // to the natural layout (which needs few) split also over the requested
 // layout's axes, then through the planner: each step moves at most the
 // requested blocks.
-//
-// Unreduced operands (pending sums): ops that only copy locally keep the
-// unreduced axes; ops that would move data between devices raise
-// ShardingError (not supported yet), as does pad with a nonzero value.
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -123,15 +119,6 @@ Entry entry_of_axes(const std::vector<std::string>& axes) {
 
 /// Moving data of an array whose value is a pending sum over mesh axes would
 /// mix partial values; not supported yet.
-void check_reduced(const Array& x, const char* op) {
-  const auto& u = x.sharding().spec().unreduced();
-  if (u.empty()) return;
-  std::string names;
-  for (const auto& a : u) names += (names.empty() ? "'" : ", '") + a + "'";
-  throw ShardingError(msg(op, "operand sharding " + x.sharding().spec().str() + " has unreduced axes {" + names +
-                                  "}; moving its data between devices is not supported yet: reshard it to a reduced "
-                                  "sharding first"));
-}
 
 // ------------------------------------------------------------ copy kernel
 
@@ -440,7 +427,6 @@ Array assemble(const char* op, const Shape& out_shape, DType dtype, const NamedS
       }
       rounds = std::max(rounds, pl.remote[t].size());
     }
-    if (rounds > 0) check_reduced(part.x, op);
     for (std::size_t k = 0; k < rounds; ++k) {
       std::vector<Box> boxes(n, empty_box(part.x.ndim()));
       for (int t = 0; t < n; ++t)
@@ -774,7 +760,6 @@ std::optional<Array> reshape_gather(const Array& x, const Shape& out, const std:
     for (const Box& b : src[t]) round_of[t].push_back(box_contains(own, b) ? -1 : k++);
     rounds = std::max(rounds, static_cast<std::size_t>(k));
   }
-  if (rounds > 0) check_reduced(x, "reshape");
   std::vector<std::vector<Buffer>> fetched;
   for (std::size_t k = 0; k < rounds; ++k) {
     std::vector<Box> boxes(n, empty_box(x.ndim()));
@@ -836,8 +821,6 @@ Array concat_impl(const std::vector<Array>& xs, int axis, const char* op) {
       throw ShardingError(msg(op, "operands have different shardings in Explicit mode: " + detail::describe(xs[0]) +
                                       " and " + detail::describe(xs[k]) +
                                       "; reshard them to one sharding first"));
-  for (const auto& x : xs)
-    if (!x.sharding().spec().unreduced().empty()) check_reduced(x, op);
   size_t big = 0;
   for (size_t k = 1; k < xs.size(); ++k)
     if (xs[k].size() > xs[big].size()) big = k;
@@ -927,7 +910,6 @@ Array reshape(const Array& x, const Shape& shape, const OutOptions& opt) {
     throw ShardingError(msg("reshape", "the layout of " + detail::describe(x) + " cannot be kept when reshaping to " +
                                            shape_str(out) + " (a sharded dim would not stay whole or aligned); pass "
                                            "out_sharding to choose the output layout"));
-  check_reduced(x, "reshape");
   // Few boxes per device: straight to the layout. The natural layout always
   // needs few (each group's block is one flat range); other layouts that
   // would need many go through it and then the planner.
@@ -1153,8 +1135,6 @@ Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t
     none_added = none_added && lo == 0 && hi == 0;
   }
   if (none_added) return x;
-  const bool zero = value.kind() == Scalar::Kind::Float ? value.as_double() == 0.0 : value.as_int() == 0;
-  if (!zero) check_reduced(x, "pad");
   const NamedSharding& s = x.sharding();
   Part part{x, m, regions(s, out, limit)};
   return assemble("pad", out, x.dtype(), s, {part}, scalar_bytes(value, x.dtype()));

@@ -107,11 +107,6 @@ void record_nothing(const Mesh& mesh, const char* op) {
   detail::record_comm(CommRecord{op, "none", 0, std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)});
 }
 
-void check_no_unreduced(const Array& a, const char* op, const char* name) {
-  if (!a.sharding().spec().unreduced().empty())
-    throw ShardingError(msg(op, std::string(name) + " has pending unreduced axes (" + a.sharding().spec().str() +
-                                    "); reshard it to a spec without unreduced axes first: not supported yet"));
-}
 
 /// JAX's promote_dtypes_inexact: integer and bool results become f32.
 DType inexact(DType t) { return detail::is_float(t) ? t : DType::f32; }
@@ -389,14 +384,12 @@ Array diff(const Array& x, int n, int axis, const DiffOptions& opt) {
   if (n < 0) throw ShapeError(msg(op, "n must be >= 0, got " + std::to_string(n)));
   if (x.ndim() == 0) throw ShapeError(msg(op, "x must be at least 1-d, got shape " + shape_str(x.shape())));
   axis = detail::normalize_axis(axis, x.ndim(), op);
-  check_no_unreduced(x, op, "x");
   const Shape& xs = x.shape();
   // prepend / append: x's shape except along axis, or rank 0 (one row).
   auto check_extra = [&](const std::optional<Array>& e, const char* name) -> std::int64_t {
     if (!e) return 0;
     detail::check_valid(*e, op, name);
     detail::check_same_mesh({&x, &*e}, op);
-    check_no_unreduced(*e, op, name);
     if (e->ndim() == 0) return 1;
     bool ok = e->ndim() == x.ndim();
     for (int d = 0; ok && d < x.ndim(); ++d) ok = d == axis || e->shape()[d] == xs[d];
@@ -517,7 +510,6 @@ Array cumsum(const Array& x, int axis) {
   const char* op = "cumsum";
   detail::check_valid(x, op, "x");
   axis = detail::normalize_axis(axis, x.ndim(), op);
-  check_no_unreduced(x, op, "x");
   const DType out_dt = x.dtype() == DType::bool_ ? DType::i32 : x.dtype();
   const NamedSharding& sh = x.sharding();
   const Mesh& mesh = sh.mesh();
@@ -583,8 +575,6 @@ Array convolve(const Array& x, const Array& kernel, int axis) {
   if (kernel.size() == 0) throw ShapeError(msg(op, "kernel must not be empty, got shape (0,)"));
   if (x.ndim() == 0) throw ShapeError(msg(op, "x must be at least 1-d, got shape " + shape_str(x.shape())));
   axis = detail::normalize_axis(axis, x.ndim(), op);
-  check_no_unreduced(x, op, "x");
-  check_no_unreduced(kernel, op, "kernel");
   const DType dt = inexact(detail::promote(x.dtype(), kernel.dtype()));
   const std::int64_t K = kernel.size(), L = x.shape()[axis];
   // 'same': out[i] = sum_k w[k] x[i + (K-1)/2 - k], so rows [i - K/2, i + (K-1)/2].
@@ -633,8 +623,6 @@ Array convolve2d(const Array& x, const Array& kernel) {
   if (kernel.ndim() != 2) throw ShapeError(msg(op, "kernel must be 2-d, got shape " + shape_str(kernel.shape())));
   if (kernel.size() == 0) throw ShapeError(msg(op, "kernel must not be empty, got shape " + shape_str(kernel.shape())));
   if (x.ndim() < 2) throw ShapeError(msg(op, "x must be at least 2-d, got shape " + shape_str(x.shape())));
-  check_no_unreduced(x, op, "x");
-  check_no_unreduced(kernel, op, "kernel");
   const DType dt = inexact(detail::promote(x.dtype(), kernel.dtype()));
   const int nd = x.ndim();
   const std::int64_t kr = kernel.shape()[0], kc = kernel.shape()[1];
@@ -686,9 +674,6 @@ Array interp(const Array& x, const Array& xp, const Array& fp) {
     throw ShapeError(msg(op, "xp and fp must be 1-d arrays of equal size, got xp " + shape_str(xp.shape()) +
                                  " and fp " + shape_str(fp.shape())));
   if (xp.size() == 0) throw ShapeError(msg(op, "xp and fp must not be empty, got shape (0,)"));
-  check_no_unreduced(x, op, "x");
-  check_no_unreduced(xp, op, "xp");
-  check_no_unreduced(fp, op, "fp");
   // As jnp.interp: x and xp promoted together to inexact, fp on its own.
   const DType tx = inexact(detail::promote(x.dtype(), xp.dtype()));
   const DType tf = inexact(fp.dtype());

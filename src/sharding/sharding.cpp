@@ -50,7 +50,7 @@ const PartitionSpec::Entry& PartitionSpec::operator[](int dim) const {
 std::string PartitionSpec::str() const {
   std::string s = "PartitionSpec(";
   for (size_t i = 0; i < entries_.size(); ++i) s += (i ? ", " : "") + entries_[i].str();
-  if (entries_.size() == 1) s += ",";  // as Python prints a one-element tuple
+  if (entries_.size() == 1 && unreduced_.empty()) s += ",";  // as Python prints a one-element tuple
   if (!unreduced_.empty()) {
     s += entries_.empty() ? "unreduced={" : ", unreduced={";
     for (size_t i = 0; i < unreduced_.size(); ++i) s += (i ? ", '" : "'") + unreduced_[i] + "'";

@@ -857,24 +857,6 @@ TEST(ShapeDtypes, EveryDtype) {
   dtype_sweep<double>();
 }
 
-// --------------------------------------------------------- unreduced specs
-
-TEST(ShapeUnreduced, LocalOpsKeepPendingSums) {
-  auto mesh = ts::make_mesh({2, 4}, {"x", "y"});
-  ts::PartitionSpec spec({ts::PartitionSpec::Entry("x")}, {"y"});
-  auto a = ts::device_put(iota_data<float>(24), {4, 6}, ts::NamedSharding(mesh, spec));
-  const std::vector<std::string> y{"y"};
-  EXPECT_EQ(ts::transpose(a).sharding().spec().unreduced(), y);
-  EXPECT_EQ(ts::expand_dims(a, 0).sharding().spec().unreduced(), y);
-  EXPECT_EQ(ts::reshape(a, {24}).sharding().spec().unreduced(), y);  // local: 2 rows <-> 12 elements
-  EXPECT_EQ(ts::slice(a, {{}, {.start = 1}}).sharding().spec().unreduced(), y);  // along an unsharded dim
-  expect_error<ts::ShardingError>([&] { ts::slice(a, {{.start = 1}}); }, "[slice]", {"unreduced", "'y'"});
-  expect_error<ts::ShardingError>([&] { ts::pad(a, {{0, 0}, {1, 1}}, 1.0f); }, "[pad]", {"unreduced"});
-  expect_error<ts::ShardingError>([&] { ts::concatenate({a, a}, 0); }, "[concatenate]", {"unreduced"});
-  expect_error<ts::ShardingError>([&] { ts::reshape(a, {24}, {.out_sharding = P("x")}); }, "[reshape]",
-                                  {"unreduced"});
-}
-
 // -------------------------------------------------------------------- fuzz
 
 // Random shapes (with zeros and ones), meshes, layouts and arguments; every
