@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
     auto devs = ts::devices();
     std::vector<Row> rows;
 
-    const auto stream1 = tb::stream_copy(std::size_t(128) << 20, 1, 5);
-    const auto streamN = tb::stream_copy(std::size_t(128) << 20, n, 5);
+    const auto stream1 = tb::stream_copy(std::size_t(128) << 20, 1, 10);
+    const auto streamN = tb::stream_copy(std::size_t(128) << 20, n, 10);
     std::cout << "Tessera ops benchmark: " << n << " devices\n"
               << "  streaming bandwidth (STREAM copy, read + write): 1 thread " << stream1.stream_gbps << " GB/s, "
               << n << " threads " << streamN.stream_gbps << " GB/s\n";

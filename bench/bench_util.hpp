@@ -145,7 +145,7 @@ struct StreamResult {
 };
 
 /// STREAM-like copy over `threads` threads, each on its own contiguous part
-/// (first touched by the thread that copies it), median of `reps`.
+/// (first touched by the thread that copies it), fastest of `reps`.
 inline StreamResult stream_copy(std::size_t array_bytes, int threads, int reps = 5) {
   threads = std::max(threads, 1);
   const std::size_t n = array_bytes / sizeof(double);
@@ -184,7 +184,8 @@ inline StreamResult stream_copy(std::size_t array_bytes, int threads, int reps =
   };
   std::vector<double> times = time_reps(1, std::max(reps, 1), [&] { parallel(copy); });
   detail::sink = detail::sink + static_cast<unsigned char>(c[n - 1]);
-  r.seconds = median(times);
+  // The limit is what the machine can do: the fastest rep.
+  r.seconds = *std::min_element(times.begin(), times.end());
   r.copy_gbps = gbps(static_cast<double>(r.array_bytes), r.seconds);
   r.stream_gbps = 2.0 * r.copy_gbps;
   return r;

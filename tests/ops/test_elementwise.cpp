@@ -95,6 +95,33 @@ TEST(ElementwiseGolden, ContractExample) {
   for (size_t i = 0; i < h.size(); ++i) EXPECT_NEAR(got[i], 2.0f * std::sin(h[i]) + 1.0f, 1e-6f) << i;
 }
 
+// f32 exp and sigmoid are polynomial too: relative accuracy over the range,
+// overflow to inf, underflow to 0 and denormals, NaN.
+TEST(ElementwiseGolden, Float32ExpAccuracy) {
+  std::vector<float> h;
+  for (float v = -110.0f; v < 100.0f; v += 0.0173f) h.push_back(v);
+  h.push_back(INFINITY);
+  h.push_back(-INFINITY);
+  h.push_back(std::nanf(""));
+  ts::Mesh m = ts::make_mesh({4}, {"x"}, {}, ts::testing::ids({0, 1, 2, 3}));
+  auto x = ts::device_put(h, {static_cast<std::int64_t>(h.size())}, ts::NamedSharding(m, ts::P("x")));
+  auto e = ts::exp(x).to_vector<float>(), s = ts::sigmoid(x).to_vector<float>();
+  for (size_t i = 0; i < h.size(); ++i) {
+    const double want = std::exp(static_cast<double>(h[i]));
+    const double sig = 1.0 / (1.0 + std::exp(-static_cast<double>(h[i])));
+    if (std::isnan(h[i])) {
+      EXPECT_TRUE(std::isnan(e[i]) && std::isnan(s[i]));
+    } else if (want > 3.4e38) {
+      EXPECT_EQ(e[i], INFINITY) << h[i];
+    } else {
+      EXPECT_NEAR(e[i], want, 2e-7 * want + 1e-45) << h[i];
+    }
+    if (!std::isnan(h[i])) {
+      EXPECT_NEAR(s[i], sig, 2e-7) << h[i];
+    }
+  }
+}
+
 // f32 sin/cos are polynomial (vectorised); check them against double math
 // over a wide range, including the large-argument fallback, inf and NaN.
 TEST(ElementwiseGolden, Float32TrigAccuracy) {

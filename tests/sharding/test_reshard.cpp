@@ -558,3 +558,28 @@ TEST(DevicePutAcrossMeshes, MovesDataToTheOtherMesh) {
 }
 
 }  // namespace
+
+TEST(WithShardingConstraint, MovesLikeReshardAndChecksItsInput) {
+  ts::Mesh mesh = ts::make_mesh({2, 4}, {"x", "y"});
+  std::vector<float> h(12 * 10);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(i);
+  ts::Array a = ts::device_put(h, {12, 10}, ts::NamedSharding(mesh, ts::P("x", "y")));
+  ts::Array b;
+  auto ex = ts::explain([&] { b = ts::with_sharding_constraint(a, ts::P(ts::none, {"x", "y"})); });
+  EXPECT_EQ(ts::typeof(b), "f32[12,10@(x,y)]");
+  EXPECT_EQ(b.to_vector<float>(), h);
+  ASSERT_EQ(ex.records.size(), 1u);
+  EXPECT_EQ(ex.records[0].op, "with_sharding_constraint");
+  EXPECT_EQ(ex.bytes_moved(), ts::plan_reshard(a, b.sharding()).bytes_moved());
+  // Already laid out: the same buffers, nothing moved.
+  ts::Array c = ts::with_sharding_constraint(b, b.sharding());
+  EXPECT_EQ(c.impl(), b.impl());
+  ts::Mesh other = ts::make_mesh({8}, {"x"});
+  ts::testing::expect_error<ts::ShardingError>(
+      [&] { ts::with_sharding_constraint(a, ts::NamedSharding(other, ts::P("x"))); }, "[with_sharding_constraint]",
+      {"Mesh('x': 8)"});
+  ts::testing::expect_error<ts::ShardingError>([&] { ts::with_sharding_constraint(a, ts::P("q")); },
+                                               "[with_sharding_constraint]", {"'q'"});
+  ts::testing::expect_error<ts::ShardingError>([&] { ts::with_sharding_constraint(a, ts::P("x", "y", ts::none)); },
+                                               "[with_sharding_constraint]", {"rank 2"});
+}

@@ -76,6 +76,38 @@ void trig_f32(const float* x, float* y, std::int64_t n) {
     if (!(std::fabs(x[i]) <= kTrigFastLimit) && !std::isnan(x[i])) y[i] = kCos ? std::cos(x[i]) : std::sin(x[i]);
 }
 
+// exp of f32 without calls: n = round(x / ln 2), r = x - n ln 2 (two-part
+// constant), e^r by the Cephes polynomial, scaled by 2^n through the exponent
+// bits. Relative error below 2e-7 for |x| <= kExpFastLimit; other inputs
+// (overflow, deep underflow, inf, NaN) are recomputed with std::exp.
+constexpr float kExpFastLimit = 87.0f;
+
+inline float exp_f32_one(float x) {
+  const float magic = 12582912.0f;
+  // Clamped by selects (std::fmin is a call that blocks vectorising); NaN
+  // passes through and is fixed up afterwards.
+  float xc = x > kExpFastLimit ? kExpFastLimit : x;
+  xc = xc < -kExpFastLimit ? -kExpFastLimit : xc;
+  const float n = (xc * 1.44269504088896341f + magic) - magic;
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  const float r2 = r * r;
+  const float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
+                     1.6666665459e-1f) * r + 5.0000001201e-1f) * r2 + r) + 1.0f;
+  const std::uint32_t scale = static_cast<std::uint32_t>(static_cast<int>(n) + 127) << 23;
+  return p * std::bit_cast<float>(scale);
+}
+
+__attribute__((target_clones("avx2", "default"))) void exp_f32(const float* __restrict x, float* __restrict y,
+                                                              std::int64_t n, float sign) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = exp_f32_one(sign * x[i]);
+}
+
+void exp_f32_checked(const float* x, float* y, std::int64_t n, float sign) {
+  exp_f32(x, y, n, sign);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(x[i]) <= kExpFastLimit)) y[i] = std::exp(sign * x[i]);
+}
+
 template <class T, class R, class F>
 void unary_loop(const T* x, R* y, std::int64_t n, F f) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
@@ -127,7 +159,10 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
   }
   if constexpr (kFloat<T>) {
     switch (op) {
-      case UnaryOp::Exp: unary_loop(x, y, n, [](T v) { return std::exp(v); }); return;
+      case UnaryOp::Exp:
+        if constexpr (std::is_same_v<T, float>) exp_f32_checked(x, y, n, 1.0f);
+        else unary_loop(x, y, n, [](T v) { return std::exp(v); });
+        return;
       case UnaryOp::Log: unary_loop(x, y, n, [](T v) { return std::log(v); }); return;
       case UnaryOp::Log1p: unary_loop(x, y, n, [](T v) { return std::log1p(v); }); return;
       case UnaryOp::Expm1: unary_loop(x, y, n, [](T v) { return std::expm1(v); }); return;
@@ -144,7 +179,12 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
       case UnaryOp::Tanh: unary_loop(x, y, n, [](T v) { return std::tanh(v); }); return;
       case UnaryOp::Sigmoid:
         // 1/(1+e^-v) overflows harmlessly to 0 for very negative v.
-        unary_loop(x, y, n, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
+        if constexpr (std::is_same_v<T, float>) {
+          exp_f32_checked(x, y, n, -1.0f);
+          for (std::int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + y[i]);
+        } else {
+          unary_loop(x, y, n, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
+        }
         return;
       default: break;
     }
