@@ -10,6 +10,16 @@
 #include <limits>
 #include <type_traits>
 
+// Hot math loops are compiled for AVX2 and for the baseline; the loader picks
+// the one the CPU runs (no FMA contraction in ISO C++ mode, so both give the
+// same bits). Sanitizer builds skip it: an instrumented ifunc resolver runs
+// before the sanitizer runtime is up and crashes.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TESSERA_TARGET_CLONES
+#else
+#define TESSERA_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
 namespace tessera::cpu {
 
 namespace {
@@ -62,9 +72,7 @@ inline float sincos_f32(float x, int phase) {
   return std::bit_cast<float>(bits ^ (static_cast<std::uint32_t>(q & 2) << 30));
 }
 
-// Compiled for AVX2 and for the baseline; the loader picks the one the CPU
-// runs (no FMA contraction in ISO C++ mode, so both give the same bits).
-__attribute__((target_clones("avx2", "default"))) void trig_f32(const float* __restrict x, float* __restrict y,
+TESSERA_TARGET_CLONES void trig_f32(const float* __restrict x, float* __restrict y,
                                                                std::int64_t n, int phase) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = sincos_f32(x[i], phase);
 }
@@ -97,7 +105,7 @@ inline float exp_f32_one(float x) {
   return p * std::bit_cast<float>(scale);
 }
 
-__attribute__((target_clones("avx2", "default"))) void exp_f32(const float* __restrict x, float* __restrict y,
+TESSERA_TARGET_CLONES void exp_f32(const float* __restrict x, float* __restrict y,
                                                               std::int64_t n, float sign) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = exp_f32_one(sign * x[i]);
 }
