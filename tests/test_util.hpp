@@ -117,6 +117,36 @@ void for_each_layout(int rank, F&& fn) {
   }
 }
 
+// Number of elements of a shape.
+inline std::int64_t numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (auto v : s) n *= v;
+  return n;
+}
+
+// The elements of a box (global index slices) of a row-major host array.
+template <class T>
+std::vector<T> sub_block(const std::vector<T>& host, const Shape& shape, const std::vector<Slice>& box) {
+  std::vector<T> out;
+  const int r = static_cast<int>(shape.size());
+  for (const auto& s : box)
+    if (s.stop <= s.start) return out;
+  std::vector<std::int64_t> idx(r);
+  for (int d = 0; d < r; ++d) idx[d] = box[d].start;
+  for (;;) {
+    std::int64_t flat = 0;
+    for (int d = 0; d < r; ++d) flat = flat * shape[d] + idx[d];
+    out.push_back(host[static_cast<size_t>(flat)]);
+    int d = r - 1;
+    while (d >= 0 && ++idx[d] == box[d].stop) {
+      idx[d] = box[d].start;
+      --d;
+    }
+    if (d < 0) break;
+  }
+  return out;
+}
+
 // Host data 0, 1, 2, ... (mod 97, shifted) as T: small integers, exact in every dtype.
 template <class T>
 std::vector<T> iota_data(std::int64_t n, int salt = 0) {

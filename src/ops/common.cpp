@@ -1,6 +1,7 @@
 #include "ops/common.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 #include "comm/communicator.hpp"
 #include "sharding/check.hpp"
@@ -195,6 +196,12 @@ std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>
   record_comm(rec);
   communicator_for(mesh).reduce(mesh, axes, itemsize, combine, partial, partial_boxes, out_boxes, out);
   return out;
+}
+
+std::string number_str(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
 }
 
 void for_each_device(const Mesh& mesh, const std::function<void(int)>& fn) { run_on_devices(mesh.devices(), fn); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/array_impl.hpp"
+#include "core/dispatch.hpp"
 #include "tessera/explain.hpp"
 #include "tessera/ops.hpp"
 
@@ -85,22 +86,10 @@ std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>
                                 const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
                                 const std::vector<std::vector<Slice>>& out_boxes, const char* op);
 
+/// Shortest text that reads back as `v` ("0.1", "1e+300", "inf").
+std::string number_str(double v);
+
 /// Runs fn(pos) on every device of the mesh (the executor).
 void for_each_device(const Mesh& mesh, const std::function<void(int)>& fn);
-
-// -------------------------------------------------------------- dispatch
-
-/// Calls f(T{}) with T the C++ type of `t` (bool stored as uint8_t).
-template <class F>
-decltype(auto) dispatch(DType t, F&& f) {
-  switch (t) {
-    case DType::bool_: return f(std::uint8_t{});
-    case DType::i32: return f(std::int32_t{});
-    case DType::i64: return f(std::int64_t{});
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-  }
-  return f(float{});
-}
 
 }  // namespace tessera::detail

@@ -20,13 +20,6 @@ using detail::msg;
 
 // ------------------------------------------------------------- validation
 
-/// Shortest text that reads back as `v` ("0.1", "1e+300", "inf").
-std::string num_str(double v) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
-}
-
 /// The checks every creation op makes on its output: sizes >= 0 and a
 /// sharding that fits the rank.
 void check_output(const Shape& shape, const NamedSharding& sharding, const char* op) {
@@ -77,7 +70,7 @@ T element_of(const Scalar& v, DType dtype, const char* op) {
     return v.kind() == Scalar::Kind::Float ? from_double<T>(v.as_double()) : (v.as_int() != 0 ? 1 : 0);
   } else if constexpr (std::is_integral_v<T>) {
     if (v.kind() == Scalar::Kind::Float) {
-      if (!fits_int<T>(v.as_double())) throw too_big(num_str(v.as_double()));
+      if (!fits_int<T>(v.as_double())) throw too_big(detail::number_str(v.as_double()));
       return static_cast<T>(v.as_double());
     }
     const std::int64_t i = v.as_int();
@@ -183,13 +176,13 @@ Array arange(double start, double stop, double step, DType dtype, const NamedSha
   const char* op = "arange";
   reject_bool(dtype, op);
   if (!std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
-    throw ShapeError(msg(op, "expected finite start, stop and step, got start=" + num_str(start) +
-                                 ", stop=" + num_str(stop) + ", step=" + num_str(step)));
+    throw ShapeError(msg(op, "expected finite start, stop and step, got start=" + detail::number_str(start) +
+                                 ", stop=" + detail::number_str(stop) + ", step=" + detail::number_str(step)));
   if (step == 0.0) throw ShapeError(msg(op, "step must be nonzero, got step=0"));
   const double len = std::ceil((stop - start) / step);
   if (!(len < 0x1p62))
-    throw ShapeError(msg(op, "the range start=" + num_str(start) + ", stop=" + num_str(stop) +
-                                 ", step=" + num_str(step) + " has too many elements (" + num_str(len) + ")"));
+    throw ShapeError(msg(op, "the range start=" + detail::number_str(start) + ", stop=" + detail::number_str(stop) +
+                                 ", step=" + detail::number_str(step) + " has too many elements (" + detail::number_str(len) + ")"));
   const std::int64_t n = len > 0 ? static_cast<std::int64_t>(len) : 0;
   const Shape shape{n};
   check_output(shape, sharding, op);
@@ -200,7 +193,7 @@ Array arange(double start, double stop, double step, DType dtype, const NamedSha
                                         : fits_int<std::int64_t>(first) && fits_int<std::int64_t>(last);
     if (!ok)
       throw DTypeError(
-          msg(op, "values from " + num_str(first) + " to " + num_str(last) + " do not fit dtype " + dtype_name(dtype)));
+          msg(op, "values from " + detail::number_str(first) + " to " + detail::number_str(last) + " do not fit dtype " + dtype_name(dtype)));
   }
   return detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
@@ -224,7 +217,7 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, const N
                                         : fits_int<std::int64_t>(first) && fits_int<std::int64_t>(last);
     if (!ok)
       throw DTypeError(
-          msg(op, "values from " + num_str(start) + " to " + num_str(stop) + " do not fit dtype " + dtype_name(dtype)));
+          msg(op, "values from " + detail::number_str(start) + " to " + detail::number_str(stop) + " do not fit dtype " + dtype_name(dtype)));
   }
   return detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);

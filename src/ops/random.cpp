@@ -30,12 +30,6 @@ namespace {
 
 using detail::msg;
 
-std::string num_str(double v) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
-}
-
 /// Validation shared by the samplers: float dtype, sizes >= 0, a sharding of
 /// the right rank without unreduced axes.
 void check_sample(const Shape& shape, DType dtype, const NamedSharding& sharding, const char* op) {
@@ -150,8 +144,8 @@ Array uniform(const Key& key, const Shape& shape, DType dtype, const NamedShardi
     if constexpr (std::is_floating_point_v<T>) {
       const T l = static_cast<T>(lo), h = static_cast<T>(hi);
       if (!std::isfinite(l) || !std::isfinite(h) || !(l < h))
-        throw Error(msg(op, "expected finite bounds with lo < hi in " + dtype_name(dtype) + ", got lo=" + num_str(lo) +
-                                ", hi=" + num_str(hi)));
+        throw Error(msg(op, "expected finite bounds with lo < hi in " + dtype_name(dtype) + ", got lo=" + detail::number_str(lo) +
+                                ", hi=" + detail::number_str(hi)));
       return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
         uniform_kernel(static_cast<T*>(b.data()), shape, sharding.shard_index(shape, pos), key, l, h);
       });

@@ -17,18 +17,14 @@
 #include "test_util.hpp"
 
 namespace ts = tessera;
+using ts::testing::numel;
+using ts::testing::sub_block;
 using ts::testing::expect_error;
 using ts::testing::ids;
 
 namespace {
 
 
-
-std::int64_t numel(const ts::Shape& s) {
-  std::int64_t n = 1;
-  for (auto v : s) n *= v;
-  return n;
-}
 
 // Deterministic host data per element type.
 template <class T>
@@ -46,29 +42,6 @@ std::vector<T> make_host(std::int64_t n) {
   v.reserve(static_cast<size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) v.push_back(value_at<T>(i));
   return v;
-}
-
-// The elements of a box (global index slices) of a row-major host array.
-template <class T>
-std::vector<T> sub_block(const std::vector<T>& host, const ts::Shape& shape, const std::vector<ts::Slice>& box) {
-  std::vector<T> out;
-  const int r = static_cast<int>(shape.size());
-  for (const auto& s : box)
-    if (s.stop <= s.start) return out;
-  std::vector<std::int64_t> idx(r);
-  for (int d = 0; d < r; ++d) idx[d] = box[d].start;
-  for (;;) {
-    std::int64_t flat = 0;
-    for (int d = 0; d < r; ++d) flat = flat * shape[d] + idx[d];
-    out.push_back(host[static_cast<size_t>(flat)]);
-    int d = r - 1;
-    while (d >= 0 && ++idx[d] == box[d].stop) {
-      idx[d] = box[d].start;
-      --d;
-    }
-    if (d < 0) break;
-  }
-  return out;
 }
 
 // The layout rule, written out independently of the library.

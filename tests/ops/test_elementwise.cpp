@@ -9,17 +9,12 @@
 #include "test_util.hpp"
 
 namespace ts = tessera;
+using ts::testing::numel;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
 using ts::testing::iota_data;
 
 namespace {
-
-std::int64_t numel(const ts::Shape& s) {
-  std::int64_t n = 1;
-  for (auto v : s) n *= v;
-  return n;
-}
 
 // Host reference of a broadcasting binary op, in double.
 std::vector<double> ref_binary(const std::vector<double>& a, const ts::Shape& as, const std::vector<double>& b,

@@ -17,18 +17,13 @@
 #include "test_util.hpp"
 
 namespace ts = tessera;
+using ts::testing::numel;
 using ts::testing::expect_error;
 using ts::testing::iota_data;
 using ts::testing::random_spec;
 using ts::testing::test_meshes;
 
 namespace {
-
-std::int64_t numel(const ts::Shape& s) {
-  std::int64_t n = 1;
-  for (auto v : s) n *= v;
-  return n;
-}
 
 // Host reference einsum on labelled operands: sums over every assignment of
 // the labels (a label of one operand only and absent from the output is

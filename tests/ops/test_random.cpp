@@ -19,16 +19,12 @@
 #include "test_util.hpp"
 
 namespace ts = tessera;
+using ts::testing::numel;
+using ts::testing::sub_block;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
 
 namespace {
-
-std::int64_t numel(const ts::Shape& s) {
-  std::int64_t n = 1;
-  for (auto v : s) n *= v;
-  return n;
-}
 
 ts::Mesh mesh1() { return ts::Mesh(std::vector<ts::Device>{ts::devices()[0]}, {1}, {"x"}); }
 ts::NamedSharding rep1() { return ts::NamedSharding(mesh1(), ts::P()); }
@@ -40,29 +36,6 @@ auto bits_of(const std::vector<T>& v) {
   using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   std::vector<U> out;
   for (T x : v) out.push_back(std::bit_cast<U>(x));
-  return out;
-}
-
-// The elements of a box (global slices) of a row-major host array.
-template <class T>
-std::vector<T> sub_block(const std::vector<T>& host, const ts::Shape& shape, const std::vector<ts::Slice>& box) {
-  std::vector<T> out;
-  const int r = static_cast<int>(shape.size());
-  for (const auto& s : box)
-    if (s.stop <= s.start) return out;
-  std::vector<std::int64_t> idx(r);
-  for (int d = 0; d < r; ++d) idx[d] = box[d].start;
-  for (;;) {
-    std::int64_t flat = 0;
-    for (int d = 0; d < r; ++d) flat = flat * shape[d] + idx[d];
-    out.push_back(host[static_cast<size_t>(flat)]);
-    int d = r - 1;
-    while (d >= 0 && ++idx[d] == box[d].stop) {
-      idx[d] = box[d].start;
-      --d;
-    }
-    if (d < 0) break;
-  }
   return out;
 }
 

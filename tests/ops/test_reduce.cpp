@@ -9,17 +9,12 @@
 #include "test_util.hpp"
 
 namespace ts = tessera;
+using ts::testing::numel;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
 using ts::testing::iota_data;
 
 namespace {
-
-std::int64_t numel(const ts::Shape& s) {
-  std::int64_t n = 1;
-  for (auto v : s) n *= v;
-  return n;
-}
 
 // Host reference: reduce `x` (shape) over `axes` with f, starting at init;
 // result in keepdims layout.

@@ -13,18 +13,13 @@
 #include "tessera/tessera.hpp"
 
 namespace ts = tessera;
+using ts::testing::numel;
 using namespace tessera::testing;
 using ts::P;
 
 namespace {
 
 using Idx = std::vector<std::int64_t>;
-
-std::int64_t numel(const ts::Shape& s) {
-  std::int64_t n = 1;
-  for (auto v : s) n *= v;
-  return n;
-}
 
 Idx unravel(std::int64_t f, const ts::Shape& s) {
   Idx i(s.size());

@@ -3,6 +3,7 @@
 // array with a scalar). Broadcast cases walk the output with an odometer over
 // all dims but the last and run a strided inner loop.
 #include "backend/cpu/elementwise.hpp"
+#include "core/dispatch.hpp"
 
 #include <bit>
 #include <cmath>
@@ -28,18 +29,6 @@ using u8 = std::uint8_t;
 
 template <class T>
 constexpr bool kFloat = std::is_floating_point_v<T>;
-
-template <class F>
-decltype(auto) by_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::bool_: return f(u8{});
-    case DType::i32: return f(std::int32_t{});
-    case DType::i64: return f(std::int64_t{});
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-  }
-  return f(float{});
-}
 
 // ------------------------------------------------------------------ unary
 
@@ -358,7 +347,7 @@ bool returns_bool(BinaryOp op) {
 }
 
 void unary(UnaryOp op, DType t, const void* x, void* y, std::int64_t n) {
-  by_dtype(t, [&](auto tag) { unary_typed<decltype(tag)>(op, static_cast<const decltype(tag)*>(x), y, n); });
+  detail::dispatch(t, [&](auto tag) { unary_typed<decltype(tag)>(op, static_cast<const decltype(tag)*>(x), y, n); });
 }
 
 void binary(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out,
@@ -370,7 +359,7 @@ void binary(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out,
     if (!b1.is_scalar) b1.strides = {0};
     return binary(op, t, a1, b1, out, one);
   }
-  by_dtype(t, [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out, shape); });
+  detail::dispatch(t, [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out, shape); });
 }
 
 void select(DType t, const Operand& cond, const Operand& x, const Operand& y, void* out,
@@ -384,7 +373,7 @@ void select(DType t, const Operand& cond, const Operand& x, const Operand& y, vo
   std::int64_t n = 1;
   for (auto s : sh) n *= s;
   if (n == 0) return;
-  by_dtype(t, [&](auto tag) {
+  detail::dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out);
     const int r = static_cast<int>(sh.size());

@@ -1,5 +1,6 @@
 // CPU kernels of the linear-algebra family (see gemm.hpp).
 #include "backend/cpu/gemm.hpp"
+#include "core/dispatch.hpp"
 
 #include <cblas.h>
 
@@ -117,18 +118,6 @@ void batched(const GemmBatch& g, const T* a, const T* b, T* c) {
   }
 }
 
-template <class F>
-decltype(auto) by_type(DType t, F&& f) {
-  switch (t) {
-    case DType::bool_: return f(std::uint8_t{});
-    case DType::i32: return f(std::int32_t{});
-    case DType::i64: return f(std::int64_t{});
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-  }
-  return f(float{});
-}
-
 template <class E>
 void permute_typed(const E* src, const Shape& shape, const std::vector<int>& perm, E* dst) {
   const int r = static_cast<int>(shape.size());
@@ -179,7 +168,7 @@ void init_blas() {
 
 void batched_gemm(const GemmBatch& g, const void* a, const void* b, void* c) {
   init_blas();
-  by_type(g.dtype, [&](auto t) {
+  detail::dispatch(g.dtype, [&](auto t) {
     using T = decltype(t);
     batched(g, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
   });
@@ -196,7 +185,7 @@ void permute(const void* src, const Shape& shape, const std::vector<int>& perm, 
 }
 
 void sum_dims(DType dtype, const void* src, const Shape& shape, const std::vector<bool>& summed, void* dst) {
-  by_type(dtype, [&](auto t) {
+  detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     const T* s = static_cast<const T*>(src);
     T* d = static_cast<T*>(dst);
@@ -233,7 +222,7 @@ void sum_dims(DType dtype, const void* src, const Shape& shape, const std::vecto
 }
 
 void accumulate(DType dtype, void* acc, const void* in, std::int64_t n) {
-  by_type(dtype, [&](auto t) {
+  detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     T* a = static_cast<T*>(acc);
     const T* b = static_cast<const T*>(in);
