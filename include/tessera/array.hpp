@@ -55,9 +55,14 @@ class Array {
 
   /// Internal: copies the gathered array into `out` as dtype `as`.
   void copy_to_host(void* out, DType as) const;
-  /// Internal.
-  explicit Array(std::shared_ptr<const detail::ArrayImpl> impl) : impl_(std::move(impl)) {}
-  const std::shared_ptr<const detail::ArrayImpl>& impl() const { return impl_; }
+  /// Internal: wraps a finished implementation. Inside a shard_map body it
+  /// also records which manual axes the new value varies over.
+  explicit Array(std::shared_ptr<const detail::ArrayImpl> impl);
+  /// Internal: the implementation whose buffers ops read. Inside a shard_map
+  /// body a captured replicated array reads as this device's copy.
+  const std::shared_ptr<const detail::ArrayImpl>& impl() const;
+  /// Internal: the same without counting as a read (for metadata).
+  const detail::ArrayImpl& peek() const { return checked("peek"); }
 
  private:
   const detail::ArrayImpl& checked(const char* op) const;

@@ -8,5 +8,6 @@
 #include "tessera/explain.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/ops.hpp"
+#include "tessera/shard_map.hpp"
 #include "tessera/sharding.hpp"
 #include "tessera/version.hpp"

@@ -13,6 +13,59 @@
 
 namespace tessera::detail {
 
+/// One member's contribution to a collective inside a shard_map body.
+struct Deposit {
+  Buffer data;
+  Shape shape;
+  DType dtype = DType::f32;
+  /// Everything that must agree across members (op, axes, parameters, dtype
+  /// and the shape where it must match), e.g. "psum(f32[4])".
+  std::string signature;
+};
+
+/// The state of one shard_map call that its collectives share: where members
+/// meet, the timeout, and whether a member has failed.
+class Session {
+ public:
+  virtual ~Session() = default;
+  /// Marks the session failed: every waiting and later collective raises
+  /// CollectiveError naming `device_id` and `what`.
+  virtual void abort(int device_id, const std::string& what) = 0;
+};
+
+/// The members of one collective and how they find each other.
+struct Group {
+  Session* session = nullptr;
+  std::string key;               // same for every member of the group
+  long seq = 0;                  // per member: how many collectives it ran on `key` before
+  std::string op;                // "psum", for messages
+  std::string axes;              // "'x'" or "('x', 'y')", for messages
+  std::vector<int> device_ids;   // device id of each member, in member order
+  int rank = 0;                  // this device's index among the members
+  int size() const { return static_cast<int>(device_ids.size()); }
+};
+
+/// The meeting of a group's members for one collective. Deposits stay alive
+/// (and immutable) while any member holds the Rendezvous.
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  /// Every member's deposit, in member order.
+  virtual const std::vector<Deposit>& deposits() const = 0;
+  /// A buffer shared by all members, allocated by the first caller on its own
+  /// device (the others wait for it).
+  virtual Buffer shared(std::size_t nbytes, int device_id) = 0;
+  /// Returns once every member has called it.
+  virtual void barrier() = 0;
+};
+
+/// Raised in a member whose collective was cut short because another device
+/// failed; shard_map reports the other device's error instead.
+class PeerFailed : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -33,6 +86,15 @@ class Communicator {
   /// partial box) of the group's partials combined elementwise by
   /// combine(acc, in, count), always in group order (mesh position), so every
   /// run and every member gets bitwise the same result.
+  /// A session for one shard_map call over `mesh`; collectives wait at most
+  /// `timeout_s` seconds for their group.
+  virtual std::shared_ptr<Session> open_session(const Mesh& mesh, double timeout_s) = 0;
+  /// Deposits `mine` and blocks until every member of `g` has deposited.
+  /// Raises CollectiveError when the members' signatures differ, when the
+  /// group is incomplete after the timeout (naming who arrived), or when the
+  /// session was aborted (PeerFailed).
+  virtual std::shared_ptr<Rendezvous> meet(const Group& g, Deposit mine) = 0;
+
   virtual void reduce(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,
                       const std::function<void(void*, const void*, std::int64_t)>& combine,
                       const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,

@@ -11,8 +11,18 @@ namespace tessera {
 using detail::ArrayImpl;
 using detail::Buffer;
 
+Array::Array(std::shared_ptr<const detail::ArrayImpl> impl) : impl_(std::move(impl)) {
+  if (impl_ && detail::in_manual_body()) detail::manual_made(*impl_);
+}
+
+const std::shared_ptr<const detail::ArrayImpl>& Array::impl() const {
+  if (impl_ && detail::in_manual_body()) return detail::manual_read(impl_, true);
+  return impl_;
+}
+
 const ArrayImpl& Array::checked(const char* op) const {
   if (!impl_) throw Error(std::string("[") + op + "] the array is empty (default-constructed)");
+  if (detail::in_manual_body()) return *detail::manual_read(impl_, false);
   return *impl_;
 }
 
@@ -183,7 +193,14 @@ std::string typeof(const Array& array) {
       s += ")";
     }
   }
-  return s + "]";
+  s += "]";
+  const auto& vma = array.peek().vma;
+  if (!vma.empty()) {
+    s += "{V:";
+    for (size_t i = 0; i < vma.size(); ++i) s += (i ? "," : "") + vma[i];
+    s += "}";
+  }
+  return s;
 }
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/runtime.hpp"
@@ -16,9 +17,22 @@ struct ArrayImpl {
   /// One buffer per mesh position (devices()[i] holds buffers[i]), each the
   /// row-major block given by sharding.shard_index(shape, i).
   std::vector<Buffer> buffers;
+  /// Inside shard_map bodies: the manual mesh axes this local value varies
+  /// over (sorted). Set once when the value is made; empty elsewhere.
+  mutable std::vector<std::string> vma;
 
   ArrayImpl(Shape s, DType t, NamedSharding sh) : shape(std::move(s)), dtype(t), sharding(std::move(sh)) {}
 };
+
+/// Manual-mode hooks (src/transforms/shard_map.cpp). Outside shard_map
+/// bodies they cost one thread-local load.
+bool in_manual_body();
+/// The implementation `a` reads as in the current body (itself, or the local
+/// copy of a captured replicated array); marks the value as read by the op
+/// being evaluated, so the op's result varies over the same axes.
+const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a, bool mark);
+/// Gives a value made in the current body the axes read since the last one.
+void manual_made(const ArrayImpl& a);
 
 /// Number of elements of a shape.
 std::int64_t num_elements(const Shape& shape);

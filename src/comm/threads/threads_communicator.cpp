@@ -9,11 +9,19 @@
 
 namespace tessera::detail {
 
+std::shared_ptr<Session> make_threads_session(double timeout_s);
+std::shared_ptr<Rendezvous> threads_meet(const Group& g, Deposit mine);
+
 namespace {
 
 class ThreadsCommunicator final : public Communicator {
  public:
   std::string backend() const override { return "threads"; }
+
+  std::shared_ptr<Session> open_session(const Mesh&, double timeout_s) override {
+    return make_threads_session(timeout_s);
+  }
+  std::shared_ptr<Rendezvous> meet(const Group& g, Deposit mine) override { return threads_meet(g, std::move(mine)); }
 
   void exchange(const ReshardPlan& plan, const std::vector<int>& piece_begin, const std::vector<Buffer>& src,
                 std::vector<Buffer>& dst) override {

@@ -1,0 +1,175 @@
+// Threads backend of the manual-mode collectives: where the members of a
+// group meet.
+//
+// Every collective a device runs inside a shard_map body is identified by
+// (group key, sequence number): the k-th collective a member runs on a group
+// meets the k-th of every other member. The first member to arrive creates
+// the slot; each deposits its value and waits, on the session's one condition
+// variable, until
+//   - all members have deposited: the signatures are compared (an op, axis,
+//     parameter, dtype or shape mismatch is an error for every member, never
+//     a silent combination) and the slot leaves the table, its deposits kept
+//     alive by the members' references;
+//   - the timeout passes: the slot records an error naming the devices that
+//     arrived and those that did not, so late arrivals fail the same way;
+//   - the session is aborted because a body failed: PeerFailed.
+// Deposits are immutable local arrays, so members read one another's memory
+// directly (zero-copy). barrier() and shared() wait the same way.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "comm/communicator.hpp"
+
+namespace tessera::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string device_list(const std::vector<int>& ids) {
+  if (ids.empty()) return "none";
+  std::string s = "CPU ";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s;
+}
+
+std::string seconds_str(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
+class ThreadsSession;
+
+class Slot final : public Rendezvous {
+ public:
+  Slot(ThreadsSession* s, const Group& g) : session_(s), group_(g), deps_(g.size()), arrived_(g.size(), false) {}
+  const std::vector<Deposit>& deposits() const override { return deps_; }
+  Buffer shared(std::size_t nbytes, int device_id) override;
+  void barrier() override;
+
+  ThreadsSession* session_;
+  Group group_;  // as the first member saw it (messages)
+  std::vector<Deposit> deps_;
+  std::vector<bool> arrived_;
+  int count_ = 0;
+  std::string error_;
+  Buffer shared_;
+  bool allocating_ = false, allocated_ = false;
+  int at_barrier_ = 0;
+};
+
+class ThreadsSession final : public Session {
+ public:
+  explicit ThreadsSession(double timeout) : timeout_(timeout) {}
+
+  void abort(int device_id, const std::string& what) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!aborted_) {
+        aborted_ = true;
+        reason_ = "CPU " + std::to_string(device_id) + " raised an error: " + what;
+      }
+    }
+    cv_.notify_all();
+  }
+
+  std::shared_ptr<Rendezvous> meet(const Group& g, Deposit mine) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto key = std::make_pair(g.key, g.seq);
+    auto it = slots_.find(key);
+    if (it == slots_.end()) it = slots_.emplace(key, std::make_shared<Slot>(this, g)).first;
+    std::shared_ptr<Slot> slot = it->second;
+    if (!slot->error_.empty()) throw CollectiveError(prefix(g) + slot->error_);
+    check_abort(g);
+    slot->deps_[g.rank] = std::move(mine);
+    slot->arrived_[g.rank] = true;
+    if (++slot->count_ == g.size()) {
+      slot->error_ = mismatch(*slot);
+      if (slot->error_.empty()) slots_.erase(it);
+      cv_.notify_all();
+    }
+    wait(lock, g, *slot, [&] { return slot->count_ == g.size(); }, "for all devices");
+    if (!slot->error_.empty()) throw CollectiveError(prefix(g) + slot->error_);
+    return slot;
+  }
+
+  // Waits until done(), the slot fails, the session aborts, or the timeout.
+  template <class Done>
+  void wait(std::unique_lock<std::mutex>& lock, const Group& g, Slot& slot, Done done, const char* what) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
+    while (!done() && slot.error_.empty() && !aborted_) {
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done() && slot.error_.empty() && !aborted_) {
+        std::vector<int> in, out;
+        for (int r = 0; r < g.size(); ++r) (slot.arrived_[r] ? in : out).push_back(g.device_ids[r]);
+        slot.error_ = "timed out after " + seconds_str(timeout_) + " waiting " + what + " on axis " + g.axes +
+                      " (collective #" + std::to_string(g.seq) + " of this group): arrived " + device_list(in) +
+                      "; missing " + device_list(out);
+        cv_.notify_all();
+      }
+    }
+    check_abort(g);
+  }
+
+  void check_abort(const Group& g) {
+    if (aborted_) throw PeerFailed(prefix(g) + "aborted on axis " + g.axes + ": " + reason_);
+  }
+
+  static std::string prefix(const Group& g) { return "[" + g.op + "] "; }
+
+  // "" when every member's signature agrees, else a message naming them.
+  static std::string mismatch(const Slot& s) {
+    const auto& d = s.deps_;
+    for (size_t r = 1; r < d.size(); ++r)
+      if (d[r].signature != d[0].signature)
+        return "mismatched collectives on axis " + s.group_.axes + ": CPU " + std::to_string(s.group_.device_ids[0]) +
+               " called " + d[0].signature + " but CPU " + std::to_string(s.group_.device_ids[r]) + " called " +
+               d[r].signature;
+    return "";
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  double timeout_;
+  bool aborted_ = false;
+  std::string reason_;
+  std::map<std::pair<std::string, long>, std::shared_ptr<Slot>> slots_;
+};
+
+Buffer Slot::shared(std::size_t nbytes, int device_id) {
+  ThreadsSession& s = *session_;
+  std::unique_lock<std::mutex> lock(s.mu_);
+  if (!allocated_ && !allocating_) {
+    allocating_ = true;
+    lock.unlock();
+    Buffer b(device_id, nbytes);  // on the caller's own device: its worker is the caller
+    lock.lock();
+    shared_ = std::move(b);
+    allocated_ = true;
+    s.cv_.notify_all();
+  }
+  s.wait(lock, group_, *this, [&] { return allocated_; }, "for the shared buffer");
+  if (!error_.empty()) throw CollectiveError(ThreadsSession::prefix(group_) + error_);
+  return shared_;
+}
+
+void Slot::barrier() {
+  ThreadsSession& s = *session_;
+  std::unique_lock<std::mutex> lock(s.mu_);
+  if (++at_barrier_ == group_.size()) s.cv_.notify_all();
+  s.wait(lock, group_, *this, [&] { return at_barrier_ == group_.size(); }, "at the barrier");
+  if (!error_.empty()) throw CollectiveError(ThreadsSession::prefix(group_) + error_);
+}
+
+}  // namespace
+
+std::shared_ptr<Session> make_threads_session(double timeout_s) { return std::make_shared<ThreadsSession>(timeout_s); }
+
+std::shared_ptr<Rendezvous> threads_meet(const Group& g, Deposit mine) {
+  return static_cast<ThreadsSession*>(g.session)->meet(g, std::move(mine));
+}
+
+}  // namespace tessera::detail

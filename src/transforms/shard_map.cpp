@@ -1,0 +1,488 @@
+// shard_map: runs a per-device body on local blocks and assembles the
+// outputs; the manual-mode collectives; the hooks that track which manual
+// axes each local value varies over.
+//
+// A call reshards the inputs to in_specs, opens a communicator session, and
+// runs the body on every device's worker at once (one task per worker,
+// submitted under one lock so concurrent calls queue in the same order on
+// every worker and cannot wait on each other). Each body sees single-device
+// arrays; ops inside run inline on the worker. A thread-local context gives
+// collectives their device, mesh and per-group sequence numbers. If a body
+// throws, the session is aborted, which wakes every member waiting in a
+// collective (PeerFailed); the caller then gets the first error that was not
+// such an echo. Outputs are checked against out_specs and assembled without
+// copying: the global array's buffers are the local ones.
+//
+// Varying axes (check_vma). Inputs vary over the axes their spec names. An op
+// reads its operands through Array::impl(), which adds their axes to the
+// context's pending set; the next value made (Array's constructor) takes the
+// pending set and clears it. Collectives then set their result's axes
+// explicitly.
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "comm/collectives.hpp"
+#include "ops/common.hpp"
+#include "sharding/check.hpp"
+#include "tessera/shard_map.hpp"
+
+namespace tessera {
+
+namespace detail {
+
+namespace {
+
+struct ManualContext {
+  Mesh mesh;                  // the shard_map mesh
+  int pos = 0;                // this device's position in it
+  Mesh local_mesh;            // the single-device mesh of local values
+  Session* session = nullptr;
+  std::map<std::string, long> seq;  // per group key
+  std::vector<std::string> pending;  // axes read since the last value was made
+  std::unordered_map<const ArrayImpl*, std::shared_ptr<const ArrayImpl>> localized;
+};
+
+thread_local ManualContext* t_ctx = nullptr;
+
+std::vector<std::string> merged(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  std::sort(a.begin(), a.end());
+  a.erase(std::unique(a.begin(), a.end()), a.end());
+  return a;
+}
+
+double timeout_from_env() {
+  if (const char* env = std::getenv("TESSERA_COLLECTIVE_TIMEOUT")) {
+    char* end = nullptr;
+    double v = std::strtod(env, &end);
+    if (end != env && *end == '\0' && v > 0) return v;
+    throw CollectiveError(std::string("[shard_map] TESSERA_COLLECTIVE_TIMEOUT must be a positive number of seconds, "
+                                      "got '") + env + "'");
+  }
+  return 60.0;
+}
+
+double g_timeout = -1;  // < 0: not set yet
+std::mutex g_timeout_mu;
+// Keeps the submission of one call's tasks contiguous on every worker.
+std::mutex g_dispatch_mu;
+
+ManualContext& context(const char* op) {
+  if (!t_ctx)
+    throw CollectiveError(std::string("[") + op + "] collectives are valid only inside shard_map bodies");
+  return *t_ctx;
+}
+
+std::string axes_str(const std::vector<std::string>& axes) {
+  if (axes.size() == 1) return "'" + axes[0] + "'";
+  std::string s = "(";
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + axes[i] + "'";
+  return s + ")";
+}
+
+// The group of the current device for a collective over `axes`.
+Group group_for(ManualContext& c, const std::vector<std::string>& axes, const char* op) {
+  const Mesh& m = c.mesh;
+  if (axes.empty()) throw CollectiveError(std::string("[") + op + "] expected at least one axis name");
+  std::vector<bool> named(m.ndim(), false);
+  for (const auto& a : axes) {
+    const int i = m.axis_index(a);
+    if (i < 0) throw ShardingError(std::string("[") + op + "] no axis named '" + a + "' in " + m.str());
+    if (named[i]) throw ShardingError(std::string("[") + op + "] axis '" + a + "' is named twice");
+    named[i] = true;
+  }
+  const std::vector<int> me = m.coords(c.pos);
+  Group g;
+  g.session = c.session;
+  g.op = op;
+  g.axes = axes_str(axes);
+  g.key = g.axes + "|";
+  for (int i = 0; i < m.ndim(); ++i)
+    if (!named[i]) g.key += std::to_string(me[i]) + ",";
+  // Members: every device with my coordinates off the named axes, ordered by
+  // the mixed-radix index of their coordinates on the named axes.
+  std::vector<std::pair<int, int>> members;  // (index, position)
+  for (int q = 0; q < m.size(); ++q) {
+    const std::vector<int> cq = m.coords(q);
+    bool same = true;
+    for (int i = 0; i < m.ndim() && same; ++i) same = named[i] || cq[i] == me[i];
+    if (!same) continue;
+    int idx = 0;
+    for (const auto& a : axes) {
+      const int i = m.axis_index(a);
+      idx = idx * m.shape()[i] + cq[i];
+    }
+    members.emplace_back(idx, q);
+  }
+  std::sort(members.begin(), members.end());
+  for (const auto& [idx, q] : members) {
+    if (q == c.pos) g.rank = idx;
+    g.device_ids.push_back(m.devices()[q].id());
+  }
+  g.seq = c.seq[g.key]++;
+  return g;
+}
+
+Local local_of(const Array& x) {
+  const auto& impl = x.impl();
+  return {impl->buffers.at(0), impl->shape, impl->dtype};
+}
+
+// A local value made by a collective, varying over `vma`.
+Array make_local(ManualContext& c, const Local& l, std::vector<std::string> vma) {
+  auto impl = std::make_shared<ArrayImpl>(l.shape, l.dtype, NamedSharding(c.local_mesh, P()));
+  impl->buffers.push_back(l.data);
+  Array a(std::move(impl));
+  a.peek().vma = std::move(vma);
+  return a;
+}
+
+std::vector<std::string> without(std::vector<std::string> v, const std::vector<std::string>& axes) {
+  v.erase(std::remove_if(v.begin(), v.end(),
+                         [&](const std::string& a) { return std::find(axes.begin(), axes.end(), a) != axes.end(); }),
+          v.end());
+  return v;
+}
+
+void check_local(const Array& x, const char* op) {
+  if (!x.valid()) throw Error(std::string("[") + op + "] the operand is an empty (default-constructed) array");
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ Array hooks
+
+bool in_manual_body() { return t_ctx != nullptr; }
+
+const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a, bool mark) {
+  ManualContext& c = *t_ctx;
+  const Mesh& m = a->sharding.mesh();
+  if (m.size() == 1 && m.devices()[0] == c.local_mesh.devices()[0]) {
+    if (mark && !a->vma.empty()) c.pending = merged(std::move(c.pending), a->vma);
+    return a;
+  }
+  // A global array captured by the body: fine when replicated (it reads as
+  // this device's copy), an error otherwise.
+  auto it = c.localized.find(a.get());
+  if (it != c.localized.end()) return it->second;
+  const int pos = m.device_position(c.local_mesh.devices()[0]);
+  if (pos < 0 || !a->sharding.is_fully_replicated())
+    throw ShardingError("[shard_map] the body uses an array laid out as " + a->sharding.str() +
+                        " that is not one of its inputs; pass it as an argument with an in_spec (only replicated "
+                        "arrays on the same devices can be captured)");
+  auto local = std::make_shared<ArrayImpl>(a->shape, a->dtype, NamedSharding(c.local_mesh, P()));
+  local->buffers.push_back(a->buffers[pos]);
+  return c.localized.emplace(a.get(), std::move(local)).first->second;
+}
+
+void manual_made(const ArrayImpl& a) {
+  ManualContext& c = *t_ctx;
+  if (c.pending.empty()) return;
+  a.vma = merged(std::move(a.vma), c.pending);
+  c.pending.clear();
+}
+
+// --------------------------------------------------------------- the call
+
+std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
+                                  const std::vector<PartitionSpec>& out_specs, const ShardMapOptions& opt,
+                                  const std::vector<Array>& args) {
+  const char* op = "shard_map";
+  if (t_ctx) throw ShardingError("[shard_map] cannot be called inside a shard_map body");
+  if (args.size() != in_specs.size())
+    throw ShardingError(msg(op, "expected " + std::to_string(in_specs.size()) + " arguments (one per in_spec), got " +
+                                    std::to_string(args.size())));
+  for (const auto& s : out_specs) check_spec(mesh, s, op);
+  // Inputs laid out per in_specs.
+  std::vector<Array> inputs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    check_valid(args[i], op, "an argument");
+    const NamedSharding s = resolve_spec(mesh, in_specs[i], args[i].ndim(), op);
+    inputs.push_back(args[i].sharding().mesh() == mesh ? reshard_for(args[i], s, op) : device_put(args[i], s));
+  }
+  const int n = mesh.size();
+  auto session = communicator_for(mesh).open_session(mesh, config::collective_timeout());
+  std::vector<std::vector<Array>> outs(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<bool> echo(n, false);  // the error only reports another device's failure
+  auto task = [&](int pos) {
+    const Device dev = mesh.devices()[pos];
+    ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), session.get(), {}, {}, {}};
+    try {
+      // The local blocks, made before the context is set (they read the
+      // global inputs); each varies over the axes its spec names.
+      std::vector<Array> local;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        auto impl = std::make_shared<ArrayImpl>(inputs[i].sharding().shard_shape(inputs[i].shape(), pos),
+                                                inputs[i].dtype(), NamedSharding(c.local_mesh, P()));
+        impl->buffers.push_back(inputs[i].impl()->buffers[pos]);
+        for (int d = 0; d < inputs[i].ndim(); ++d)
+          impl->vma = merged(std::move(impl->vma), inputs[i].sharding().spec()[d].axes());
+        local.emplace_back(std::move(impl));
+      }
+      t_ctx = &c;
+      outs[pos] = body(local);
+    } catch (const PeerFailed&) {
+      errors[pos] = std::current_exception();
+      echo[pos] = true;
+    } catch (const std::exception& e) {
+      errors[pos] = std::current_exception();
+      session->abort(dev.id(), e.what());
+    } catch (...) {
+      errors[pos] = std::current_exception();
+      session->abort(dev.id(), "an exception that is not a std::exception");
+    }
+    t_ctx = nullptr;
+  };
+  {
+    // Submit all tasks at once relative to other calls (see the top).
+    std::lock_guard<std::mutex> lock(g_dispatch_mu);
+    run_on_devices(mesh.devices(), task);
+  }
+  for (int pos = 0; pos < n; ++pos)
+    if (errors[pos] && !echo[pos]) std::rethrow_exception(errors[pos]);
+  for (int pos = 0; pos < n; ++pos)
+    if (errors[pos]) std::rethrow_exception(errors[pos]);
+
+  // Assemble each output per its out spec.
+  const size_t nout = outs[0].size();
+  if (nout != out_specs.size())
+    throw ShardingError(msg(op, "the body returned " + std::to_string(nout) + " outputs but there are " +
+                                    std::to_string(out_specs.size()) + " out_specs"));
+  std::vector<Array> result;
+  for (size_t k = 0; k < nout; ++k) {
+    const PartitionSpec& spec = out_specs[k];
+    const Array& first = outs[0][k];
+    const int rank = first.ndim();
+    const NamedSharding s = resolve_spec(mesh, spec, rank, op);
+    std::set<std::string> named;
+    for (int d = 0; d < rank; ++d)
+      for (const auto& a : spec[d].axes()) named.insert(a);
+    for (int pos = 0; pos < n; ++pos) {
+      const Array& o = outs[pos][k];
+      if (o.ndim() != rank || o.dtype() != first.dtype())
+        throw ShapeError(msg(op, "output " + std::to_string(k) + " differs between devices: " + typeof(first) +
+                                     " on CPU " + std::to_string(mesh.devices()[0].id()) + ", " + typeof(o) +
+                                     " on CPU " + std::to_string(mesh.devices()[pos].id())));
+      if (opt.check_vma)
+        for (const auto& a : o.peek().vma)
+          if (!named.count(a))
+            throw ShardingError(msg(op, "out_specs " + spec.str() + " for output " + std::to_string(k) +
+                                            " claims it is replicated over mesh axis '" + a +
+                                            "', but it varies over '" + a + "' (" + typeof(o) +
+                                            "); reduce it with psum/all_gather, name '" + a +
+                                            "' in out_specs, or pass check_vma=false"));
+    }
+    // Global size of each dim: sum of the local sizes of its parts.
+    Shape shape = first.shape();
+    for (int d = 0; d < rank; ++d) {
+      const int k_parts = s.num_parts(d);
+      if (k_parts == 1) continue;
+      std::vector<std::int64_t> part_size(k_parts, -1);
+      for (int pos = 0; pos < n; ++pos) {
+        const int c = s.part_index(d, pos);
+        const std::int64_t len = outs[pos][k].shape()[d];
+        if (part_size[c] >= 0 && part_size[c] != len)
+          throw ShapeError(msg(op, "output " + std::to_string(k) + " has different sizes along dim " +
+                                       std::to_string(d) + " on devices of the same block"));
+        part_size[c] = len;
+      }
+      std::int64_t total = 0;
+      for (auto v : part_size) total += v;
+      for (int c = 0; c < k_parts; ++c)
+        if (part_size[c] != block_size(total, k_parts, c)) {
+          std::string sizes;
+          for (int j = 0; j < k_parts; ++j) sizes += (j ? ", " : "") + std::to_string(part_size[j]);
+          throw ShapeError(msg(op, "output " + std::to_string(k) + " has local sizes [" + sizes + "] along dim " +
+                                       std::to_string(d) + ", which is not the balanced layout of " +
+                                       std::to_string(total) + " over " + std::to_string(k_parts) +
+                                       " parts (the first n % k parts hold one more)"));
+        }
+      shape[d] = total;
+    }
+    for (int d = 0; d < rank; ++d)
+      if (s.num_parts(d) == 1)
+        for (int pos = 0; pos < n; ++pos)
+          if (outs[pos][k].shape()[d] != shape[d])
+            throw ShapeError(msg(op, "output " + std::to_string(k) + " is replicated along dim " + std::to_string(d) +
+                                         " but its local sizes differ between devices"));
+    // Buffers: each position takes the block of the replica at coordinate 0
+    // on the mesh axes the spec leaves out.
+    std::vector<Buffer> bufs(n);
+    for (int pos = 0; pos < n; ++pos) {
+      std::vector<int> cq = mesh.coords(pos);
+      for (int i = 0; i < mesh.ndim(); ++i)
+        if (!named.count(mesh.axis_names()[i])) cq[i] = 0;
+      int src = 0;
+      for (int i = 0; i < mesh.ndim(); ++i) src = src * mesh.shape()[i] + cq[i];
+      bufs[pos] = outs[src][k].impl()->buffers.at(0);
+    }
+    result.push_back(wrap(shape, first.dtype(), s, std::move(bufs)));
+  }
+  return result;
+}
+
+}  // namespace detail
+
+// ------------------------------------------------------------ collectives
+
+using detail::context;
+using detail::group_for;
+using detail::local_of;
+using detail::make_local;
+using detail::msg;
+
+namespace {
+
+Array reduce_collective(const Array& x0, const AxisNames& axes, detail::ReduceOp op, const char* name) {
+  auto& c = context(name);
+  detail::check_local(x0, name);
+  Array x = x0.dtype() == DType::bool_ && op == detail::ReduceOp::Sum ? astype(x0, DType::i32) : x0;
+  const auto vma = x.peek().vma;
+  auto g = group_for(c, axes.names(), name);
+  auto out = detail::all_reduce(detail::communicator_for(c.mesh), g, local_of(x), op);
+  return make_local(c, out, detail::without(vma, axes.names()));
+}
+
+}  // namespace
+
+Array psum(const Array& x, const AxisNames& axes) { return reduce_collective(x, axes, detail::ReduceOp::Sum, "psum"); }
+Array pmax(const Array& x, const AxisNames& axes) { return reduce_collective(x, axes, detail::ReduceOp::Max, "pmax"); }
+Array pmin(const Array& x, const AxisNames& axes) { return reduce_collective(x, axes, detail::ReduceOp::Min, "pmin"); }
+
+Array pmean(const Array& x, const AxisNames& axes) {
+  auto& c = context("pmean");
+  detail::check_local(x, "pmean");
+  int size = 1;
+  for (const auto& a : axes.names()) {
+    if (c.mesh.axis_index(a) < 0) throw ShardingError("[pmean] no axis named '" + a + "' in " + c.mesh.str());
+    size *= c.mesh.axis_size(a);
+  }
+  const Array xf = detail::is_float(x.dtype()) ? x : astype(x, DType::f32);
+  Array s = reduce_collective(xf, axes, detail::ReduceOp::Sum, "pmean");
+  auto vma = s.peek().vma;
+  Array out = divide(s, static_cast<double>(size));
+  out.peek().vma = vma;
+  return out;
+}
+
+Array all_gather(const Array& x, const AxisNames& axes, int axis, bool tiled) {
+  const char* name = "all_gather";
+  auto& c = context(name);
+  detail::check_local(x, name);
+  const int rank = x.ndim();
+  const int a = detail::normalize_axis(axis, tiled ? rank : rank + 1, name);
+  if (tiled && rank == 0) throw ShapeError("[all_gather] tiled gathering needs an array of rank >= 1, got a scalar");
+  const auto vma = x.peek().vma;
+  auto g = group_for(c, axes.names(), name);
+  auto out = detail::all_gather(detail::communicator_for(c.mesh), g, local_of(x), a, tiled);
+  return make_local(c, out, detail::without(vma, axes.names()));
+}
+
+Array psum_scatter(const Array& x, const AxisNames& axes, int scatter_dimension, bool tiled) {
+  const char* name = "psum_scatter";
+  auto& c = context(name);
+  detail::check_local(x, name);
+  const int d = detail::normalize_axis(scatter_dimension, x.ndim(), name);
+  auto vma = x.peek().vma;
+  auto g = group_for(c, axes.names(), name);
+  if (!tiled && x.shape()[d] != g.size())
+    throw ShapeError(msg("psum_scatter", "without tiled, dim " + std::to_string(d) + " must equal the number of "
+                                         "devices on " + g.axes + " (" + std::to_string(g.size()) + "), got shape " +
+                                         shape_str(x.shape())));
+  Array xi = x.dtype() == DType::bool_ ? astype(x, DType::i32) : x;
+  auto out = detail::reduce_scatter(detail::communicator_for(c.mesh), g, local_of(xi), d, tiled);
+  return make_local(c, out, detail::merged(vma, axes.names()));
+}
+
+Array ppermute(const Array& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
+  const char* name = "ppermute";
+  auto& c = context(name);
+  detail::check_local(x, name);
+  const auto vma = x.peek().vma;
+  auto g = group_for(c, axes.names(), name);
+  std::vector<bool> src_seen(g.size(), false), dst_seen(g.size(), false);
+  for (const auto& [s, d] : perm) {
+    if (s < 0 || s >= g.size() || d < 0 || d >= g.size())
+      throw ShardingError(msg(name, "pair (" + std::to_string(s) + ", " + std::to_string(d) +
+                                        ") is out of range for " + std::to_string(g.size()) + " devices on " + g.axes));
+    if (src_seen[s] || dst_seen[d])
+      throw ShardingError(msg(name, "each device may send once and receive once; (" + std::to_string(s) + ", " +
+                                        std::to_string(d) + ") repeats a source or destination"));
+    src_seen[s] = dst_seen[d] = true;
+  }
+  auto out = detail::permute(detail::communicator_for(c.mesh), g, local_of(x), perm);
+  return make_local(c, out, vma);
+}
+
+Array all_to_all(const Array& x, const AxisNames& axes, int split_axis, int concat_axis, bool tiled) {
+  const char* name = "all_to_all";
+  auto& c = context(name);
+  detail::check_local(x, name);
+  const int rank = x.ndim();
+  int split = detail::normalize_axis(split_axis, rank, name);
+  int concat = detail::normalize_axis(concat_axis, rank, name);
+  auto vma = x.peek().vma;
+  auto g = group_for(c, axes.names(), name);
+  Array in = x;
+  if (!tiled) {
+    // As JAX: split_axis must equal the group size; a new axis of that size
+    // appears at concat_axis and split_axis goes away.
+    if (x.shape()[split] != g.size())
+      throw ShapeError(msg(name, "without tiled, split_axis " + std::to_string(split) + " must equal the number of "
+                                 "devices on " + g.axes + " (" + std::to_string(g.size()) + "), got shape " +
+                                 shape_str(x.shape())));
+    if (split < concat) {
+      ++concat;
+      in = expand_dims(x, concat);
+    } else if (split > concat) {
+      in = expand_dims(x, concat);
+      ++split;
+    }
+  }
+  auto out = detail::all_to_all(detail::communicator_for(c.mesh), g, local_of(in), split, concat);
+  Array r = make_local(c, out, detail::merged(vma, axes.names()));
+  if (!tiled && split != concat) {
+    r = squeeze(r, {split});
+    r.peek().vma = detail::merged(vma, axes.names());
+  }
+  return r;
+}
+
+Array axis_index(const std::string& axis) {
+  auto& c = context("axis_index");
+  const int i = c.mesh.axis_index(axis);
+  if (i < 0) throw ShardingError("[axis_index] no axis named '" + axis + "' in " + c.mesh.str());
+  const std::int32_t v = c.mesh.coords(c.pos)[i];
+  Array a = device_put(std::vector<std::int32_t>{v}, {}, NamedSharding(c.local_mesh, P()));
+  a.peek().vma = {axis};
+  return a;
+}
+
+int axis_size(const std::string& axis) {
+  auto& c = context("axis_size");
+  const int i = c.mesh.axis_index(axis);
+  if (i < 0) throw ShardingError("[axis_size] no axis named '" + axis + "' in " + c.mesh.str());
+  return c.mesh.shape()[i];
+}
+
+namespace config {
+void set_collective_timeout(double seconds) {
+  if (!(seconds > 0))
+    throw CollectiveError("[set_collective_timeout] expected a positive number of seconds, got " +
+                          std::to_string(seconds));
+  std::lock_guard<std::mutex> lock(detail::g_timeout_mu);
+  detail::g_timeout = seconds;
+}
+double collective_timeout() {
+  std::lock_guard<std::mutex> lock(detail::g_timeout_mu);
+  if (detail::g_timeout < 0) detail::g_timeout = detail::timeout_from_env();
+  return detail::g_timeout;
+}
+}  // namespace config
+
+}  // namespace tessera
