@@ -3,9 +3,9 @@
 // axes each local value varies over.
 //
 // A call reshards the inputs to in_specs, opens a communicator session, and
-// runs the body on every device's worker at once (one task per worker,
-// submitted under one lock so concurrent calls queue in the same order on
-// every worker and cannot wait on each other). Each body sees single-device
+// runs the body on every device's worker at once (one task per worker).
+// Calls run one at a time (a process-wide lock): bodies of two calls queued
+// in different orders on two workers would otherwise wait on each other. Each body sees single-device
 // arrays; ops inside run inline on the worker. A thread-local context gives
 // collectives their device, mesh and per-group sequence numbers. If a body
 // throws, the session is aborted, which wakes every member waiting in a
@@ -68,7 +68,7 @@ double timeout_from_env() {
 
 double g_timeout = -1;  // < 0: not set yet
 std::mutex g_timeout_mu;
-// Keeps the submission of one call's tasks contiguous on every worker.
+// One shard_map call at a time (see the top).
 std::mutex g_dispatch_mu;
 
 ManualContext& context(const char* op) {
@@ -208,7 +208,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
   auto session = communicator_for(mesh).open_session(mesh, config::collective_timeout());
   std::vector<std::vector<Array>> outs(n);
   std::vector<std::exception_ptr> errors(n);
-  std::vector<bool> echo(n, false);  // the error only reports another device's failure
+  std::vector<char> echo(n, 0);  // the error only reports another device's failure (char: written concurrently)
   auto task = [&](int pos) {
     const Device dev = mesh.devices()[pos];
     ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), session.get(), {}, {}, {}};
@@ -228,7 +228,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
       outs[pos] = body(local);
     } catch (const PeerFailed&) {
       errors[pos] = std::current_exception();
-      echo[pos] = true;
+      echo[pos] = 1;
     } catch (const std::exception& e) {
       errors[pos] = std::current_exception();
       session->abort(dev.id(), e.what());
@@ -239,7 +239,6 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
     t_ctx = nullptr;
   };
   {
-    // Submit all tasks at once relative to other calls (see the top).
     std::lock_guard<std::mutex> lock(g_dispatch_mu);
     run_on_devices(mesh.devices(), task);
   }
