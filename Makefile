@@ -5,7 +5,7 @@ PRESET ?= default
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD := build/$(PRESET)
 
-.PHONY: all deps configure build demo test bench asan tsan clean
+.PHONY: all deps configure build demo test bench bench-compare asan tsan clean
 
 all: build
 
@@ -28,6 +28,10 @@ bench: build
 	@mkdir -p $(BUILD)/bench-results
 	@$(BUILD)/bench/bench_reshard --json $(BUILD)/bench-results/reshard.json
 	@$(BUILD)/bench/bench_ops --json $(BUILD)/bench-results/ops.json
+
+# Tessera and JAX side by side (JAX for CPU from PyPI into build/, only here).
+bench-compare: build
+	@bash bench/compare/run.sh $(BUILD)
 
 asan:
 	@$(MAKE) --no-print-directory test PRESET=asan
