@@ -1,7 +1,8 @@
 // `tessera demo`: a guided tour for a new user. Builds a 2-d mesh over the CPU
 // devices, places arrays of awkward sizes with several shardings, reshards
 // between layouts, shows each plan and what it moved, times the moves against
-// a memcpy of the same bytes, and checks every result against the source.
+// a memcpy of the same bytes, and checks every result against the source;
+// then runs the scenarios of examples/, manual mode (shard_map) last.
 #include <iomanip>
 #include <iostream>
 #include <numeric>
@@ -12,6 +13,7 @@
 #include <tessera/tessera.hpp>
 
 #include "bench_util.hpp"
+#include "collectives_tour/collectives_tour.hpp"
 #include "commands.hpp"
 #include "finite_difference/finite_difference.hpp"
 #include "mlp_layer/mlp_layer.hpp"
@@ -282,15 +284,25 @@ int cmd_demo(const Context& ctx, const DemoOptions& opt) {
 
   // ------------------------------------------------------- the scenarios
   heading("5. Computing on sharded arrays: two scenarios from examples/");
-  std::cout << "Global-view code on sharded arrays: each op picks the output layout and the communication.\n";
-  subheading("examples/finite_difference: diff along and across the sharded axis");
+  std::cout << "Global-view code on sharded arrays: each op picks the output layout and the communication.\n"
+               "Each scenario also has a shard_map form: per-device code, the subject of section 6.\n";
+  subheading("examples/finite_difference: diff along and across the sharded axis, and a hand-written halo exchange");
   const int fd_failures = examples::finite_difference(std::cout, opt.small_only ? 256 : 2048);
-  check.done += 2;
+  check.done += 3;
   check.failed += fd_failures;
-  subheading("examples/mlp_layer: sigmoid(x @ w + b), automatic and explicit mode");
+  subheading("examples/mlp_layer: sigmoid(x @ w + b), automatic, explicit and manual mode");
   const int mlp_failures = examples::mlp_layer(std::cout);
-  check.done += 2;
+  check.done += 3;
   check.failed += mlp_failures;
+
+  // ---------------------------------------------------------- manual mode
+  heading("6. Manual mode: shard_map and collectives");
+  std::cout << "examples/collectives_tour: per-device code on local blocks, collectives across devices, and\n"
+               "errors in place of hangs. Every step is checked against a plain host computation.\n";
+  int tour_checks = 0;
+  const int tour_failures = examples::collectives_tour(std::cout, &tour_checks);
+  check.done += tour_checks;
+  check.failed += tour_failures;
 
   // -------------------------------------------------------------- summary
   heading("Summary");

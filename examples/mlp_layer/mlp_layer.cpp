@@ -1,8 +1,11 @@
 // A neural-network layer from the SPMD tutorial: sigmoid(x @ w + b) with the
-// batch sharded over one mesh axis and the output features over the other.
+// batch sharded over one mesh axis and the output features over the other,
+// written three ways: automatic (global view), explicit (sharding in the
+// types) and manual (shard_map: per-device code on local blocks).
 #include "mlp_layer.hpp"
 
 #include <ostream>
+#include <string>
 #include <tessera/tessera.hpp>
 
 namespace ts = tessera;
@@ -57,6 +60,27 @@ int mlp_layer(std::ostream& os, long batch, long features) {
     const bool ok = close(y) && ts::typeof(y) == ts::typeof(h);
     failures += ok ? 0 : 1;
     os << ", typeof(sigmoid(x @ w + b)) = " << ts::typeof(y) << " ... " << (ok ? "ok" : "FAILED") << "\n";
+  }
+  {
+    // Manual mode: the body sees one device's blocks, x_local (rows of x)
+    // and w_local, b_local (columns of w and b), and its result is that
+    // device's block of y. No collective is needed.
+    ts::Mesh mesh = ts::make_mesh(g, {"i", "j"});
+    auto [x, w, b] = make(mesh, ts::P("i", ts::none), ts::P(ts::none, "j"), ts::P("j"));
+    std::string local_types;  // from the device at mesh coordinates (0, 0)
+    auto layer = ts::shard_map(
+        [&local_types](ts::Array xl, ts::Array wl, ts::Array bl) {
+          ts::Array yl = ts::sigmoid(ts::matmul(xl, wl) + bl);
+          if (ts::axis_index("i").item<int>() == 0 && ts::axis_index("j").item<int>() == 0)
+            local_types = ts::typeof(xl) + " @ " + ts::typeof(wl) + " + " + ts::typeof(bl) + " -> " + ts::typeof(yl);
+          return yl;
+        },
+        mesh, {ts::P("i", ts::none), ts::P(ts::none, "j"), ts::P("j")}, ts::P("i", "j"));
+    ts::Array y = layer(x, w, b);
+    const bool ok = close(y) && y.sharding() == ts::NamedSharding(mesh, ts::P("i", "j"));
+    failures += ok ? 0 : 1;
+    os << "  shard_map: on device (0, 0) " << local_types << ", assembled " << ts::typeof(y) << " ... "
+       << (ok ? "ok" : "FAILED") << "\n";
   }
   return failures;
 }
