@@ -43,6 +43,7 @@ struct ManualContext {
   Session* session = nullptr;
   std::map<std::string, long> seq;  // per group key
   std::vector<std::string> pending;  // axes read since the last value was made
+  std::vector<std::pair<std::string, std::int64_t>> log;  // (collective, bytes received), for explain
   std::unordered_map<const ArrayImpl*, std::shared_ptr<const ArrayImpl>> localized;
 };
 
@@ -132,6 +133,13 @@ Local local_of(const Array& x) {
   return {impl->buffers.at(0), impl->shape, impl->dtype};
 }
 
+// Records a collective for ts::explain: bytes this device received from the
+// others by the usual algorithmic count (all-reduce 2(n-1)/n of the data,
+// gathers and scatters (n-1)/n, a permute all of it when it receives).
+void log_comm(ManualContext& c, const Group& g, std::int64_t bytes) { c.log.emplace_back(g.op, bytes); }
+
+std::int64_t nbytes(const Local& l) { return num_elements(l.shape) * static_cast<std::int64_t>(itemsize(l.dtype)); }
+
 // A local value made by a collective, varying over `vma`.
 Array make_local(ManualContext& c, const Local& l, std::vector<std::string> vma) {
   auto impl = std::make_shared<ArrayImpl>(l.shape, l.dtype, NamedSharding(c.local_mesh, P()));
@@ -207,11 +215,12 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
   const int n = mesh.size();
   auto session = communicator_for(mesh).open_session(mesh, config::collective_timeout());
   std::vector<std::vector<Array>> outs(n);
+  std::vector<std::vector<std::pair<std::string, std::int64_t>>> logs(n);
   std::vector<std::exception_ptr> errors(n);
   std::vector<char> echo(n, 0);  // the error only reports another device's failure (char: written concurrently)
   auto task = [&](int pos) {
     const Device dev = mesh.devices()[pos];
-    ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), session.get(), {}, {}, {}};
+    ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), session.get(), {}, {}, {}, {}};
     try {
       // The local blocks, made before the context is set (they read the
       // global inputs); each varies over the axes its spec names.
@@ -237,10 +246,30 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
       session->abort(dev.id(), "an exception that is not a std::exception");
     }
     t_ctx = nullptr;
+    logs[pos] = std::move(c.log);
   };
   {
     std::lock_guard<std::mutex> lock(g_dispatch_mu);
     run_on_devices(mesh.devices(), task);
+  }
+  // What the collectives moved, one record per collective kind, for explain.
+  std::vector<std::string> kinds;
+  for (const auto& l : logs)
+    for (const auto& [name, bytes] : l)
+      if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) kinds.push_back(name);
+  for (const auto& kind : kinds) {
+    CommRecord rec;
+    rec.op = "shard_map";
+    rec.kind = kind;
+    rec.bytes_received.assign(n, 0);
+    rec.bytes_local.assign(n, 0);
+    for (int pos = 0; pos < n; ++pos)
+      for (const auto& [name, bytes] : logs[pos])
+        if (name == kind) {
+          rec.bytes_received[pos] += bytes;
+          ++rec.pieces;
+        }
+    record_comm(rec);
   }
   for (int pos = 0; pos < n; ++pos)
     if (errors[pos] && !echo[pos]) std::rethrow_exception(errors[pos]);
@@ -343,7 +372,9 @@ Array reduce_collective(const Array& x0, const AxisNames& axes, detail::ReduceOp
   Array x = x0.dtype() == DType::bool_ && op == detail::ReduceOp::Sum ? astype(x0, DType::i32) : x0;
   const auto vma = x.peek().vma;
   auto g = group_for(c, axes.names(), name);
-  auto out = detail::all_reduce(detail::communicator_for(c.mesh), g, local_of(x), op);
+  auto in = local_of(x);
+  auto out = detail::all_reduce(detail::communicator_for(c.mesh), g, in, op);
+  detail::log_comm(c, g, 2 * (g.size() - 1) * detail::nbytes(in) / g.size());
   return make_local(c, out, detail::without(vma, axes.names()));
 }
 
@@ -379,6 +410,7 @@ Array all_gather(const Array& x, const AxisNames& axes, int axis, bool tiled) {
   const auto vma = x.peek().vma;
   auto g = group_for(c, axes.names(), name);
   auto out = detail::all_gather(detail::communicator_for(c.mesh), g, local_of(x), a, tiled);
+  detail::log_comm(c, g, (g.size() - 1) * detail::nbytes(out) / g.size());
   return make_local(c, out, detail::without(vma, axes.names()));
 }
 
@@ -394,7 +426,9 @@ Array psum_scatter(const Array& x, const AxisNames& axes, int scatter_dimension,
                                          "devices on " + g.axes + " (" + std::to_string(g.size()) + "), got shape " +
                                          shape_str(x.shape())));
   Array xi = x.dtype() == DType::bool_ ? astype(x, DType::i32) : x;
-  auto out = detail::reduce_scatter(detail::communicator_for(c.mesh), g, local_of(xi), d, tiled);
+  auto in = local_of(xi);
+  auto out = detail::reduce_scatter(detail::communicator_for(c.mesh), g, in, d, tiled);
+  detail::log_comm(c, g, (g.size() - 1) * detail::nbytes(in) / g.size());
   return make_local(c, out, detail::merged(vma, axes.names()));
 }
 
@@ -415,6 +449,9 @@ Array ppermute(const Array& x, const AxisNames& axes, const std::vector<std::pai
     src_seen[s] = dst_seen[d] = true;
   }
   auto out = detail::permute(detail::communicator_for(c.mesh), g, local_of(x), perm);
+  bool receives = false;
+  for (const auto& [src, dst] : perm) receives = receives || (dst == g.rank && src != g.rank);
+  detail::log_comm(c, g, receives ? detail::nbytes(out) : 0);
   return make_local(c, out, vma);
 }
 
@@ -444,6 +481,7 @@ Array all_to_all(const Array& x, const AxisNames& axes, int split_axis, int conc
     }
   }
   auto out = detail::all_to_all(detail::communicator_for(c.mesh), g, local_of(in), split, concat);
+  detail::log_comm(c, g, (g.size() - 1) * detail::nbytes(out) / g.size());
   Array r = make_local(c, out, detail::merged(vma, axes.names()));
   if (!tiled && split != concat) {
     r = squeeze(r, {split});

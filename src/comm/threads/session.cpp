@@ -84,7 +84,7 @@ class ThreadsSession final : public Session {
     auto it = slots_.find(key);
     if (it == slots_.end()) it = slots_.emplace(key, std::make_shared<Slot>(this, g)).first;
     std::shared_ptr<Slot> slot = it->second;
-    if (!slot->error_.empty()) throw CollectiveError(prefix(g) + slot->error_);
+    if (!slot->error_.empty()) throw CollectiveError(group_prefix(*slot) + slot->error_);
     check_abort(g);
     slot->deps_[g.rank] = std::move(mine);
     slot->arrived_[g.rank] = true;
@@ -94,7 +94,8 @@ class ThreadsSession final : public Session {
       cv_.notify_all();
     }
     wait(lock, g, *slot, [&] { return slot->count_ == g.size(); }, "for all devices");
-    if (!slot->error_.empty()) throw CollectiveError(prefix(g) + slot->error_);
+    if (!slot->error_.empty()) throw CollectiveError(slot->count_ == g.size() ? group_prefix(*slot) + slot->error_
+                                                                               : prefix(g) + slot->error_);
     return slot;
   }
 
@@ -130,15 +131,36 @@ class ThreadsSession final : public Session {
   }
 
   static std::string prefix(const Group& g) { return "[" + g.op + "] "; }
+  // Errors about the whole group name member 0's op, so every member (and
+  // every run) reports the same text.
+  static std::string group_prefix(const Slot& s) {
+    const std::string& sig = s.deps_[0].signature;
+    if (sig.empty()) return prefix(s.group_);
+    std::string p = "[";
+    p += sig.substr(0, sig.find('('));
+    p += "] ";
+    return p;
+  }
 
   // "" when every member's signature agrees, else a message naming them.
   static std::string mismatch(const Slot& s) {
     const auto& d = s.deps_;
-    for (size_t r = 1; r < d.size(); ++r)
-      if (d[r].signature != d[0].signature)
-        return "mismatched collectives on axis " + s.group_.axes + ": CPU " + std::to_string(s.group_.device_ids[0]) +
-               " called " + d[0].signature + " but CPU " + std::to_string(s.group_.device_ids[r]) + " called " +
-               d[r].signature;
+    // The signature without the "[...]" shape part.
+    auto unshaped = [](const std::string& sig) {
+      const auto a = sig.find('['), b = sig.find(']');
+      return a == std::string::npos || b == std::string::npos ? sig : sig.substr(0, a) + sig.substr(b + 1);
+    };
+    for (size_t r = 1; r < d.size(); ++r) {
+      if (d[r].signature == d[0].signature) continue;
+      const std::string who0 = "CPU " + std::to_string(s.group_.device_ids[0]);
+      const std::string whor = "CPU " + std::to_string(s.group_.device_ids[r]);
+      if (unshaped(d[r].signature) == unshaped(d[0].signature))
+        return "needs the same shape on every device of axis " + s.group_.axes + ": " + who0 + " has " +
+               dtype_name(d[0].dtype) + shape_str(d[0].shape) + ", " + whor + " has " + dtype_name(d[r].dtype) +
+               shape_str(d[r].shape);
+      return "mismatched collectives on axis " + s.group_.axes + ": " + who0 + " called " + d[0].signature + " but " +
+             whor + " called " + d[r].signature;
+    }
     return "";
   }
 
