@@ -8,6 +8,7 @@
 // order, so results are bitwise reproducible and equal on every member.
 #include "comm/collectives.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,6 +19,9 @@
 namespace tessera::detail {
 
 namespace {
+
+// Working-set size for combining: the running result of a tile stays in L1/L2.
+constexpr std::int64_t kTileBytes = 64 * 1024;
 
 std::string sig(const std::string& op, const Local& in, const std::string& params, bool with_shape,
                 int free_dim = -1) {
@@ -77,18 +81,22 @@ Local all_reduce(Communicator& c, const Group& g, const Local& in, ReduceOp op) 
   if (g.size() == 1) return in;
   const std::int64_t n = num_elements(in.shape);
   const std::size_t isz = itemsize(in.dtype);
-  Buffer out = rv->shared(static_cast<std::size_t>(n) * isz, my_device(g));
+  Buffer out = rv->shared(static_cast<std::size_t>(n) * isz, g.rank, my_device(g));
   // Member r reduces the r-th balanced chunk for everyone.
   const Slice chunk = block_slice(n, g.size(), g.rank);
   if (chunk.size() > 0) {
     const auto& d = rv->deposits();
-    auto* o = static_cast<unsigned char*>(out.data()) + chunk.start * static_cast<std::int64_t>(isz);
-    std::memcpy(o, static_cast<const unsigned char*>(d[0].data.data()) + chunk.start * static_cast<std::int64_t>(isz),
-                static_cast<std::size_t>(chunk.size()) * isz);
     dispatch(in.dtype, [&](auto t) {
       using T = decltype(t);
-      for (int r = 1; r < g.size(); ++r)
-        combine<T>(op, reinterpret_cast<T*>(o), static_cast<const T*>(d[r].data.data()) + chunk.start, chunk.size());
+      T* o = static_cast<T*>(out.data());
+      // Tile by tile, so the running sum stays in cache while every member's
+      // tile is added (same order per element: same bits).
+      const std::int64_t tile = std::max<std::int64_t>(1, kTileBytes / static_cast<std::int64_t>(isz));
+      for (std::int64_t lo = chunk.start; lo < chunk.stop; lo += tile) {
+        const std::int64_t len = std::min(tile, chunk.stop - lo);
+        std::memcpy(o + lo, static_cast<const T*>(d[0].data.data()) + lo, static_cast<std::size_t>(len) * isz);
+        for (int r = 1; r < g.size(); ++r) combine<T>(op, o + lo, static_cast<const T*>(d[r].data.data()) + lo, len);
+      }
     });
   }
   rv->barrier();
@@ -113,7 +121,7 @@ Local all_gather(Communicator& c, const Group& g, const Local& in, int axis, boo
     for (int r = 0; r < g.size(); ++r) offset[r] = r;
   }
   const std::size_t isz = itemsize(in.dtype);
-  Buffer res = rv->shared(static_cast<std::size_t>(num_elements(out)) * isz, my_device(g));
+  Buffer res = rv->shared(static_cast<std::size_t>(num_elements(out)) * isz, g.rank, my_device(g));
   // Write my piece.
   Shape mine = in.shape;
   if (!tiled) mine.insert(mine.begin() + axis, 1);

@@ -52,9 +52,9 @@ class Rendezvous {
   virtual ~Rendezvous() = default;
   /// Every member's deposit, in member order.
   virtual const std::vector<Deposit>& deposits() const = 0;
-  /// A buffer shared by all members, allocated by the first caller on its own
-  /// device (the others wait for it).
-  virtual Buffer shared(std::size_t nbytes, int device_id) = 0;
+  /// A buffer shared by all members. Member 0 allocates it on its own device
+  /// (so repeated calls reuse that device's cached block); the others wait.
+  virtual Buffer shared(std::size_t nbytes, int rank, int device_id) = 0;
   /// Returns once every member has called it.
   virtual void barrier() = 0;
 };

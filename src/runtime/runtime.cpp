@@ -96,9 +96,17 @@ void Allocator::deallocate(void* p, std::size_t nbytes) {
   const std::size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   in_use_ -= size;
-  if (cached_ + size > kMaxCachedBytes) {
+  if (size > kMaxCachedBytes) {
     std::free(p);
     return;
+  }
+  // Make room by evicting other cached blocks, largest first: the block just
+  // freed is the likeliest to be asked for again.
+  while (cached_ + size > kMaxCachedBytes) {
+    auto victim = std::prev(free_.end());
+    std::free(victim->second);
+    cached_ -= victim->first;
+    free_.erase(victim);
   }
   free_.emplace(size, p);
   cached_ += size;
@@ -129,11 +137,11 @@ Worker::Worker(int device_id, bool poll) : device_id_(device_id), poll_(poll), t
 
 Worker::~Worker() { stop(); }
 
-void Worker::submit(std::function<void()> task) {
+void Worker::submit(std::function<void()> task, bool poll_after) {
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(task));
+    queue_.emplace_back(std::move(task), poll_after);
     queued_.fetch_add(1, std::memory_order_release);
     wake = sleeping_;
   }
@@ -151,13 +159,14 @@ void Worker::stop() {
 
 void Worker::loop() {
   t_current_device = device_id_;
+  bool poll_next = poll_;
   for (;;) {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (queue_.empty()) {
         if (stopping_) return;
-        if (poll_) {
+        if (poll_next) {
           // Poll for a while before sleeping; yield so a thread with work
           // gets the core first.
           lock.unlock();
@@ -171,7 +180,8 @@ void Worker::loop() {
         sleeping_ = false;
         if (queue_.empty()) return;  // stopping and drained
       }
-      task = std::move(queue_.front());
+      task = std::move(queue_.front().first);
+      poll_next = poll_ || queue_.front().second;
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_relaxed);
     }
@@ -185,10 +195,8 @@ Runtime::Runtime(int n) {
   allocators_.reserve(n);
   workers_.reserve(n);
   for (int i = 0; i < n; ++i) allocators_.push_back(std::make_unique<Allocator>(i));
-  // Polling pays only when each worker can have a core.
-  const bool poll = n < static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 1;
-  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(i, poll));
-  poll_ = poll;
+  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(i));
+  cores_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 void Runtime::shutdown() {
@@ -233,6 +241,7 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
       s.cv.notify_all();
     }
   };
+  const bool poll = rt.polls_for(n);
   std::vector<int> inline_indices;
   for (int i = 0; i < n; ++i) {
     Worker& w = rt.worker(devices[i].id());
@@ -247,7 +256,7 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
         st->errors[i] = std::current_exception();
       }
       finish(*st);
-    });
+    }, poll);
   }
   for (int i : inline_indices) {
     try {
@@ -257,7 +266,7 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
     }
     finish(*st);
   }
-  if (rt.polls()) {
+  if (poll) {
     const auto until = std::chrono::steady_clock::now() + kPollTime;
     while (st->remaining.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < until)
       std::this_thread::yield();

@@ -51,18 +51,20 @@ class Allocator {
 };
 
 /// A persistent thread with an in-order queue of tasks. After its queue runs
-/// dry the thread polls briefly (yielding the core) before it sleeps, so a
-/// stream of small ops does not pay a sleep/wake-up per op; it polls only
-/// when every worker can have a core of its own.
+/// dry the thread may poll briefly (yielding the core) before it sleeps, so a
+/// stream of small ops does not pay a sleep/wake-up per op: it does when the
+/// last task asked for it (work spread over no more devices than cores), or
+/// always when constructed with `poll`.
 class Worker {
  public:
-  Worker(int device_id, bool poll);
+  explicit Worker(int device_id, bool poll = false);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  /// Appends a task; tasks run in submission order.
-  void submit(std::function<void()> task);
+  /// Appends a task; tasks run in submission order. `poll_after`: poll for
+  /// more work after it instead of sleeping at once.
+  void submit(std::function<void()> task, bool poll_after = false);
   /// Stops after the queued tasks and joins the thread.
   void stop();
   /// True when called from this worker's thread.
@@ -73,7 +75,7 @@ class Worker {
   int device_id_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::pair<std::function<void()>, bool>> queue_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   bool sleeping_ = false;       // guarded by mu_
   bool stopping_ = false;
@@ -92,15 +94,16 @@ class Runtime {
   int num_devices() const { return static_cast<int>(workers_.size()); }
   Worker& worker(int id) { return *workers_.at(id); }
   Allocator& allocator(int id) { return *allocators_.at(id); }
-  /// Whether idle workers and waiting callers poll before sleeping.
-  bool polls() const { return poll_; }
+  /// Whether work over `n` devices should poll rather than sleep while
+  /// waiting: only when each of them can have a core.
+  bool polls_for(int n) const { return n <= cores_; }
 
  private:
   explicit Runtime(int n);
   void shutdown();
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::unique_ptr<Allocator>> allocators_;
-  bool poll_ = false;
+  int cores_ = 1;
 };
 
 /// Id of the device whose worker runs the current thread, or -1.

@@ -49,7 +49,7 @@ class Slot final : public Rendezvous {
  public:
   Slot(ThreadsSession* s, const Group& g) : session_(s), group_(g), deps_(g.size()), arrived_(g.size(), false) {}
   const std::vector<Deposit>& deposits() const override { return deps_; }
-  Buffer shared(std::size_t nbytes, int device_id) override;
+  Buffer shared(std::size_t nbytes, int rank, int device_id) override;
   void barrier() override;
 
   ThreadsSession* session_;
@@ -59,13 +59,13 @@ class Slot final : public Rendezvous {
   int count_ = 0;
   std::string error_;
   Buffer shared_;
-  bool allocating_ = false, allocated_ = false;
+  bool allocated_ = false;
   int at_barrier_ = 0;
 };
 
 class ThreadsSession final : public Session {
  public:
-  explicit ThreadsSession(double timeout) : timeout_(timeout), poll_(Runtime::get().polls()) {}
+  ThreadsSession(double timeout, bool poll) : timeout_(timeout), poll_(poll) {}
 
   void abort(int device_id, const std::string& what) override {
     {
@@ -173,18 +173,17 @@ class ThreadsSession final : public Session {
   std::map<std::pair<std::string, long>, std::shared_ptr<Slot>> slots_;
 };
 
-Buffer Slot::shared(std::size_t nbytes, int device_id) {
+Buffer Slot::shared(std::size_t nbytes, int rank, int device_id) {
   ThreadsSession& s = *session_;
-  std::unique_lock<std::mutex> lock(s.mu_);
-  if (!allocated_ && !allocating_) {
-    allocating_ = true;
-    lock.unlock();
+  if (rank == 0) {
     Buffer b(device_id, nbytes);  // on the caller's own device: its worker is the caller
-    lock.lock();
+    std::lock_guard<std::mutex> lock(s.mu_);
     shared_ = std::move(b);
     allocated_ = true;
     s.cv_.notify_all();
+    return shared_;
   }
+  std::unique_lock<std::mutex> lock(s.mu_);
   s.wait(lock, group_, *this, [&] { return allocated_; }, "for the shared buffer");
   if (!error_.empty()) throw CollectiveError(ThreadsSession::prefix(group_) + error_);
   return shared_;
@@ -200,7 +199,9 @@ void Slot::barrier() {
 
 }  // namespace
 
-std::shared_ptr<Session> make_threads_session(double timeout_s) { return std::make_shared<ThreadsSession>(timeout_s); }
+std::shared_ptr<Session> make_threads_session(double timeout_s, bool poll) {
+  return std::make_shared<ThreadsSession>(timeout_s, poll);
+}
 
 std::shared_ptr<Rendezvous> threads_meet(const Group& g, Deposit mine) {
   return static_cast<ThreadsSession*>(g.session)->meet(g, std::move(mine));

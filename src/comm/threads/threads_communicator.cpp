@@ -9,7 +9,7 @@
 
 namespace tessera::detail {
 
-std::shared_ptr<Session> make_threads_session(double timeout_s);
+std::shared_ptr<Session> make_threads_session(double timeout_s, bool poll);
 std::shared_ptr<Rendezvous> threads_meet(const Group& g, Deposit mine);
 
 namespace {
@@ -18,8 +18,8 @@ class ThreadsCommunicator final : public Communicator {
  public:
   std::string backend() const override { return "threads"; }
 
-  std::shared_ptr<Session> open_session(const Mesh&, double timeout_s) override {
-    return make_threads_session(timeout_s);
+  std::shared_ptr<Session> open_session(const Mesh& mesh, double timeout_s) override {
+    return make_threads_session(timeout_s, Runtime::get().polls_for(mesh.size()));
   }
   std::shared_ptr<Rendezvous> meet(const Group& g, Deposit mine) override { return threads_meet(g, std::move(mine)); }
 
