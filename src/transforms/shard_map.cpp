@@ -405,8 +405,8 @@ Array all_gather(const Array& x, const AxisNames& axes, int axis, bool tiled) {
   auto& c = context(name);
   detail::check_local(x, name);
   const int rank = x.ndim();
-  const int a = detail::normalize_axis(axis, tiled ? rank : rank + 1, name);
   if (tiled && rank == 0) throw ShapeError("[all_gather] tiled gathering needs an array of rank >= 1, got a scalar");
+  const int a = detail::normalize_axis(axis, tiled ? rank : rank + 1, name);
   const auto vma = x.peek().vma;
   auto g = group_for(c, axes.names(), name);
   auto out = detail::all_gather(detail::communicator_for(c.mesh), g, local_of(x), a, tiled);
@@ -452,7 +452,9 @@ Array ppermute(const Array& x, const AxisNames& axes, const std::vector<std::pai
   bool receives = false;
   for (const auto& [src, dst] : perm) receives = receives || (dst == g.rank && src != g.rank);
   detail::log_comm(c, g, receives ? detail::nbytes(out) : 0);
-  return make_local(c, out, vma);
+  // Varies over the permuted axes even when the input did not: devices that
+  // receive nothing hold zeros.
+  return make_local(c, out, detail::merged(vma, axes.names()));
 }
 
 Array all_to_all(const Array& x, const AxisNames& axes, int split_axis, int concat_axis, bool tiled) {
