@@ -28,6 +28,7 @@ bench: build
 	@mkdir -p $(BUILD)/bench-results
 	@$(BUILD)/bench/bench_reshard --json $(BUILD)/bench-results/reshard.json
 	@$(BUILD)/bench/bench_ops --json $(BUILD)/bench-results/ops.json
+	@$(BUILD)/bench/bench_collectives --json $(BUILD)/bench-results/collectives.json
 
 # Tessera and JAX side by side (JAX for CPU from PyPI into build/, only here).
 bench-compare: build
