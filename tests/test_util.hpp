@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <thread>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -115,6 +120,27 @@ void for_each_layout(int rank, F&& fn) {
     }
     for (const auto& s : specs) fn(NamedSharding(m, s));
   }
+}
+
+// Runs fn on another thread; a hang aborts the binary instead of stalling
+// the suite. Exceptions from fn are rethrown here.
+template <class F>
+void within(double limit_s, F fn) {
+  std::packaged_task<void()> task(std::move(fn));
+  auto done = task.get_future();
+  std::thread t(std::move(task));
+  if (done.wait_for(std::chrono::duration<double>(limit_s)) != std::future_status::ready) {
+    std::fprintf(stderr, "HANG: the call did not return within %g s\n", limit_s);
+    std::abort();
+  }
+  t.join();
+  done.get();
+}
+
+// The first n devices.
+inline std::vector<Device> first_devices(int n) {
+  auto d = devices();
+  return std::vector<Device>(d.begin(), d.begin() + n);
 }
 
 // Number of elements of a shape.

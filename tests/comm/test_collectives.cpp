@@ -40,25 +40,8 @@ class Collectives : public ::testing::Test {
   void SetUp() override { ts::config::set_collective_timeout(20.0); }
 };
 
-// Runs fn on another thread; a hang aborts the binary instead of stalling
-// the suite. Exceptions from fn are rethrown here.
-template <class F>
-void within(double limit_s, F fn) {
-  std::packaged_task<void()> task(std::move(fn));
-  auto done = task.get_future();
-  std::thread t(std::move(task));
-  if (done.wait_for(std::chrono::duration<double>(limit_s)) != std::future_status::ready) {
-    std::fprintf(stderr, "HANG: the call did not return within %g s\n", limit_s);
-    std::abort();
-  }
-  t.join();
-  done.get();
-}
-
-std::vector<ts::Device> first(int n) {
-  auto d = ts::devices();
-  return std::vector<ts::Device>(d.begin(), d.begin() + n);
-}
+using ts::testing::within;
+std::vector<ts::Device> first(int n) { return ts::testing::first_devices(n); }
 
 // ------------------------------------------------------ host reference arrays
 
