@@ -44,8 +44,8 @@ T identity(Red r) {
 template <class T>
 using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
 
-template <class A>
-inline A combine1(Red r, A acc, A v) {
+template <Red r, class A>
+inline A combine1(A acc, A v) {
   switch (r) {
     case Red::Sum: return acc + v;
     case Red::Prod: return acc * v;
@@ -63,12 +63,27 @@ inline A combine1(Red r, A acc, A v) {
   return acc;
 }
 
+// The kind as a template argument, so the inner loops carry no switch and
+// vectorise.
+template <class F>
+decltype(auto) with_red(Red r, F&& f) {
+  switch (r) {
+    case Red::Sum: return f(std::integral_constant<Red, Red::Sum>{});
+    case Red::Prod: return f(std::integral_constant<Red, Red::Prod>{});
+    case Red::Max: return f(std::integral_constant<Red, Red::Max>{});
+    case Red::Min: return f(std::integral_constant<Red, Red::Min>{});
+    case Red::Any: return f(std::integral_constant<Red, Red::Any>{});
+    case Red::All: return f(std::integral_constant<Red, Red::All>{});
+  }
+  return f(std::integral_constant<Red, Red::Sum>{});
+}
+
 // Reduces a row-major block of shape `shape` over dims with reduced[d] into
 // `out` (keepdims layout). Walks the input in order with an odometer over all
 // dims but the last; the last dim is either summed into one value or
 // accumulated elementwise into an output row.
-template <class T>
-void local_reduce(Red r, const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out) {
+template <Red r, class T>
+void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out) {
   using A = Acc<T>;
   const int rank = static_cast<int>(shape.size());
   std::int64_t nout = 1, nin = 1;
@@ -94,11 +109,20 @@ void local_reduce(Red r, const T* in, const Shape& shape, const std::vector<bool
       for (int d = 0; d < rank - 1; ++d) o += idx[d] * ostride[d];
       if (reduced[rank - 1]) {
         A v = acc[o];
-        for (std::int64_t j = 0; j < inner; ++j) v = combine1<A>(r, v, static_cast<A>(p[j]));
+        std::int64_t j = 0;
+        if constexpr (r == Red::Sum) {
+          // Eight independent partial sums (combined in a fixed order, so
+          // still deterministic) let the compiler vectorise a contiguous sum.
+          A lane[8] = {};
+          for (; j + 8 <= inner; j += 8)
+            for (int k = 0; k < 8; ++k) lane[k] += static_cast<A>(p[j + k]);
+          v += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        }
+        for (; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(p[j]));
         acc[o] = v;
       } else {
         A* row = acc.data() + o;
-        for (std::int64_t j = 0; j < inner; ++j) row[j] = combine1<A>(r, row[j], static_cast<A>(p[j]));
+        for (std::int64_t j = 0; j < inner; ++j) row[j] = combine1<r, A>(row[j], static_cast<A>(p[j]));
       }
       p += inner;
       int d = rank - 2;
@@ -106,7 +130,7 @@ void local_reduce(Red r, const T* in, const Shape& shape, const std::vector<bool
       if (d < 0) break;
     }
   } else if (rank == 0) {
-    acc[0] = combine1<A>(r, acc[0], static_cast<A>(in[0]));
+    acc[0] = combine1<r, A>(acc[0], static_cast<A>(in[0]));
   }
   for (std::int64_t i = 0; i < nout; ++i) out[i] = static_cast<T>(acc[i]);
 }
@@ -188,7 +212,10 @@ Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const 
     Buffer b(mesh.devices()[pos].id(), static_cast<size_t>(detail::num_elements(lk)) * itemsize(t));
     detail::dispatch(t, [&](auto tag) {
       using T = decltype(tag);
-      local_reduce<T>(r, static_cast<const T*>(detail::local_data(x, pos)), local, reduced, static_cast<T*>(b.data()));
+      with_red(r, [&](auto kind) {
+        local_reduce<decltype(kind)::value, T>(static_cast<const T*>(detail::local_data(x, pos)), local, reduced,
+                                               static_cast<T*>(b.data()));
+      });
     });
     partial[pos] = std::move(b);
   });
@@ -205,7 +232,9 @@ Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const 
       using T = decltype(tag);
       T* a = static_cast<T*>(acc);
       const T* b = static_cast<const T*>(in);
-      for (std::int64_t i = 0; i < cnt; ++i) a[i] = combine1<T>(r, a[i], b[i]);
+      with_red(r, [&](auto kind) {
+        for (std::int64_t i = 0; i < cnt; ++i) a[i] = combine1<decltype(kind)::value, T>(a[i], b[i]);
+      });
     });
   };
   std::vector<Buffer> out = detail::reduce_over(mesh, mesh_axes, itemsize(t), combine, partial, pbox, obox, op);
