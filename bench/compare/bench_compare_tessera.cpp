@@ -1,0 +1,369 @@
+// bench_compare_tessera: the Tessera half of `make bench-compare`.
+//
+//   bench_compare_tessera --workload diff_rows[,diff_cols,...] [--reps 5] [--devices N]
+//   bench_compare_tessera --limits [--devices N]
+//   bench_compare_tessera --list
+//
+// Runs the named workloads and prints one JSON line per workload:
+//   {"side": "tessera", "workload": ..., "layout": ..., "seconds": <median>,
+//    "samples": [...], "inner": <calls per sample>, "bytes"/"flops": ...,
+//    "limit": "stream1" | "streamN" | "blas" | "memcpy" | "none", ...}
+// or {"workload": ..., "error": "..."} when the workload raised. `--limits`
+// prints the machine limits of this run as one JSON line (STREAM-like copy
+// bandwidth for 1 and N threads, single-thread sgemm peak, memcpy).
+//
+// bench/compare/jax_workloads.py runs the same workloads (same names, shapes,
+// dtypes, device counts and shardings) in JAX; compare.py alternates the two.
+// Every sample is the time of `inner` calls, each ending in
+// block_until_ready() (dispatch: `inner` calls, then one block), divided by
+// `inner`; `inner` grows until a sample takes >= 2 ms so that clock
+// resolution does not matter. One untimed warm-up call precedes the samples.
+#include <cblas.h>
+
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <tessera/tessera.hpp>
+
+#include "bench_util.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace ts = tessera;
+namespace tb = tessera::bench;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr double kMinSample = 2e-3;  // seconds per sample, at least
+
+struct Timing {
+  std::vector<double> samples;  // seconds per call
+  int inner = 1;
+};
+
+// One warm-up call, then `inner` calibrated so that a sample takes >=
+// kMinSample, then `reps` samples. `call` runs one complete call (blocking).
+Timing time_calls(int reps, const std::function<void()>& call) {
+  call();
+  Timing t;
+  for (;;) {
+    const double t0 = tb::now_seconds();
+    for (int i = 0; i < t.inner; ++i) call();
+    const double dt = tb::now_seconds() - t0;
+    if (dt >= kMinSample || t.inner >= (1 << 20)) break;
+    t.inner = dt <= 0 ? t.inner * 16 : std::min(t.inner * 16, static_cast<int>(t.inner * 1.5 * kMinSample / dt) + 1);
+  }
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = tb::now_seconds();
+    for (int i = 0; i < t.inner; ++i) call();
+    t.samples.push_back((tb::now_seconds() - t0) / t.inner);
+  }
+  return t;
+}
+
+// Two axes for an N-device 2-d mesh: (N/2, 2) when even, else (N, 1).
+std::vector<int> mesh_2d(int n) { return n % 2 == 0 && n > 1 ? std::vector<int>{n / 2, 2} : std::vector<int>{n, 1}; }
+
+std::string tuple_str(const std::vector<int>& v) {
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + (v.size() == 1 ? ",)" : ")");
+}
+
+json result(const std::string& workload, const std::string& layout, const Timing& t) {
+  return json{{"side", "tessera"},         {"workload", workload},        {"layout", layout},
+              {"seconds", tb::median(t.samples)}, {"samples", t.samples}, {"inner", t.inner}};
+}
+
+// Single-thread sgemm GFLOP/s on 1024^3 (the per-device compute limit), as bench_ops.
+double blas_peak_gflops() {
+  const int n = 1024;
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n, 0.0f);
+  openblas_set_num_threads(1);
+  auto t = tb::time_reps(1, 5, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  });
+  return 2.0 * n * n * n / *std::min_element(t.begin(), t.end()) / 1e9;
+}
+
+// Per-device elements of a collective input of about `bytes` f32 bytes,
+// rounded down to a multiple of n so psum_scatter / all_to_all can split it.
+std::int64_t collective_elems(std::int64_t bytes, int n) { return bytes / 4 / n * n; }
+
+class Runner {
+ public:
+  Runner(int reps) : reps_(reps), n_(ts::device_count()), devs_(ts::devices()) {}
+
+  static const std::vector<std::string>& names() {
+    static const std::vector<std::string> v = [] {
+      std::vector<std::string> out = {"diff_1dev", "diff_rows", "diff_cols", "sin",      "sum",
+                                      "mlp_auto",  "mlp_shard_map"};
+      for (const char* size : {"4k", "64m"})
+        for (const char* c : {"psum", "all_gather", "psum_scatter", "ppermute", "all_to_all"})
+          out.push_back(std::string(c) + "_" + size);
+      out.push_back("dispatch");
+      out.push_back("uneven_diff");
+      return out;
+    }();
+    return v;
+  }
+
+  json run(const std::string& w) {
+    if (w.rfind("diff_", 0) == 0) return diff(w);
+    if (w == "sin") return sin();
+    if (w == "sum") return sum();
+    if (w == "mlp_auto" || w == "mlp_shard_map") return mlp(w);
+    if (w == "dispatch") return dispatch();
+    if (w == "uneven_diff") return uneven();
+    for (const char* size : {"_4k", "_64m"}) {
+      const std::string suffix(size);
+      if (w.size() > suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return collective(w, w.substr(0, w.size() - suffix.size()), suffix == "_4k" ? 4096 : std::int64_t(64) << 20);
+    }
+    throw std::invalid_argument("unknown workload '" + w + "' (--list shows them)");
+  }
+
+ private:
+  ts::Mesh line() const { return ts::make_mesh({n_}, {"x"}); }
+
+  std::string nstr() const { return std::to_string(n_); }
+
+  // diff(x, 1, axis=0, prepend=0) on 4096x4096 f64: one device, rows over N
+  // (along the sharded axis), columns over N (across it).
+  json diff(const std::string& w) {
+    const std::int64_t m = 4096;
+    std::vector<double> host(static_cast<size_t>(m * m));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<double>(i % 1000) * 0.5;
+    ts::Mesh one(std::vector<ts::Device>{devs_[0]}, {1}, {"x"});
+    ts::Mesh mesh = w == "diff_1dev" ? one : line();
+    ts::PartitionSpec spec = w == "diff_1dev" ? ts::P() : w == "diff_rows" ? ts::P("x") : ts::P(ts::none, "x");
+    ts::PartitionSpec zspec = w == "diff_cols" ? ts::P(ts::none, "x") : ts::P();
+    std::string layout = w == "diff_1dev" ? "1 device" : w == "diff_rows" ? "(" + nstr() + ",1)" : "(1," + nstr() + ")";
+    auto x = ts::device_put(host, {m, m}, ts::NamedSharding(mesh, spec));
+    auto z = ts::zeros({1, m}, ts::f64, ts::NamedSharding(mesh, zspec));
+    ts::Array y;
+    auto ex = ts::explain([&] { y = ts::diff(x, 1, 0, {.prepend = z}).block_until_ready(); });
+    auto t = time_calls(reps_, [&] { ts::diff(x, 1, 0, {.prepend = z}).block_until_ready(); });
+    json r = result(w, layout, t);
+    r["dtype"] = ts::dtype_name(y.dtype());
+    r["shape"] = y.shape();
+    r["bytes"] = 2.0 * m * m * 8;
+    r["limit"] = mesh.size() == 1 ? "stream1" : "streamN";
+    r["moved_bytes"] = ex.bytes_moved();
+    return r;
+  }
+
+  json sin() {
+    const std::int64_t len = std::int64_t(1) << 24;
+    auto x = ts::random::uniform(ts::random::key(0), {len}, ts::f32, ts::NamedSharding(line(), ts::P("x")), -3, 3);
+    auto t = time_calls(reps_, [&] { (2.0f * ts::sin(x) + 1.0f).block_until_ready(); });
+    json r = result("sin", "(" + nstr() + ",)", t);
+    r["dtype"] = ts::dtype_name((2.0f * ts::sin(x) + 1.0f).dtype());
+    r["bytes"] = 2.0 * len * 4;  // one read and one write: the fused minimum
+    r["limit"] = "streamN";
+    return r;
+  }
+
+  json sum() {
+    const std::int64_t m = 4096;
+    auto x = ts::random::uniform(ts::random::key(2), {m, m}, ts::f32, ts::NamedSharding(line(), ts::P("x")));
+    auto ex = ts::explain([&] { ts::sum(x, {0}).block_until_ready(); });
+    auto t = time_calls(reps_, [&] { ts::sum(x, {0}).block_until_ready(); });
+    json r = result("sum", "(" + nstr() + ",1)", t);
+    r["dtype"] = ts::dtype_name(ts::sum(x, {0}).dtype());
+    r["shape"] = ts::sum(x, {0}).shape();
+    r["bytes"] = 1.0 * m * m * 4;
+    r["limit"] = "streamN";
+    r["moved_bytes"] = ex.bytes_moved();
+    return r;
+  }
+
+  // sigmoid(x @ w + b), x 8192x1024 rows over 'i', w 1024x1024 columns over
+  // 'j'. shard_map form: the contracting dim sharded over 'j' on both sides,
+  // local product, psum over 'j' (the tutorial's matmul with psum).
+  json mlp(const std::string& w) {
+    const auto ms = mesh_2d(n_);
+    ts::Mesh mesh = ts::make_mesh(ms, {"i", "j"});
+    const std::int64_t M = 8192, K = 1024, N = 1024;
+    auto key = ts::random::key(1);
+    const bool sm = w == "mlp_shard_map";
+    auto x = ts::random::normal(key, {M, K}, ts::f32, ts::NamedSharding(mesh, sm ? ts::P("i", "j") : ts::P("i", ts::none)));
+    auto wt = ts::random::normal(ts::random::fold_in(key, 1), {K, N}, ts::f32,
+                                 ts::NamedSharding(mesh, sm ? ts::P("j", ts::none) : ts::P(ts::none, "j")));
+    auto b = ts::random::uniform(ts::random::fold_in(key, 2), {N}, ts::f32,
+                                 ts::NamedSharding(mesh, sm ? ts::P() : ts::P("j")));
+    std::function<void()> call;
+    if (sm) {
+      auto f = ts::shard_map(
+          [](ts::Array xl, ts::Array wl, ts::Array bl) { return ts::sigmoid(ts::psum(ts::matmul(xl, wl), "j") + bl); },
+          mesh, {ts::P("i", "j"), ts::P("j", ts::none), ts::P()}, ts::P("i", ts::none));
+      call = [=] { f(x, wt, b).block_until_ready(); };
+    } else {
+      call = [&] { ts::sigmoid(ts::matmul(x, wt) + b).block_until_ready(); };
+    }
+    auto t = time_calls(reps_, call);
+    json r = result(w, "mesh " + tuple_str(ms), t);
+    r["flops"] = 2.0 * M * K * N;
+    r["limit"] = "blas";
+    return r;
+  }
+
+  // One collective inside shard_map, input P('x') of `bytes` per device (f32).
+  json collective(const std::string& w, const std::string& c, std::int64_t bytes) {
+    const std::int64_t per = collective_elems(bytes, n_);
+    ts::Mesh mesh = line();
+    auto x = ts::random::uniform(ts::random::key(3), {per * n_}, ts::f32, ts::NamedSharding(mesh, ts::P("x")));
+    const int n = n_;
+    const ts::ShardMapOptions opt{.check_vma = false};
+    std::function<ts::Array(const ts::Array&)> f;
+    double written = 0;  // bytes written into the outputs, all devices together
+    const double s = static_cast<double>(per) * 4;
+    if (c == "psum") {
+      f = ts::shard_map([](ts::Array xl) { return ts::psum(xl, "x"); }, mesh, {ts::P("x")}, ts::P(), opt);
+      written = n * s;
+    } else if (c == "all_gather") {
+      f = ts::shard_map([](ts::Array xl) { return ts::all_gather(xl, "x", 0, true); }, mesh, {ts::P("x")}, ts::P(),
+                        opt);
+      written = 1.0 * n * n * s;
+    } else if (c == "psum_scatter") {
+      f = ts::shard_map([](ts::Array xl) { return ts::psum_scatter(xl, "x", 0, true); }, mesh, {ts::P("x")},
+                        ts::P("x"), opt);
+      written = s;
+    } else if (c == "ppermute") {
+      std::vector<std::pair<int, int>> perm;
+      for (int i = 0; i < n; ++i) perm.emplace_back(i, (i + 1) % n);
+      f = ts::shard_map([perm](ts::Array xl) { return ts::ppermute(xl, "x", perm); }, mesh, {ts::P("x")}, ts::P("x"),
+                        opt);
+      written = n * s;
+    } else if (c == "all_to_all") {
+      f = ts::shard_map([](ts::Array xl) { return ts::all_to_all(xl, "x", 0, 0, true); }, mesh, {ts::P("x")},
+                        ts::P("x"), opt);
+      written = n * s;
+    } else {
+      throw std::invalid_argument("unknown collective '" + c + "'");
+    }
+    auto t = time_calls(reps_, [&] { f(x).block_until_ready(); });
+    json r = result(w, "(" + nstr() + ",) " + tb::format_bytes(per * 4) + "/device", t);
+    r["shape"] = f(x).shape();
+    r["bytes"] = written;
+    r["limit"] = "memcpy";
+    r["memcpy_seconds"] = tb::memcpy_seconds(static_cast<std::int64_t>(written), 5);
+    return r;
+  }
+
+  // Eager dispatch: x + 1 on 16 f32 over N devices; `inner` ops, then one block.
+  json dispatch() {
+    auto x = ts::zeros({16}, ts::f32, ts::NamedSharding(line(), ts::P("x")));
+    ts::Array y;
+    const int inner = 2000;
+    auto t = time_calls(reps_, [&] {
+      for (int i = 0; i < inner; ++i) y = x + 1.0f;
+      y.block_until_ready();
+    });
+    for (auto& v : t.samples) v /= inner;
+    t.inner *= inner;
+    json r = result("dispatch", "(" + nstr() + ",)", t);
+    r["limit"] = "none";
+    return r;
+  }
+
+  // 4097x4096 f64 over N rows (JAX cannot place it): diff along axis 0.
+  json uneven() {
+    const std::int64_t m = 4097, k = 4096;
+    std::vector<double> host(static_cast<size_t>(m * k));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<double>(i % 1000) * 0.5;
+    ts::Mesh mesh = line();
+    auto x = ts::device_put(host, {m, k}, ts::NamedSharding(mesh, ts::P("x")));
+    auto z = ts::zeros({1, k}, ts::f64, ts::NamedSharding(mesh, ts::P()));
+    auto t = time_calls(reps_, [&] { ts::diff(x, 1, 0, {.prepend = z}).block_until_ready(); });
+    std::string shards;
+    for (const auto& sh : x.addressable_shards())
+      shards += (shards.empty() ? "" : ", ") + std::to_string(sh.index[0].size());
+    json r = result("uneven_diff", "(" + nstr() + ",1) rows " + shards, t);
+    r["dtype"] = ts::dtype_name(ts::diff(x, 1, 0, {.prepend = z}).dtype());
+    r["bytes"] = 2.0 * m * k * 8;
+    r["limit"] = "streamN";
+    return r;
+  }
+
+  int reps_;
+  int n_;
+  std::vector<ts::Device> devs_;
+};
+
+json limits(int n) {
+  const auto s1 = tb::stream_copy(std::size_t(128) << 20, 1, 10);
+  const auto sn = tb::stream_copy(std::size_t(128) << 20, n, 10);
+  const double peak = blas_peak_gflops();
+  const std::int64_t mc = std::int64_t(64) << 20;
+  const double mcs = tb::memcpy_seconds(mc, 5);
+  return json{{"side", "tessera"},
+              {"limits", true},
+              {"devices", n},
+              {"stream1_gbps", s1.stream_gbps},
+              {"streamN_gbps", sn.stream_gbps},
+              {"sgemm_1thread_gflops", peak},
+              {"blas_gflops", peak * n},
+              {"memcpy_64MiB_gbps", tb::gbps(static_cast<double>(mc), mcs)},
+              {"hardware_threads", std::thread::hardware_concurrency()}};
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tessera half of `make bench-compare`: runs named workloads, prints JSON lines"};
+  std::string workloads;
+  int reps = 5;
+  std::optional<int> devices;
+  bool want_limits = false, list = false;
+  app.add_option("--workload", workloads, "workload name(s), comma-separated (--list shows them)");
+  app.add_option("--reps", reps, "timed samples per workload (median reported)")->capture_default_str();
+  app.add_option("--devices", devices, "number of CPU devices (default: hardware threads)");
+  app.add_flag("--limits", want_limits, "print the machine limits of this run");
+  app.add_flag("--list", list, "list the workloads");
+  CLI11_PARSE(app, argc, argv);
+  if (list) {
+    for (const auto& w : Runner::names()) std::cout << w << "\n";
+    return 0;
+  }
+  try {
+    if (devices) ts::config::set_num_cpu_devices(*devices);
+    const int n = ts::device_count();
+    if (want_limits) std::cout << limits(n).dump() << std::endl;
+    Runner runner(reps);
+    int failed = 0;
+    for (const auto& w : split_commas(workloads)) {
+      json r;
+      try {
+        r = runner.run(w);
+      } catch (const std::invalid_argument& e) {
+        std::cerr << "bench_compare_tessera: " << e.what() << "\n";
+        return 2;
+      } catch (const std::exception& e) {
+        r = json{{"side", "tessera"}, {"workload", w}, {"error", e.what()}};
+        ++failed;
+      }
+      r["devices"] = n;
+      std::cout << r.dump() << std::endl;
+    }
+    return failed ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::cerr << "bench_compare_tessera: " << e.what() << "\n";
+    return 1;
+  }
+}

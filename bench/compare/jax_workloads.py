@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""The JAX half of `make bench-compare`: the twin of bench_compare_tessera.
+
+    python jax_workloads.py --workload diff_rows[,diff_cols,...] [--reps 5] [--devices N]
+    python jax_workloads.py --list | --info [--devices N]
+
+Runs the named workloads with the same shapes, dtypes, device counts and
+shardings as the Tessera runner and prints one JSON line per workload:
+    {"side": "jax", "workload": ..., "layout": ..., "seconds": <median>,
+     "samples": [...], "inner": <calls per sample>}
+or {"side": "jax", "workload": ..., "error": "<JAX's exception text>"}.
+
+Every function is jitted with in_shardings and out_shardings; every call
+ends in block_until_ready() (dispatch: `inner` calls, then one block). One
+untimed warm-up call (it compiles) precedes the samples; `inner` grows until a
+sample takes >= 2 ms. Axis types are Auto on every mesh, as on the Tessera
+side.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+WORKLOADS = (["diff_1dev", "diff_rows", "diff_cols", "sin", "sum", "mlp_auto", "mlp_shard_map"]
+             + [f"{c}_{s}" for s in ("4k", "64m")
+                for c in ("psum", "all_gather", "psum_scatter", "ppermute", "all_to_all")]
+             + ["dispatch", "uneven_diff"])
+
+MIN_SAMPLE = 2e-3  # seconds per sample, at least
+
+
+def configure(n):
+    """Sets the number of CPU devices before any backend starts."""
+    import jax
+    # f64 workloads need 64-bit types on (JAX silently makes f64 data f32 otherwise).
+    jax.config.update("jax_enable_x64", True)
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except (AttributeError, KeyError, ValueError):  # older JAX: only the XLA flag
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+    return jax
+
+
+def time_calls(reps, call):
+    """One warm-up call, calibrated inner count, `reps` samples (seconds per call)."""
+    call()
+    inner = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            call()
+        dt = time.perf_counter() - t0
+        if dt >= MIN_SAMPLE or inner >= (1 << 20):
+            break
+        inner = inner * 16 if dt <= 0 else min(inner * 16, int(inner * 1.5 * MIN_SAMPLE / dt) + 1)
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            call()
+        samples.append((time.perf_counter() - t0) / inner)
+    return samples, inner
+
+
+class Runner:
+    def __init__(self, jax, n, reps):
+        import numpy as np
+        import jax.numpy as jnp
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        self.jax, self.np, self.jnp = jax, np, jnp
+        self.Mesh, self.NamedSharding, self.P = Mesh, NamedSharding, P
+        self.n, self.reps = n, reps
+        self.devs = jax.devices()
+        if len(self.devs) != n:
+            raise RuntimeError(f"asked for {n} CPU devices, JAX has {len(self.devs)}")
+        # shard_map moved from jax.experimental to jax (check_rep became check_vma).
+        if hasattr(jax, "shard_map"):
+            self._shard_map, self._check_kw = jax.shard_map, "check_vma"
+        else:
+            from jax.experimental.shard_map import shard_map
+            self._shard_map, self._check_kw = shard_map, "check_rep"
+
+    # ---------------------------------------------------------------- helpers
+    def mesh(self, shape, names, devices=None):
+        devs = self.np.array(devices if devices is not None else self.devs).reshape(shape)
+        try:
+            from jax.sharding import AxisType
+            return self.Mesh(devs, names, axis_types=(AxisType.Auto,) * len(names))
+        except (ImportError, TypeError):
+            return self.Mesh(devs, names)
+
+    def line(self):
+        return self.mesh((self.n,), ("x",))
+
+    def shard_map(self, f, mesh, in_specs, out_specs, check=True):
+        return self._shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **{self._check_kw: check})
+
+    def result(self, workload, layout, samples, inner, **extra):
+        r = {"side": "jax", "workload": workload, "layout": layout, "seconds": statistics.median(samples),
+             "samples": samples, "inner": inner}
+        r.update(extra)
+        return r
+
+    def timed(self, workload, layout, f, *args, **extra):
+        out = f(*args)
+        extra.setdefault("dtype", str(out.dtype))
+        extra.setdefault("in_dtype", str(args[0].dtype))
+        extra.setdefault("shape", list(out.shape))
+        samples, inner = time_calls(self.reps, lambda: f(*args).block_until_ready())
+        return self.result(workload, layout, samples, inner, **extra)
+
+    def run(self, w):
+        if w.startswith("diff_"):
+            return self.diff(w)
+        if w in ("sin", "sum", "dispatch"):
+            return getattr(self, w)()
+        if w in ("mlp_auto", "mlp_shard_map"):
+            return self.mlp(w)
+        if w == "uneven_diff":
+            return self.uneven()
+        for suffix, nbytes in (("_4k", 4096), ("_64m", 64 << 20)):
+            if w.endswith(suffix):
+                return self.collective(w, w[: -len(suffix)], nbytes)
+        raise ValueError(f"unknown workload '{w}'")
+
+    # -------------------------------------------------------------- workloads
+    def diff(self, w):
+        jax, jnp, P = self.jax, self.jnp, self.P
+        m = 4096
+        host = (self.np.arange(m * m, dtype=self.np.int64) % 1000 * 0.5).astype(self.np.float64).reshape(m, m)
+        if w == "diff_1dev":
+            mesh, spec, layout = self.mesh((1,), ("x",), self.devs[:1]), P(), "1 device"
+        elif w == "diff_rows":
+            mesh, spec, layout = self.line(), P("x"), f"({self.n},1)"
+        else:
+            mesh, spec, layout = self.line(), P(None, "x"), f"(1,{self.n})"
+        s = self.NamedSharding(mesh, spec)
+        x = jax.device_put(host, s)
+        f = jax.jit(lambda a: jnp.diff(a, n=1, axis=0, prepend=0.0), in_shardings=s, out_shardings=s)
+        return self.timed(w, layout, f, x)
+
+    def sin(self):
+        jax, jnp = self.jax, self.jnp
+        s = self.NamedSharding(self.line(), self.P("x"))
+        host = self.np.random.default_rng(0).uniform(-3, 3, size=1 << 24).astype(self.np.float32)
+        x = jax.device_put(host, s)
+        f = jax.jit(lambda a: 2 * jnp.sin(a) + 1, in_shardings=s, out_shardings=s)
+        return self.timed("sin", f"({self.n},)", f, x)
+
+    def sum(self):
+        jax, jnp, P = self.jax, self.jnp, self.P
+        mesh = self.line()
+        host = self.np.random.default_rng(2).uniform(size=(4096, 4096)).astype(self.np.float32)
+        x = jax.device_put(host, self.NamedSharding(mesh, P("x")))
+        f = jax.jit(lambda a: jnp.sum(a, axis=0), in_shardings=self.NamedSharding(mesh, P("x")),
+                    out_shardings=self.NamedSharding(mesh, P()))
+        return self.timed("sum", f"({self.n},1)", f, x)
+
+    def mlp(self, w):
+        jax, jnp, P, np = self.jax, self.jnp, self.P, self.np
+        ms = (self.n // 2, 2) if self.n % 2 == 0 and self.n > 1 else (self.n, 1)
+        mesh = self.mesh(ms, ("i", "j"))
+        NS = lambda spec: self.NamedSharding(mesh, spec)  # noqa: E731
+        rng = np.random.default_rng(1)
+        xh = rng.standard_normal((8192, 1024), dtype=np.float32)
+        wh = rng.standard_normal((1024, 1024), dtype=np.float32)
+        bh = rng.uniform(size=1024).astype(np.float32)
+        if w == "mlp_auto":
+            specs, out = (P("i", None), P(None, "j"), P("j")), P("i", "j")
+            body = lambda x, wt, b: jax.nn.sigmoid(x @ wt + b)  # noqa: E731
+        else:
+            # The tutorial's shard_map form: contracting dim over 'j', psum.
+            specs, out = (P("i", "j"), P("j", None), P()), P("i", None)
+            body = self.shard_map(lambda x, wt, b: jax.nn.sigmoid(jax.lax.psum(x @ wt, "j") + b),
+                                  mesh, specs, out)
+        ins = tuple(NS(s) for s in specs)
+        f = jax.jit(body, in_shardings=ins, out_shardings=NS(out))
+        args = [jax.device_put(h, s) for h, s in zip((xh, wh, bh), ins)]
+        return self.timed(w, f"mesh ({ms[0]},{ms[1]})", f, *args)
+
+    def collective(self, w, c, nbytes):
+        jax, P, lax = self.jax, self.P, self.jax.lax
+        n = self.n
+        per = nbytes // 4 // n * n
+        mesh = self.line()
+        perm = [(i, (i + 1) % n) for i in range(n)]
+        bodies = {
+            "psum": (lambda x: lax.psum(x, "x"), P()),
+            "all_gather": (lambda x: lax.all_gather(x, "x", axis=0, tiled=True), P()),
+            "psum_scatter": (lambda x: lax.psum_scatter(x, "x", scatter_dimension=0, tiled=True), P("x")),
+            "ppermute": (lambda x: lax.ppermute(x, "x", perm), P("x")),
+            "all_to_all": (lambda x: lax.all_to_all(x, "x", 0, 0, tiled=True), P("x")),
+        }
+        body, out = bodies[c]
+        sm = self.shard_map(body, mesh, (P("x"),), out, check=False)
+        f = jax.jit(sm, in_shardings=self.NamedSharding(mesh, P("x")), out_shardings=self.NamedSharding(mesh, out))
+        host = self.np.random.default_rng(3).uniform(size=per * n).astype(self.np.float32)
+        x = jax.device_put(host, self.NamedSharding(mesh, P("x")))
+        size = f"{per * 4 / 1024:.1f} KiB" if per * 4 < (1 << 20) else f"{per * 4 / (1 << 20):.1f} MiB"
+        return self.timed(w, f"({n},) {size}/device", f, x)
+
+    def dispatch(self):
+        jax = self.jax
+        s = self.NamedSharding(self.line(), self.P("x"))
+        x = jax.device_put(self.np.zeros(16, self.np.float32), s)
+        f = jax.jit(lambda a: a + 1, in_shardings=s, out_shardings=s)
+        inner = 2000
+
+        def loop(g):
+            y = None
+            for _ in range(inner):
+                y = g(x)
+            y.block_until_ready()
+
+        samples, calls = time_calls(self.reps, lambda: loop(f))
+        eager, _ = time_calls(self.reps, lambda: loop(lambda a: a + 1))  # un-jitted, for reference
+        return self.result("dispatch", f"({self.n},)", [t / inner for t in samples], calls * inner,
+                           eager_seconds=statistics.median(eager) / inner)
+
+    def uneven(self):
+        """4097x4096 f64 rows over N: report what JAX does with it."""
+        jax, jnp, P = self.jax, self.jnp, self.P
+        m, k = 4097, 4096
+        host = (self.np.arange(m * k, dtype=self.np.int64) % 1000 * 0.5).astype(self.np.float64).reshape(m, k)
+        s = self.NamedSharding(self.line(), P("x"))
+        layout = f"({self.n},1)"
+        errors = {}
+        x = None
+        try:
+            x = jax.device_put(host, s)
+        except Exception as e:  # noqa: BLE001 - JAX's own error text is the result
+            errors["device_put"] = f"{type(e).__name__}: {e}"
+        f = jax.jit(lambda a: jnp.diff(a, n=1, axis=0, prepend=0.0), in_shardings=s, out_shardings=s)
+        arg = x if x is not None else host
+        try:
+            f(arg).block_until_ready()
+        except Exception as e:  # noqa: BLE001
+            errors["jit"] = f"{type(e).__name__}: {e}"
+        if errors.get("jit") is None:
+            # JAX accepted it: time it like any other workload.
+            return self.timed("uneven_diff", layout, f, arg, uneven_errors=errors)
+        text = errors.get("device_put") or errors["jit"]
+        return {"side": "jax", "workload": "uneven_diff", "layout": layout, "error": text, "errors": errors}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="", help="workload name(s), comma-separated")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--devices", type=int, default=os.cpu_count())
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--info", action="store_true", help="print JAX's version and devices")
+    args = ap.parse_args()
+    if args.list:
+        print("\n".join(WORKLOADS))
+        return 0
+    jax = configure(args.devices)
+    if args.info:
+        import jaxlib
+        print(json.dumps({"side": "jax", "info": True, "jax": jax.__version__,
+                          "jaxlib": getattr(jaxlib, "__version__", "?"),
+                          "devices": [str(d) for d in jax.devices()], "python": sys.version.split()[0]}))
+        return 0
+    runner = Runner(jax, args.devices, args.reps)
+    failed = 0
+    for w in [w for w in args.workload.split(",") if w]:
+        if w not in WORKLOADS:
+            print(f"jax_workloads: unknown workload '{w}' (--list shows them)", file=sys.stderr)
+            return 2
+        try:
+            r = runner.run(w)
+        except Exception as e:  # noqa: BLE001 - reported, the next workload still runs
+            r = {"side": "jax", "workload": w, "error": f"{type(e).__name__}: {e}"}
+            failed += 1
+        r["devices"] = args.devices
+        print(json.dumps(r), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make bench-compare`: Tessera side by side with JAX on the same workloads.
+#
+#   bash bench/compare/run.sh [BUILD_DIR] [compare.py options...]
+#
+# BUILD_DIR (default build/default) must be a configured Release build. This
+# script creates a Python virtual environment with JAX for CPU from PyPI
+# under BUILD_DIR/jax-venv (once; only here, never for the build or the
+# tests), builds bench_compare_tessera, and runs compare.py, which alternates
+# the two sides, prints one table and writes BUILD_DIR/bench-results/
+# compare.json and compare.md. Extra arguments go to compare.py (--rounds,
+# --reps, --only diff,sum, --devices N).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+BUILD="${1:-build/default}"
+shift || true
+
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  echo "bench-compare: $BUILD is not a configured build (run: cmake --preset default)" >&2
+  exit 1
+fi
+
+VENV="$BUILD/jax-venv"
+LOG="$BUILD/jax-venv-install.log"
+if ! "$VENV/bin/python" -c "import jax" >/dev/null 2>&1; then
+  echo "bench-compare: installing JAX for CPU from PyPI into $VENV (once; log in $LOG)"
+  rm -rf "$VENV"
+  if ! python3 -m venv "$VENV" >"$LOG" 2>&1; then
+    echo "bench-compare: could not create a virtual environment with 'python3 -m venv' (Debian: apt-get install python3-venv); see $LOG" >&2
+    rm -rf "$VENV"
+    exit 1
+  fi
+  if ! "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "jax[cpu]" >>"$LOG" 2>&1; then
+    echo "bench-compare: 'pip install jax[cpu]' failed (is PyPI reachable?); last lines of $LOG:" >&2
+    tail -n 5 "$LOG" >&2
+    rm -rf "$VENV"
+    exit 1
+  fi
+fi
+
+if ! cmake --build "$BUILD" --target bench_compare_tessera >"$BUILD/bench-compare-build.log" 2>&1; then
+  echo "bench-compare: building bench_compare_tessera failed; last lines of $BUILD/bench-compare-build.log:" >&2
+  tail -n 20 "$BUILD/bench-compare-build.log" >&2
+  exit 1
+fi
+
+exec "$VENV/bin/python" bench/compare/compare.py --build "$BUILD" "$@"
