@@ -32,7 +32,7 @@
 // once, each result written once) at the STREAM-like rate of all hardware
 // threads, over the measured time.
 //
-// Goals (from the issue): large all-reduce busbw >= 0.5 x memcpy; 4 KiB
+// Goals: large all-reduce busbw >= 0.5 x memcpy; 4 KiB
 // all-reduce latency < 20 us on 2 devices.
 //
 // A case is skipped when N * size * 3 exceeds --max-memory (input, result and
