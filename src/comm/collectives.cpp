@@ -36,12 +36,6 @@ std::string sig(const std::string& op, const Local& in, const std::string& param
   return s + ")";
 }
 
-std::vector<Slice> whole(const Shape& s) {
-  std::vector<Slice> b(s.size());
-  for (size_t d = 0; d < s.size(); ++d) b[d] = {0, s[d]};
-  return b;
-}
-
 int my_device(const Group& g) { return g.device_ids[g.rank]; }
 
 template <class T>
@@ -125,9 +119,9 @@ Local all_gather(Communicator& c, const Group& g, const Local& in, int axis, boo
   // Write my piece.
   Shape mine = in.shape;
   if (!tiled) mine.insert(mine.begin() + axis, 1);
-  std::vector<Slice> box = whole(mine);
+  std::vector<Slice> box = whole_box(mine);
   box[axis] = {offset[g.rank], offset[g.rank] + mine[axis]};
-  if (!box_empty(box)) copy_box(in.data.data(), box, res.data(), whole(out), box, isz);
+  if (!box_empty(box)) copy_box(in.data.data(), box, res.data(), whole_box(out), box, isz);
   rv->barrier();
   return {res, out, in.dtype};
 }
@@ -138,17 +132,17 @@ Local reduce_scatter(Communicator& c, const Group& g, const Local& in, int dim, 
   const auto& d = rv->deposits();
   const std::int64_t len = in.shape[dim];
   const Slice part = tiled ? block_slice(len, g.size(), g.rank) : Slice{g.rank, g.rank + 1};
-  std::vector<Slice> box = whole(in.shape);
+  std::vector<Slice> box = whole_box(in.shape);
   box[dim] = part;
   Shape out = box_shape(box);
   const std::size_t isz = itemsize(in.dtype);
   Buffer res(my_device(g), static_cast<std::size_t>(num_elements(out)) * isz);
   if (!box_empty(box)) {
-    copy_box(d[0].data.data(), whole(in.shape), res.data(), box, box, isz);
+    copy_box(d[0].data.data(), whole_box(in.shape), res.data(), box, box, isz);
     dispatch(in.dtype, [&](auto t) {
       using T = decltype(t);
       for (int r = 1; r < g.size(); ++r)
-        for_each_run(whole(in.shape), box, box, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t bytes) {
+        for_each_run(whole_box(in.shape), box, box, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t bytes) {
           combine<T>(ReduceOp::Sum, reinterpret_cast<T*>(static_cast<unsigned char*>(res.data()) + dof),
                      reinterpret_cast<const T*>(static_cast<const unsigned char*>(d[r].data.data()) + so),
                      bytes / static_cast<std::int64_t>(isz));
@@ -187,20 +181,20 @@ Local all_to_all(Communicator& c, const Group& g, const Local& in, int split_axi
   Buffer res(my_device(g), static_cast<std::size_t>(num_elements(out)) * isz);
   const Slice part = block_slice(len, g.size(), g.rank);
   for (int r = 0; r < g.size(); ++r) {
-    std::vector<Slice> src = whole(in.shape);
+    std::vector<Slice> src = whole_box(in.shape);
     src[split_axis] = part;
     if (box_empty(src)) continue;
     // Source box in the member's block; destination box in the output.
-    std::vector<Slice> dst = whole(block);
+    std::vector<Slice> dst = whole_box(block);
     dst[concat_axis] = {r * block[concat_axis], (r + 1) * block[concat_axis]};
     // copy_box works in one coordinate system: shift the source box so it
     // lands on the destination box.
-    std::vector<Slice> src_block = whole(in.shape);
+    std::vector<Slice> src_block = whole_box(in.shape);
     for (size_t k = 0; k < src.size(); ++k) {
       const std::int64_t shift = dst[k].start - src[k].start;
       src_block[k] = {src_block[k].start + shift, src_block[k].stop + shift};
     }
-    copy_box(d[r].data.data(), src_block, res.data(), whole(out), dst, isz);
+    copy_box(d[r].data.data(), src_block, res.data(), whole_box(out), dst, isz);
   }
   return {res, out, in.dtype};
 }

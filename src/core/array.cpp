@@ -70,11 +70,7 @@ std::vector<Shard> Array::addressable_shards() const {
 
 void Array::copy_to_host(void* out, DType as) const {
   const ArrayImpl& a = checked("to_vector");
-  const std::vector<Slice> whole = [&] {
-    std::vector<Slice> w(a.shape.size());
-    for (size_t d = 0; d < a.shape.size(); ++d) w[d] = {0, a.shape[d]};
-    return w;
-  }();
+  const std::vector<Slice> whole = detail::whole_box(a.shape);
   const std::size_t isz = itemsize(a.dtype);
   // Gather straight into `out` when no conversion is needed, otherwise into a
   // staging copy converted at the end. Each distinct block is read once.
@@ -149,8 +145,7 @@ Array make_array_from_blocks(const Shape& shape, DType dtype, const NamedShardin
 Array device_put_raw(const void* data, DType dtype, const Shape& shape, const NamedSharding& sharding) {
   detail::check_shape(shape, "device_put");
   sharding.check_rank(static_cast<int>(shape.size()), "device_put");
-  std::vector<Slice> whole(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) whole[d] = {0, shape[d]};
+  const std::vector<Slice> whole = detail::whole_box(shape);
   const std::size_t isz = itemsize(dtype);
   // Each worker copies its block straight from the host buffer.
   return detail::make_array(shape, dtype, sharding, [&](int pos, Buffer& b) {

@@ -52,6 +52,9 @@ void for_each_run(const std::vector<Slice>& src_box, const std::vector<Slice>& d
 void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
               const std::vector<Slice>& box, std::size_t itemsize);
 
+/// The box [0, shape[d]) on every dim.
+std::vector<Slice> whole_box(const Shape& shape);
+
 /// Intersection of two boxes; empty() of the result tells if they are disjoint.
 std::vector<Slice> intersect(const std::vector<Slice>& a, const std::vector<Slice>& b);
 bool box_empty(const std::vector<Slice>& box);

@@ -18,6 +18,12 @@ Shape box_shape(const std::vector<Slice>& box) {
   return s;
 }
 
+std::vector<Slice> whole_box(const Shape& shape) {
+  std::vector<Slice> b(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) b[d] = {0, shape[d]};
+  return b;
+}
+
 std::vector<Slice> intersect(const std::vector<Slice>& a, const std::vector<Slice>& b) {
   std::vector<Slice> r(a.size());
   for (size_t i = 0; i < a.size(); ++i) {

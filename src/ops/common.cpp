@@ -112,19 +112,18 @@ std::vector<std::vector<std::string>> spec_axes(const NamedSharding& s, int rank
   return out;
 }
 
+PartitionSpec::Entry entry_of(const std::vector<std::string>& axes) {
+  if (axes.empty()) return PartitionSpec::Entry(none);
+  if (axes.size() == 1) return PartitionSpec::Entry(axes[0]);
+  return PartitionSpec::Entry(axes);
+}
+
 PartitionSpec make_spec(const std::vector<std::vector<std::string>>& dims) {
   std::vector<PartitionSpec::Entry> entries;
   size_t last = 0;
   for (size_t d = 0; d < dims.size(); ++d)
     if (!dims[d].empty()) last = d + 1;
-  for (size_t d = 0; d < last; ++d) {
-    if (dims[d].empty())
-      entries.emplace_back(none);
-    else if (dims[d].size() == 1)
-      entries.emplace_back(dims[d][0]);
-    else
-      entries.emplace_back(dims[d]);
-  }
+  for (size_t d = 0; d < last; ++d) entries.push_back(entry_of(dims[d]));
   return PartitionSpec(entries);
 }
 
@@ -167,6 +166,11 @@ std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<S
     if (piece_begin[t] == piece_begin[t + 1] && !box_empty(boxes[t])) out[t] = src[t];
   if (!plan.pieces.empty()) communicator_for(a.sharding().mesh()).exchange(plan, piece_begin, src, out);
   return out;
+}
+
+void record_none(const Mesh& mesh, const char* op) {
+  const auto n = static_cast<size_t>(mesh.size());
+  record_comm(CommRecord{op, "none", 0, std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)});
 }
 
 std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,

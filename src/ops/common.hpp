@@ -55,6 +55,8 @@ bool mesh_is_explicit(const Mesh& mesh);
 NamedSharding resolve_spec(const Mesh& mesh, const PartitionSpec& spec, int rank, const char* op);
 /// The spec of `s` as per-dim axis lists, padded with empty lists to `rank`.
 std::vector<std::vector<std::string>> spec_axes(const NamedSharding& s, int rank);
+/// A spec entry for `axes`: none, one axis written plainly, or a group.
+PartitionSpec::Entry entry_of(const std::vector<std::string>& axes);
 /// A spec from per-dim axis lists (single axes written plainly).
 PartitionSpec make_spec(const std::vector<std::vector<std::string>>& dims);
 
@@ -78,6 +80,9 @@ Array cast(const Array& a, DType dtype);
 /// planner (e.g. a halo from a neighbour). Positions whose box equals their
 /// block share the buffer. Records the traffic under `op`.
 std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<Slice>>& boxes, const char* op);
+
+/// Records that `op` ran on `mesh` without moving anything (for explain).
+void record_none(const Mesh& mesh, const char* op);
 
 /// Combines per-position partials over mesh `axes` (see
 /// Communicator::reduce); records the traffic under `op`.

@@ -148,12 +148,6 @@ void check_index_array(const Array& idx, const char* op, const char* name) {
     throw ShapeError(msg(op, std::string(name) + " must be 1-d, got shape " + shape_str(idx.shape())));
 }
 
-NamedSharding resolve_out(const Mesh& mesh, const PartitionSpec& spec, int rank, const char* op) {
-  if (!spec.unreduced().empty())
-    throw ShardingError(msg(op, "an out_sharding with unreduced axes (" + spec.str() + ") is not supported yet"));
-  return detail::resolve_spec(mesh, spec, rank, op);
-}
-
 /// Index values of a local block as i64.
 std::vector<std::int64_t> load_indices(const void* p, DType t, std::int64_t n) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(n));
@@ -334,7 +328,7 @@ Array scatter_add(const Array& x, const Array& indices, const Array& updates, co
                                  " for indices " + shape_str(indices.shape()) + " and x " + shape_str(x.shape()) +
                                  ", got " + shape_str(updates.shape())));
   const Mesh& mesh = x.sharding().mesh();
-  const NamedSharding out_s = opt.out_sharding ? resolve_out(mesh, *opt.out_sharding, x.ndim(), op) : x.sharding();
+  const NamedSharding out_s = opt.out_sharding ? detail::resolve_spec(mesh, *opt.out_sharding, x.ndim(), op) : x.sharding();
   // As x.at[i].add(u): the updates take x's dtype.
   return scatter_rows(op, &x, indices, detail::cast(updates, x.dtype()), x.shape(), out_s, /*wrap_negative=*/true);
 }
@@ -360,7 +354,7 @@ Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_
   const int rank = data.ndim();
   NamedSharding out_s = data.sharding();
   if (opt.out_sharding) {
-    out_s = resolve_out(mesh, *opt.out_sharding, rank, op);
+    out_s = detail::resolve_spec(mesh, *opt.out_sharding, rank, op);
   } else {
     // Replicated along the segments, data's layout on the trailing dims.
     auto dims = detail::spec_axes(data.sharding(), rank);

@@ -207,12 +207,7 @@ Array contract(const Array& a, const Array& b, const Contraction& c, const OutOp
   for (int i = 0; i < rank; ++i) out_shape[i] = canon[perm[i]];
 
   std::optional<NamedSharding> out;
-  if (opt.out_sharding) {
-    if (!opt.out_sharding->unreduced().empty())
-      throw ShardingError(msg(op, "out_sharding with unreduced axes is not supported yet; got " +
-                                      opt.out_sharding->str()));
-    out = detail::resolve_spec(mesh, *opt.out_sharding, rank, op);
-  }
+  if (opt.out_sharding) out = detail::resolve_spec(mesh, *opt.out_sharding, rank, op);
   const bool have_out = out.has_value();
 
   // ---- sharding rule (specs only)

@@ -13,8 +13,7 @@ Array reshard(const Array& array, const NamedSharding& sharding) {
                         "; use device_put to move between meshes");
   sharding.check_rank(array.ndim(), "reshard");
   if (array.sharding() == sharding) {
-    detail::record_comm(CommRecord{"reshard", "none", 0, std::vector<std::int64_t>(sharding.mesh().size(), 0),
-                                   std::vector<std::int64_t>(sharding.mesh().size(), 0)});
+    detail::record_none(sharding.mesh(), "reshard");
     return array;
   }
   return detail::reshard_for(array, sharding, "reshard");

@@ -52,6 +52,7 @@ namespace tessera {
 using detail::Buffer;
 using detail::box_empty;
 using detail::box_shape;
+using detail::whole_box;
 using detail::check_valid;
 using detail::intersect;
 using detail::msg;
@@ -72,12 +73,6 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {  // b > 0
 }
 
 Box empty_box(int rank) { return Box(static_cast<std::size_t>(rank), Slice{0, 0}); }
-
-Box whole_box(const Shape& shape) {
-  Box b(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) b[d] = {0, shape[d]};
-  return b;
-}
 
 bool box_contains(const Box& outer, const Box& inner) { return intersect(inner, outer) == inner; }
 
@@ -111,11 +106,6 @@ std::vector<Entry> entries_of(const NamedSharding& s, int rank) {
   return e;
 }
 
-Entry entry_of_axes(const std::vector<std::string>& axes) {
-  if (axes.empty()) return Entry(none);
-  if (axes.size() == 1) return Entry(axes[0]);
-  return Entry(axes);
-}
 
 /// Moving data of an array whose value is a pending sum over mesh axes would
 /// mix partial values; not supported yet.
@@ -435,8 +425,7 @@ Array assemble(const char* op, const Shape& out_shape, DType dtype, const NamedS
       moved = true;
     }
   }
-  if (!moved && record_none)
-    detail::record_comm(CommRecord{op, "none", 0, std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)});
+  if (!moved && record_none) detail::record_none(out_s.mesh(), op);
   return detail::make_array(out_shape, dtype, out_s, [&](int t, Buffer& b) {
     if (b.nbytes() == 0) return;
     const Box blk = out_s.shard_index(out_shape, t);
@@ -566,7 +555,7 @@ NamedSharding natural_sharding(const Array& x, const Shape& out, const std::vect
           break;
         }
     }
-    e[target] = count == 1 ? x.sharding().spec()[sharded] : entry_of_axes(axes);
+    e[target] = count == 1 ? x.sharding().spec()[sharded] : detail::entry_of(axes);
   }
   return NamedSharding(x.sharding().mesh(), spec_of(std::move(e), x.sharding().spec().unreduced()));
 }
@@ -768,9 +757,7 @@ std::optional<Array> reshape_gather(const Array& x, const Shape& out, const std:
         if (round_of[t][i] == static_cast<int>(k)) boxes[t] = src[t][i];
     fetched.push_back(detail::gather_boxes(x, boxes, "reshape"));
   }
-  if (rounds == 0)
-    detail::record_comm(
-        CommRecord{"reshape", "none", 0, std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)});
+  if (rounds == 0) detail::record_none(s.mesh(), "reshape");
   const std::size_t isz = itemsize(x.dtype());
   return detail::make_array(out, x.dtype(), s, [&](int t, Buffer& buf) {
     if (buf.nbytes() == 0) return;
@@ -902,8 +889,7 @@ Array reshape(const Array& x, const Shape& shape, const OutOptions& opt) {
   const NamedSharding target = requested ? *requested : natural;
   if (out == x.shape() && target == x.sharding()) return x;
   if (reshape_is_local(x, out, target)) {
-    detail::record_comm(CommRecord{"reshape", "none", 0, std::vector<std::int64_t>(mesh.size(), 0),
-                                   std::vector<std::int64_t>(mesh.size(), 0)});
+    detail::record_none(mesh, "reshape");
     return detail::wrap(out, x.dtype(), target, x.impl()->buffers);
   }
   if (!requested && detail::has_explicit_axes(x.sharding()))
@@ -945,7 +931,7 @@ Array reshape(const Array& x, const Shape& shape, const OutOptions& opt) {
   if (dim >= 0 && !extra.empty()) {
     std::vector<std::string> axes = e[dim].axes();
     axes.insert(axes.end(), extra.begin(), extra.end());
-    e[dim] = entry_of_axes(axes);
+    e[dim] = detail::entry_of(axes);
   }
   const NamedSharding mid(mesh, spec_of(std::move(e), natural.spec().unreduced()));
   return detail::reshard_for(*reshape_gather(x, out, groups, mid, SIZE_MAX), target, "reshape");

@@ -101,11 +101,6 @@ bool all_empty(const std::vector<std::vector<Slice>>& boxes) {
   return std::all_of(boxes.begin(), boxes.end(), [](const auto& b) { return detail::box_empty(b); });
 }
 
-/// Records that `op` ran on `mesh` without moving anything.
-void record_nothing(const Mesh& mesh, const char* op) {
-  const auto n = static_cast<size_t>(mesh.size());
-  detail::record_comm(CommRecord{op, "none", 0, std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)});
-}
 
 
 /// JAX's promote_dtypes_inexact: integer and bool results become f32.
@@ -449,7 +444,7 @@ Array diff(const Array& x, int n, int axis, const DiffOptions& opt) {
   gather(xc, lo_boxes, lo_buf);
   gather(xc, hi_boxes, hi_buf);
   if (app && app->ndim() > 0) gather(*app, app_boxes, app_buf);
-  if (!gathered) record_nothing(mesh, op);
+  if (!gathered) detail::record_none(mesh, op);
 
   return detail::make_array(out_shape, dt, sh, [&](int t, Buffer& out) {
     const Lines ol = lines_of(detail::box_shape(out_idx[t]), axis);
@@ -535,7 +530,7 @@ Array cumsum(const Array& x, int axis) {
       boxes[t] = with_range(detail::local_index(totals, t), axis, 0, sh.part_index(axis, t));
     before = detail::gather_boxes(totals, boxes, op);
   } else {
-    record_nothing(mesh, op);
+    detail::record_none(mesh, op);
   }
 
   return detail::make_array(x.shape(), out_dt, sh, [&](int t, Buffer& out) {
@@ -594,7 +589,7 @@ Array convolve(const Array& x, const Array& kernel, int axis) {
   std::vector<Buffer> lo_buf(npos), hi_buf(npos);
   if (!all_empty(lo_boxes)) lo_buf = detail::gather_boxes(x, lo_boxes, op);
   if (!all_empty(hi_boxes)) hi_buf = detail::gather_boxes(x, hi_boxes, op);
-  if (all_empty(lo_boxes) && all_empty(hi_boxes)) record_nothing(sh.mesh(), op);
+  if (all_empty(lo_boxes) && all_empty(hi_boxes)) detail::record_none(sh.mesh(), op);
 
   return detail::make_array(x.shape(), dt, sh, [&](int t, Buffer& out) {
     const Lines l = lines_of(detail::local_shape(x, t), axis);
@@ -650,7 +645,7 @@ Array convolve2d(const Array& x, const Array& kernel) {
   if (!all_empty(boxes))
     in = detail::gather_boxes(x, boxes, op);
   else
-    record_nothing(sh.mesh(), op);
+    detail::record_none(sh.mesh(), op);
 
   return detail::make_array(x.shape(), dt, sh, [&](int t, Buffer& out) {
     if (detail::box_empty(x_idx[t])) return;

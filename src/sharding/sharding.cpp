@@ -162,7 +162,7 @@ bool NamedSharding::is_fully_replicated() const {
 void NamedSharding::check_rank(int rank, const char* op) const {
   if (!spec_.unreduced().empty())
     throw ShardingError(std::string("[") + op + "] " + spec_.str() +
-                        " has unreduced axes, which arrays do not support yet");
+                        " has unreduced axes (pending sums), which are not supported yet");
   if (spec_.size() > rank)
     throw ShardingError(std::string("[") + op + "] " + spec_.str() + " has " + std::to_string(spec_.size()) +
                         " entries but the array has rank " + std::to_string(rank));
