@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <vector>
 
@@ -174,10 +175,18 @@ std::vector<T> sub_block(const std::vector<T>& host, const Shape& shape, const s
 }
 
 // Host data 0, 1, 2, ... (mod 97, shifted) as T: small integers, exact in every dtype.
+// For bool, pairs of true and false in turn (shifted by salt): both values, and
+// not a strict alternation, which flipping an odd-length axis or shifting by an
+// even count would leave unchanged.
 template <class T>
 std::vector<T> iota_data(std::int64_t n, int salt = 0) {
   std::vector<T> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<T>((i * 7 + salt) % 97 - 40);
+  for (std::int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, bool>)
+      v[i] = (i + salt) / 2 % 2 == 1;
+    else
+      v[i] = static_cast<T>((i * 7 + salt) % 97 - 40);
+  }
   return v;
 }
 
