@@ -12,6 +12,7 @@
 // reshard afterwards.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "ops/common.hpp"
 
@@ -44,11 +45,28 @@ T identity(Red r) {
 template <class T>
 using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
 
+// Signed integer sums and products wrap modulo 2^bits as in XLA (computed
+// in the unsigned type, where overflow is defined).
+template <class A>
+inline A wrap_add(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>)
+    return static_cast<A>(static_cast<std::make_unsigned_t<A>>(a) + static_cast<std::make_unsigned_t<A>>(b));
+  else
+    return static_cast<A>(a + b);
+}
+template <class A>
+inline A wrap_mul(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>)
+    return static_cast<A>(static_cast<std::make_unsigned_t<A>>(a) * static_cast<std::make_unsigned_t<A>>(b));
+  else
+    return static_cast<A>(a * b);
+}
+
 template <Red r, class A>
 inline A combine1(A acc, A v) {
   switch (r) {
-    case Red::Sum: return acc + v;
-    case Red::Prod: return acc * v;
+    case Red::Sum: return wrap_add(acc, v);
+    case Red::Prod: return wrap_mul(acc, v);
     case Red::Max:
       if constexpr (std::is_floating_point_v<A>)
         if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
@@ -115,8 +133,9 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
           // still deterministic) let the compiler vectorise a contiguous sum.
           A lane[8] = {};
           for (; j + 8 <= inner; j += 8)
-            for (int k = 0; k < 8; ++k) lane[k] += static_cast<A>(p[j + k]);
-          v += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+            for (int k = 0; k < 8; ++k) lane[k] = wrap_add(lane[k], static_cast<A>(p[j + k]));
+          v = wrap_add(v, wrap_add(wrap_add(wrap_add(lane[0], lane[1]), wrap_add(lane[2], lane[3])),
+                                   wrap_add(wrap_add(lane[4], lane[5]), wrap_add(lane[6], lane[7]))));
         }
         for (; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(p[j]));
         acc[o] = v;

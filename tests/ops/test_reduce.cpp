@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <type_traits>
 
 #include "test_util.hpp"
 
@@ -55,9 +56,15 @@ TEST(ReduceSpmd, EveryOpEveryLayoutAndAxisSet) {
   int cases = 0;
   for (const auto& shape : shapes) {
     const auto h = iota_data<double>(numel(shape), 1);
+    // Factors -1, 1 and 2 for prod: every product (at most 2^45 here) is exact
+    // in i64 and f64 whatever the order.
+    std::vector<double> hp(h.size());
+    for (size_t i = 0; i < h.size(); ++i) hp[i] = i % 3 == 0 ? -1.0 : static_cast<double>(i % 3);
     for_each_layout(2, [&](const ts::NamedSharding& s) {
       auto xi = ts::device_put(std::vector<std::int64_t>(h.begin(), h.end()), shape, s);
       auto xf = ts::device_put(h, shape, s);
+      auto pi = ts::device_put(std::vector<std::int64_t>(hp.begin(), hp.end()), shape, s);
+      auto pf = ts::device_put(hp, shape, s);
       for (const auto& axes : axis_sets) {
         for (bool keep : {false, true}) {
           SCOPED_TRACE(s.str() + " shape " + ts::shape_str(shape) + " axes " + std::to_string(axes.size()) +
@@ -69,8 +76,12 @@ TEST(ReduceSpmd, EveryOpEveryLayoutAndAxisSet) {
           EXPECT_EQ(sum.shape(), oshape);
           EXPECT_EQ(sum.dtype(), ts::i64);
           EXPECT_EQ(sum.to_vector<double>(), ref_reduce(h, shape, axes, 0, std::plus<double>()));
-          EXPECT_EQ(ts::prod(ts::astype(xi, ts::f64) * 0.125 + 1.0, ax, opt).to_vector<double>().size(),
-                    static_cast<size_t>(numel(oshape)));
+          const auto want_prod = ref_reduce(hp, shape, axes, 1, std::multiplies<double>());
+          auto prod = ts::prod(pi, ax, opt);
+          EXPECT_EQ(prod.shape(), oshape);
+          EXPECT_EQ(prod.dtype(), ts::i64);
+          EXPECT_EQ(prod.to_vector<double>(), want_prod);
+          EXPECT_EQ(ts::prod(pf, ax, opt).to_vector<double>(), want_prod);
           bool empty_axis = false;
           for (int a : axes) empty_axis = empty_axis || shape[a] == 0;
           if (!empty_axis) {
@@ -169,6 +180,8 @@ TEST(ReduceGolden, DtypesAndArgReductions) {
   EXPECT_EQ(ts::argmax(w, 0).item<int>(), 2);
   EXPECT_EQ(ts::argmin(w, 0).item<int>(), 2);
   EXPECT_TRUE(std::isnan(ts::max(w).item<float>()));
+  EXPECT_TRUE(std::isnan(ts::min(w).item<float>()));
+  EXPECT_TRUE(std::isnan(ts::prod(w).item<float>()));
   // 2-d argmax along each axis on many layouts.
   const ts::Shape shape{7, 6};
   auto h = iota_data<double>(42, 2);
@@ -190,6 +203,65 @@ TEST(ReduceGolden, DtypesAndArgReductions) {
         if (h[i * 6 + j] < h[i * 6 + best]) best = j;
       EXPECT_EQ(a1v[i], best) << sh.str();
     }
+  });
+}
+
+// Integer products wrap modulo 2^bits as in XLA; the reference multiplies in
+// the unsigned type, where wrapping is defined and the order does not matter.
+template <class T>
+void check_prod_wraps() {
+  using U = std::make_unsigned_t<T>;
+  const ts::Shape shape{6, 5};
+  std::vector<T> h(30);
+  for (size_t i = 0; i < h.size(); ++i)
+    h[i] = static_cast<T>((i % 2 ? -1 : 1) * static_cast<std::int64_t>(100003 + 7919 * i));
+  auto ref = [&](const std::vector<int>& axes) {
+    std::vector<T> out(axes.size() == 2 ? 1 : static_cast<size_t>(axes[0] == 0 ? 5 : 6));
+    std::vector<U> acc(out.size(), U(1));
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 5; ++j) {
+        const size_t o = axes.size() == 2 ? 0 : axes[0] == 0 ? j : i;
+        acc[o] = static_cast<U>(acc[o] * static_cast<U>(h[i * 5 + j]));
+      }
+    for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<T>(acc[k]);
+    return out;
+  };
+  for_each_layout(2, [&](const ts::NamedSharding& s) {
+    ts::Array x = ts::device_put(h, shape, s);
+    for (const std::vector<int>& axes : {std::vector<int>{0}, std::vector<int>{1}, std::vector<int>{0, 1}}) {
+      ts::Array p = ts::prod(x, ts::Axes(axes));
+      EXPECT_EQ(p.dtype(), ts::dtype_of<T>());
+      EXPECT_EQ(p.to_vector<T>(), ref(axes)) << s.str() << " axes " << axes.size() << " first " << axes[0];
+    }
+  });
+}
+
+TEST(ReduceSpmd, IntegerProdWrapsLikeXla) {
+  check_prod_wraps<std::int32_t>();
+  check_prod_wraps<std::int64_t>();
+  // 65536^2 = 2^32 wraps to 0 in i32; 3^20 = 3486784401 wraps to 3^20 - 2^32.
+  ts::Mesh m = ts::make_mesh({2, 4}, {"x", "y"});
+  auto z = ts::device_put(std::vector<std::int32_t>{65536, 65536}, {2}, ts::NamedSharding(m, ts::P("x")));
+  EXPECT_EQ(ts::prod(z).item<std::int32_t>(), 0);
+  auto t = ts::device_put(std::vector<std::int32_t>(20, 3), {20}, ts::NamedSharding(m, ts::P({"x", "y"})));
+  EXPECT_EQ(ts::prod(t).item<std::int32_t>(), -808182895);
+}
+
+TEST(ReduceSpmd, FloatProdOverflowsToInfAndPropagatesNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for_each_layout(1, [&](const ts::NamedSharding& s) {
+    SCOPED_TRACE(s.str());
+    // Every partial product has magnitude >= 1, so every order overflows.
+    std::vector<float> big(12, 1e10f);
+    EXPECT_EQ(ts::prod(ts::device_put(big, {12}, s)).item<float>(), INFINITY);
+    big[5] = -1e10f;
+    EXPECT_EQ(ts::prod(ts::device_put(big, {12}, s)).item<float>(), -INFINITY);
+    std::vector<float> small{1.5f, -2.0f, 4.0f, 0.5f, 3.0f, -1.0f, 2.0f, 0.25f, 8.0f};
+    EXPECT_EQ(ts::prod(ts::device_put(small, {9}, s)).item<float>(), 72.0f);
+    small[7] = nan;
+    EXPECT_TRUE(std::isnan(ts::prod(ts::device_put(small, {9}, s)).item<float>()));
+    std::vector<double> dbig(12, 1e200);
+    EXPECT_EQ(ts::prod(ts::device_put(dbig, {12}, s)).item<double>(), INFINITY);
   });
 }
 
