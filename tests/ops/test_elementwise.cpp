@@ -43,6 +43,32 @@ std::vector<double> as_double(const std::vector<T>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
+// Equal element by element, NaN matching NaN.
+void expect_same(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i]))
+      EXPECT_TRUE(std::isnan(got[i])) << what << " at " << i << ": " << got[i] << ", want NaN";
+    else
+      EXPECT_EQ(got[i], want[i]) << what << " at " << i;
+  }
+}
+
+// JAX's maximum / minimum: NaN in either operand gives NaN.
+double ref_max(double u, double v) { return std::isnan(u) || std::isnan(v) ? NAN : std::max(u, v); }
+double ref_min(double u, double v) { return std::isnan(u) || std::isnan(v) ? NAN : std::min(u, v); }
+
+// Host data with many ties between the two operands: values -2..2, and (when
+// `nan_every` > 0) NaN at every nan_every-th element starting at nan_from.
+std::vector<double> small_data(std::int64_t n, int salt, int nan_every = 0, int nan_from = 0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[i] = static_cast<double>((i * 3 + salt) % 5 - 2);
+    if (nan_every > 0 && i % nan_every == nan_from) v[i] = NAN;
+  }
+  return v;
+}
+
 ts::NamedSharding replicated(const ts::Mesh& m) { return ts::NamedSharding(m, ts::P()); }
 
 }  // namespace
@@ -156,6 +182,38 @@ void check_binary_layouts(const ts::Shape& as, const ts::Shape& bs) {
   const auto want_add = ref_binary(ha, as, hb, bs, out, [](double u, double v) { return u + v; });
   const auto want_max = ref_binary(ha, as, hb, bs, out, [](double u, double v) { return std::max(u, v); });
   const auto want_lt = ref_binary(ha, as, hb, bs, out, [](double u, double v) { return u < v ? 1.0 : 0.0; });
+  // Comparisons and minimum / maximum on operands with ties and NaNs (in both
+  // operands, at different places): f32 a against f64 b (compared in f64),
+  // and i32 against i32 (ties, no NaN).
+  const auto ca = small_data(numel(as), 1, 4, 1), cb = small_data(numel(bs), 2, 5, 3);
+  const auto ia = small_data(numel(as), 4), ib = small_data(numel(bs), 0);
+  struct Cmp {
+    const char* name;
+    std::function<ts::Array(const ts::Array&, const ts::Array&)> op;
+    std::function<double(double, double)> ref;
+    bool returns_bool;
+  };
+  const std::vector<Cmp> cmps = {
+      {"maximum", [](const ts::Array& a, const ts::Array& b) { return ts::maximum(a, b); }, ref_max, false},
+      {"minimum", [](const ts::Array& a, const ts::Array& b) { return ts::minimum(a, b); }, ref_min, false},
+      {"==", [](const ts::Array& a, const ts::Array& b) { return a == b; },
+       [](double u, double v) { return u == v ? 1.0 : 0.0; }, true},
+      {"!=", [](const ts::Array& a, const ts::Array& b) { return a != b; },
+       [](double u, double v) { return u != v ? 1.0 : 0.0; }, true},
+      {"<", [](const ts::Array& a, const ts::Array& b) { return a < b; },
+       [](double u, double v) { return u < v ? 1.0 : 0.0; }, true},
+      {"<=", [](const ts::Array& a, const ts::Array& b) { return a <= b; },
+       [](double u, double v) { return u <= v ? 1.0 : 0.0; }, true},
+      {">", [](const ts::Array& a, const ts::Array& b) { return a > b; },
+       [](double u, double v) { return u > v ? 1.0 : 0.0; }, true},
+      {">=", [](const ts::Array& a, const ts::Array& b) { return a >= b; },
+       [](double u, double v) { return u >= v ? 1.0 : 0.0; }, true},
+  };
+  std::vector<std::vector<double>> want_c, want_i;
+  for (const auto& c : cmps) {
+    want_c.push_back(ref_binary(ca, as, cb, bs, out, c.ref));
+    want_i.push_back(ref_binary(ia, as, ib, bs, out, c.ref));
+  }
   int cases = 0;
   for_each_layout(static_cast<int>(as.size()), [&](const ts::NamedSharding& sa) {
     std::vector<ts::NamedSharding> sbs{ts::NamedSharding(sa.mesh(), ts::P())};
@@ -174,6 +232,20 @@ void check_binary_layouts(const ts::Shape& as, const ts::Shape& bs) {
       EXPECT_EQ(y.to_vector<double>(), want_add);
       EXPECT_EQ(ts::maximum(a, b).to_vector<double>(), want_max);
       EXPECT_EQ(as_double((a < b).to_vector<std::int32_t>()), want_lt);
+      const auto fa = ts::device_put(std::vector<float>(ca.begin(), ca.end()), as, sa);
+      const auto fb = ts::device_put(cb, bs, sb);
+      const auto i32a = ts::device_put(std::vector<std::int32_t>(ia.begin(), ia.end()), as, sa);
+      const auto i32b = ts::device_put(std::vector<std::int32_t>(ib.begin(), ib.end()), bs, sb);
+      for (size_t k = 0; k < cmps.size(); ++k) {
+        const auto& c = cmps[k];
+        auto yf = c.op(fa, fb);
+        auto yi = c.op(i32a, i32b);
+        ASSERT_EQ(yf.shape(), out) << c.name;
+        EXPECT_EQ(yf.dtype(), c.returns_bool ? ts::bool_ : ts::f64) << c.name;
+        EXPECT_EQ(yi.dtype(), c.returns_bool ? ts::bool_ : ts::i32) << c.name;
+        expect_same(yf.to_vector<double>(), want_c[k], std::string(c.name) + " f32 vs f64");
+        expect_same(yi.to_vector<double>(), want_i[k], std::string(c.name) + " i32 vs i32");
+      }
       // Every shard holds its block of the output sharding.
       for (const auto& sh : y.addressable_shards())
         EXPECT_EQ(sh.index, y.sharding().shard_index(out, y.sharding().mesh().device_position(sh.device)));
@@ -265,6 +337,17 @@ TEST(ElementwiseGolden, PredicatesLogicalWhereClipAstype) {
   EXPECT_EQ((7 - a).to_vector<std::int32_t>(), (std::vector<std::int32_t>{6, 5, 4, 3}));
   auto mx = ts::maximum(x, 0.0).to_vector<double>();
   EXPECT_TRUE(std::isnan(mx[2]));  // NaN propagates
+  expect_same(ts::minimum(x, 0.0).to_vector<double>(), {0.0, -2.5, nan, 0.0, 0.0, -0.5}, "minimum(x, 0)");
+  expect_same(ts::minimum(1.0, x).to_vector<double>(), {1.0, -2.5, nan, 1.0, 0.5, -0.5}, "minimum(1, x)");
+  expect_same(ts::maximum(0.0, x).to_vector<double>(), {1.5, 0.0, nan, inf, 0.5, 0.0}, "maximum(0, x)");
+  // Every comparison with NaN is false, except !=.
+  EXPECT_EQ((x == x).to_vector<bool>(), (std::vector<bool>{true, true, false, true, true, true}));
+  EXPECT_EQ((x != x).to_vector<bool>(), (std::vector<bool>{false, false, true, false, false, false}));
+  EXPECT_EQ((x <= x).to_vector<bool>(), (std::vector<bool>{true, true, false, true, true, true}));
+  EXPECT_EQ((x >= 0.5).to_vector<bool>(), (std::vector<bool>{true, false, false, true, true, false}));
+  EXPECT_EQ((0.5 <= x).to_vector<bool>(), (std::vector<bool>{true, false, false, true, true, false}));
+  EXPECT_EQ((x != 0.5).to_vector<bool>(), (std::vector<bool>{true, true, true, true, false, true}));
+  EXPECT_EQ((x == 0.5).to_vector<bool>(), (std::vector<bool>{false, false, false, false, true, false}));
 }
 
 TEST(ElementwiseSharding, MergesCompatibleShardingsWithoutMovingData) {
