@@ -82,6 +82,7 @@ struct Shard {
 
 template <class T>
 std::vector<T> Array::to_vector() const {
+  (void)checked("to_vector");  // an empty array's error names the call the user made
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<std::uint8_t> tmp(static_cast<std::size_t>(size()));
     copy_to_host(tmp.data(), DType::bool_);

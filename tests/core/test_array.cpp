@@ -639,7 +639,8 @@ TEST(ArrayErrors, DefaultConstructedArray) {
   expect_error<ts::Error>([&] { (void)a.size(); }, "[size]");
   expect_error<ts::Error>([&] { (void)a.sharding(); }, "[sharding]");
   expect_error<ts::Error>([&] { (void)a.addressable_shards(); }, "[addressable_shards]");
-  expect_error<ts::Error>([&] { (void)a.to_vector<float>(); }, "[");
+  expect_error<ts::Error>([&] { (void)a.to_vector<float>(); }, "[to_vector]", {"empty"});
+  expect_error<ts::Error>([&] { (void)a.to_vector<bool>(); }, "[to_vector]", {"empty"});
   expect_error<ts::Error>([&] { (void)a.block_until_ready(); }, "[block_until_ready]");
   EXPECT_THROW((void)ts::typeof(a), ts::Error);
   auto mesh = ts::make_mesh({8}, {"x"});

@@ -449,7 +449,7 @@ TEST(ScatterAdd, Errors) {
   expect_error<ts::ShardingError>([&] { ts::scatter_add(x, idx, u, {.out_sharding = P("nope")}); },
                                   "[scatter_add]", {"nope"});
   expect_error<ts::ShardingError>([&] { ts::scatter_add(x, idx, u, {.out_sharding = P("x", none, none)}); },
-                                  "[scatter_add]");
+                                  "[scatter_add]", {"3 entries", "rank 2"});
   expect_error<ts::ShardingError>(
       [&] { ts::scatter_add(x, idx, u, {.out_sharding = ts::PartitionSpec({none}, {"x"})}); }, "[scatter_add]",
       {"unreduced", "not supported"});

@@ -702,7 +702,7 @@ TEST(LinalgErrors, MeshesShardingsAndEmptyArrays) {
   auto c = ts::device_put(std::vector<float>(4 * 2), {4, 2}, ts::NamedSharding(mesh8(), ts::P()));
   expect_error<ts::ShardingError>([&] { ts::matmul(a, c, {.out_sharding = ts::P("q")}); }, "[matmul]", {"'q'"});
   expect_error<ts::ShardingError>([&] { ts::matmul(a, c, {.out_sharding = ts::P("x", ts::none, ts::none)}); },
-                                  "[matmul]");
+                                  "[matmul]", {"3 entries", "rank 2"});
   expect_error<ts::ShardingError>(
       [&] { ts::matmul(a, c, {.out_sharding = ts::PartitionSpec({ts::none}, {"x"})}); }, "[matmul]",
       {"unreduced", "not supported yet"});

@@ -809,10 +809,10 @@ TEST(ShapeErrors, Messages) {
                                   {"f32[3@X,4]", "f32[3,4@X]", "reshard"});
   EXPECT_EQ(ts::typeof(ts::concatenate({ea, ea}, 0)), "f32[6@X,4]");
   ts::Array empty;
-  expect_error<ts::Error>([&] { ts::transpose(empty); }, "[transpose]");
-  expect_error<ts::Error>([&] { ts::slice(empty, {}); }, "[slice]");
-  expect_error<ts::Error>([&] { ts::concatenate({a, empty}, 0); }, "[concatenate]");
-  expect_error<ts::Error>([&] { ts::reshape(empty, {1}); }, "[reshape]");
+  expect_error<ts::Error>([&] { ts::transpose(empty); }, "[transpose]", {"empty", "default-constructed"});
+  expect_error<ts::Error>([&] { ts::slice(empty, {}); }, "[slice]", {"empty", "default-constructed"});
+  expect_error<ts::Error>([&] { ts::concatenate({a, empty}, 0); }, "[concatenate]", {"empty", "default-constructed"});
+  expect_error<ts::Error>([&] { ts::reshape(empty, {1}); }, "[reshape]", {"empty", "default-constructed"});
 }
 
 // ------------------------------------------------------------------ dtypes

@@ -20,6 +20,7 @@
 #include "tessera/sharding.hpp"
 
 namespace ts = tessera;
+using ts::testing::expect_error;
 
 namespace {
 
@@ -527,40 +528,24 @@ TEST(VisualizeStructure, UnevenRowsHaveDifferentHeights) {
 
 TEST(VisualizeErrors, RankThreeIsAShapeError) {
   ts::NamedSharding s(mesh2x4(), ts::P("x"));
-  try {
-    ts::visualize_sharding_str({2, 2, 2}, s);
-    FAIL() << "expected ShapeError";
-  } catch (const ts::ShapeError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("[visualize_sharding]", 0), 0u) << e.what();
-    EXPECT_NE(std::string(e.what()).find("(2, 2, 2)"), std::string::npos) << e.what();
-  }
+  expect_error<ts::ShapeError>([&] { ts::visualize_sharding_str({2, 2, 2}, s); }, "[visualize_sharding]",
+                               {"1-d or 2-d", "(2, 2, 2)"});
   ts::Array a = ts::device_put(std::vector<float>(8, 0.f), {2, 2, 2}, s);
   std::ostringstream os;
-  try {
-    ts::visualize_sharding(a, os);
-    FAIL() << "expected ShapeError";
-  } catch (const ts::ShapeError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("[visualize_sharding]", 0), 0u) << e.what();
-  }
+  expect_error<ts::ShapeError>([&] { ts::visualize_sharding(a, os); }, "[visualize_sharding]",
+                               {"1-d or 2-d", "(2, 2, 2)"});
   EXPECT_TRUE(os.str().empty());
 }
 
 TEST(VisualizeErrors, ScalarIsAShapeError) {
-  try {
-    ts::visualize_sharding_str({}, ts::NamedSharding(mesh2x4(), ts::P()));
-    FAIL() << "expected ShapeError";
-  } catch (const ts::ShapeError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("[visualize_sharding]", 0), 0u) << e.what();
-  }
+  expect_error<ts::ShapeError>([&] { ts::visualize_sharding_str({}, ts::NamedSharding(mesh2x4(), ts::P())); },
+                               "[visualize_sharding]", {"1-d or 2-d", "()"});
 }
 
 TEST(VisualizeErrors, SpecLongerThanRankIsAShardingError) {
-  try {
-    ts::visualize_sharding_str({8}, ts::NamedSharding(mesh2x4(), ts::P("x", "y")));
-    FAIL() << "expected ShardingError";
-  } catch (const ts::ShardingError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("[visualize_sharding]", 0), 0u) << e.what();
-  }
+  expect_error<ts::ShardingError>(
+      [&] { ts::visualize_sharding_str({8}, ts::NamedSharding(mesh2x4(), ts::P("x", "y"))); },
+      "[visualize_sharding]", {"2 entries", "rank 1"});
 }
 
 }  // namespace
