@@ -1,9 +1,10 @@
-// Timing helpers and the host-memory baselines (memcpy, STREAM-like copy)
-// that Tessera's benchmarks and the `tessera demo` compare against. Header
-// only; the one place where these baselines are measured.
+// Timing helpers and the host-memory baselines (memcpy, the N-thread
+// streaming limit) that Tessera's benchmarks and the `tessera demo` compare
+// against. Header only; the one place where these baselines are measured.
 #pragma once
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -131,60 +132,70 @@ inline double memcpy_seconds(std::int64_t nbytes, int reps = 5, std::size_t max_
   return median(t) / inner;
 }
 
-/// The machine's streaming bandwidth, measured like STREAM's Copy kernel
-/// (c[i] = a[i] on doubles, arrays far larger than the caches).
+/// The streaming limit of `threads` threads, the bound every ratio to a
+/// memory limit in these benchmarks is taken against. Each thread copies its
+/// own source buffer into its own destination buffer (both allocated and
+/// first touched by that thread, like a device's memory); the threads are
+/// released together by a barrier, and a rep lasts from the first thread's
+/// start to the last thread's end (timestamps taken by the threads
+/// themselves, so a late wake-up of the timing thread does not shorten it).
+/// The limit is what the machine can do: the fastest rep.
 struct StreamResult {
   int threads = 1;                  // threads used
-  std::size_t array_bytes = 0;      // bytes per array
-  double seconds = 0.0;             // median time of one copy of the arrays
+  std::size_t array_bytes = 0;      // bytes copied per rep, all threads together
+  double seconds = 0.0;             // fastest rep
   /// STREAM's convention: bytes read + bytes written per second (2x the
-  /// bytes copied), in GB/s.
+  /// bytes copied), all threads together, in GB/s.
   double stream_gbps = 0.0;
   /// Bytes copied per second (comparable with memcpy and reshard GB/s here).
   double copy_gbps = 0.0;
+  /// The least time to read plus write `bytes` in total at this rate: the
+  /// limit of work whose memory traffic is `bytes` spread over the threads.
+  double seconds_for(double bytes) const { return stream_gbps > 0 ? bytes / (stream_gbps * 1e9) : 0.0; }
 };
 
-/// STREAM-like copy over `threads` threads, each on its own contiguous part
-/// (first touched by the thread that copies it), fastest of `reps`.
+/// Measures the streaming limit of `threads` threads copying `array_bytes`
+/// in total (array_bytes / threads each, in separate buffers); fastest of
+/// `reps` after one untimed rep. The threads live for the whole measurement,
+/// so no rep pays for starting them.
 inline StreamResult stream_copy(std::size_t array_bytes, int threads, int reps = 5) {
   threads = std::max(threads, 1);
-  const std::size_t n = array_bytes / sizeof(double);
+  reps = std::max(reps, 1);
+  const std::size_t per = array_bytes / static_cast<std::size_t>(threads) / 64 * 64;
   StreamResult r;
   r.threads = threads;
-  r.array_bytes = n * sizeof(double);
-  if (n == 0) return r;
-  std::unique_ptr<double[]> a(new double[n]), c(new double[n]);  // untouched until the threads write
-  auto part = [&](int t) {
-    const std::size_t lo = n * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
-    const std::size_t hi = n * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
-    return std::make_pair(lo, hi);
-  };
-  auto parallel = [&](auto&& body) {
-    if (threads == 1) {
-      body(0);
-      return;
-    }
-    std::vector<std::thread> pool;
-    pool.reserve(static_cast<std::size_t>(threads));
-    for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { body(t); });
-    for (auto& th : pool) th.join();
-  };
-  parallel([&](int t) {
-    auto [lo, hi] = part(t);
-    for (std::size_t i = lo; i < hi; ++i) {
-      a[i] = 1.0;
-      c[i] = 0.0;
-    }
-  });
-  auto copy = [&](int t) {
-    auto [lo, hi] = part(t);
-    double* __restrict cc = c.get();
-    const double* __restrict aa = a.get();
-    for (std::size_t i = lo; i < hi; ++i) cc[i] = aa[i];
-  };
-  std::vector<double> times = time_reps(1, std::max(reps, 1), [&] { parallel(copy); });
-  detail::sink = detail::sink + static_cast<unsigned char>(c[n - 1]);
-  // The limit is what the machine can do: the fastest rep.
+  r.array_bytes = per * static_cast<std::size_t>(threads);
+  if (per == 0) return r;
+  std::barrier start(threads + 1), done(threads + 1);
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads));
+  std::vector<unsigned char> last(static_cast<std::size_t>(threads), 0);
+  std::vector<double> begin(static_cast<std::size_t>(threads)), end(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      const auto k = static_cast<std::size_t>(t);
+      HostBuffer src(per, 1), dst(per, 0);  // first touched by this thread
+      start.arrive_and_wait();              // ready
+      for (int i = 0; i <= reps; ++i) {
+        start.arrive_and_wait();
+        begin[k] = now_seconds();
+        std::memcpy(dst.data(), src.data(), per);
+        end[k] = now_seconds();
+        done.arrive_and_wait();
+      }
+      last[k] = dst.data()[per - 1];
+    });
+  start.arrive_and_wait();  // every buffer allocated and touched
+  std::vector<double> times;
+  for (int i = 0; i <= reps; ++i) {
+    start.arrive_and_wait();
+    done.arrive_and_wait();
+    // Rep 0 is the warm-up.
+    if (i > 0)
+      times.push_back(*std::max_element(end.begin(), end.end()) - *std::min_element(begin.begin(), begin.end()));
+  }
+  for (auto& th : pool) th.join();
+  for (unsigned char c : last) detail::sink = detail::sink + c;
   r.seconds = *std::min_element(times.begin(), times.end());
   r.copy_gbps = gbps(static_cast<double>(r.array_bytes), r.seconds);
   r.stream_gbps = 2.0 * r.copy_gbps;
