@@ -10,8 +10,9 @@
 //   sin         2*sin(x)+1 on 2^24 f32 over N (three unfused passes); same ratio.
 //   mlp         sigmoid(x @ w + b), x 8192x1024 (i, none), w 1024x1024
 //               (none, j) on a 2-d mesh; GFLOP/s over single-thread BLAS peak
-//               (sgemm 1024^3, one thread, same run) x devices.
-//   dispatch    x + 1 on a 16-element array over N devices: microseconds per op.
+//               (sgemm 1024^3, one thread, fastest of 7, same run) x devices.
+//   dispatch    x + 1 on a 16-element array over N devices: microseconds per op
+//               (no machine limit; the goal is under 10 us per op).
 #include <cblas.h>
 
 #include <fstream>
@@ -41,15 +42,16 @@ struct Row {
 
 double median_time(int reps, const std::function<void()>& f) { return tb::median(tb::time_reps(1, reps, f)); }
 
-// Single-thread sgemm GFLOP/s on 1024^3, the per-device compute limit.
+// Single-thread sgemm GFLOP/s on 1024^3, the per-device compute limit: the
+// fastest of 7 runs (a peak is what the machine can do, not a typical run).
 double blas_peak_gflops() {
   const int n = 1024;
   std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n, 0.0f);
   openblas_set_num_threads(1);
-  double t = median_time(5, [&] {
+  const auto t = tb::time_reps(1, 7, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   });
-  return 2.0 * n * n * n / t / 1e9;
+  return 2.0 * n * n * n / *std::min_element(t.begin(), t.end()) / 1e9;
 }
 
 // Two axes for an N-device 2-d mesh: (N/2, 2) when even, else (N, 1).
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
     const auto stream1 = tb::stream_copy(std::size_t(128) << 20, 1, 10);
     const auto streamN = tb::stream_copy(std::size_t(128) << 20, n, 10);
     std::cout << "Tessera ops benchmark: " << n << " devices\n"
-              << "  streaming bandwidth (STREAM copy, read + write): 1 thread " << stream1.stream_gbps << " GB/s, "
+              << "  streaming limit (threads each copy their own buffers; read + write): 1 thread " << stream1.stream_gbps << " GB/s, "
               << n << " threads " << streamN.stream_gbps << " GB/s\n";
 
     // ---- diff along axis 0 with prepend 0.
@@ -138,23 +140,33 @@ int main(int argc, char** argv) {
       double t = median_time(5, [&] {
         for (int i = 0; i < iters; ++i) (void)(x + 1.0f);
       }) / iters;
-      rows.push_back({"dispatch: x + 1 (16 f32)", "(" + std::to_string(n) + ")", t, t * 1e6, 10.0, 0, 0, "us/op",
-                      "goal us/op"});
+      // No machine limit applies; the goal (under 10 us per op) is reported as a goal.
+      rows.push_back({"dispatch: x + 1 (16 f32)", "(" + std::to_string(n) + ")", t, t * 1e6, 0, 0, 10.0, "us/op",
+                      "none"});
     }
 
     json out = json::array();
     std::printf("\n%-36s %-12s %10s %12s %12s %8s\n", "workload", "layout", "time", "achieved", "limit", "ratio");
     for (auto& r : rows) {
-      r.ratio = r.unit == "us/op" ? r.value / r.limit : r.value / r.limit;
-      std::printf("%-36s %-12s %10s %8.2f %-7s %8.2f %s %6.2f%s\n", r.workload.c_str(), r.layout.c_str(),
-                  tb::format_seconds(r.seconds).c_str(), r.value, r.unit.c_str(), r.limit,
-                  r.unit == "us/op" ? "   " : "", r.ratio,
-                  r.goal > 0 ? (r.ratio >= r.goal ? "  (goal met)" : "  (below goal)") : "");
-      out.push_back({{"workload", r.workload}, {"layout", r.layout}, {"seconds", r.seconds}, {"value", r.value},
-                     {"unit", r.unit}, {"limit", r.limit}, {"limit_name", r.limit_name}, {"ratio", r.ratio},
-                     {"goal", r.goal}});
+      if (r.limit > 0) {
+        r.ratio = r.value / r.limit;
+        std::printf("%-36s %-12s %10s %8.2f %-7s %8.2f %6.2f%s\n", r.workload.c_str(), r.layout.c_str(),
+                    tb::format_seconds(r.seconds).c_str(), r.value, r.unit.c_str(), r.limit, r.ratio,
+                    r.goal > 0 ? (r.ratio >= r.goal ? "  (goal met)" : "  (below goal)") : "");
+      } else {
+        // A time with a goal and no limit: "goal" is an upper bound on the value.
+        std::printf("%-36s %-12s %10s %8.2f %-7s %8s %6s  (goal < %g %s: %s)\n", r.workload.c_str(),
+                    r.layout.c_str(), tb::format_seconds(r.seconds).c_str(), r.value, r.unit.c_str(), "-", "-",
+                    r.goal, r.unit.c_str(), r.value < r.goal ? "met" : "not met");
+      }
+      json o{{"workload", r.workload}, {"layout", r.layout}, {"seconds", r.seconds}, {"value", r.value},
+             {"unit", r.unit},         {"limit_name", r.limit_name}, {"goal", r.goal}};
+      o["limit"] = r.limit > 0 ? json(r.limit) : json(nullptr);
+      o["ratio"] = r.limit > 0 ? json(r.ratio) : json(nullptr);
+      if (r.limit <= 0) o["goal_kind"] = "upper bound on value";
+      out.push_back(std::move(o));
     }
-    std::printf("ratio: achieved / limit (for dispatch: us per op / 10 us goal, lower is better)\n");
+    std::printf("ratio: achieved / limit, both measured in this run; dispatch has no limit, only a goal\n");
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << json{{"devices", n}, {"results", out}}.dump(2) << "\n";
     std::cout << "wrote " << json_path << "\n";
