@@ -7,10 +7,18 @@
 // Runs the named workloads and prints one JSON line per workload:
 //   {"side": "tessera", "workload": ..., "layout": ..., "seconds": <median>,
 //    "samples": [...], "inner": <calls per sample>, "bytes"/"flops": ...,
-//    "limit": "stream1" | "streamN" | "blas" | "memcpy" | "none", ...}
+//    "limit": "stream1" | "streamN" | "blas" | "none", ...}
 // or {"workload": ..., "error": "..."} when the workload raised. `--limits`
-// prints the machine limits of this run as one JSON line (STREAM-like copy
-// bandwidth for 1 and N threads, single-thread sgemm peak, memcpy).
+// prints the machine limits of this run as one JSON line (streaming
+// bandwidth of 1 and N threads, single-thread sgemm peak, memcpy for
+// reference).
+//
+// Collectives: "bytes" is the least memory traffic (read + written, all
+// devices together) of the result the devices end up with, and the limit is
+// the N-thread streaming rate (bench_collectives.cpp explains the counts).
+// psum, all_gather and ppermute share one result between devices (one
+// process, zero-copy); their `_owned` twins return `collective(x) + 0`, so
+// every device writes a private result, as JAX's do.
 //
 // bench/compare/jax_workloads.py runs the same workloads (same names, shapes,
 // dtypes, device counts and shardings) in JAX; compare.py alternates the two.
@@ -106,7 +114,8 @@ class Runner {
       std::vector<std::string> out = {"diff_1dev", "diff_rows", "diff_cols", "sin",      "sum",
                                       "mlp_auto",  "mlp_shard_map"};
       for (const char* size : {"4k", "64m"})
-        for (const char* c : {"psum", "all_gather", "psum_scatter", "ppermute", "all_to_all"})
+        for (const char* c : {"psum", "psum_owned", "all_gather", "all_gather_owned", "psum_scatter", "ppermute",
+                              "ppermute_owned", "all_to_all"})
           out.push_back(std::string(c) + "_" + size);
       out.push_back("dispatch");
       out.push_back("uneven_diff");
@@ -216,45 +225,61 @@ class Runner {
   }
 
   // One collective inside shard_map, input P('x') of `bytes` per device (f32).
-  json collective(const std::string& w, const std::string& c, std::int64_t bytes) {
+  // `c` may end in "_owned": the body then returns collective(x) + 0, an
+  // elementwise pass that gives every device a private result.
+  json collective(const std::string& w, std::string c, std::int64_t bytes) {
     const std::int64_t per = collective_elems(bytes, n_);
     ts::Mesh mesh = line();
     auto x = ts::random::uniform(ts::random::key(3), {per * n_}, ts::f32, ts::NamedSharding(mesh, ts::P("x")));
     const int n = n_;
-    const ts::ShardMapOptions opt{.check_vma = false};
-    std::function<ts::Array(const ts::Array&)> f;
-    double written = 0;  // bytes written into the outputs, all devices together
-    const double s = static_cast<double>(per) * 4;
+    const std::string owned_suffix = "_owned";
+    const bool owned = c.size() > owned_suffix.size() &&
+                       c.compare(c.size() - owned_suffix.size(), owned_suffix.size(), owned_suffix) == 0;
+    if (owned) c.resize(c.size() - owned_suffix.size());
+    std::function<ts::Array(const ts::Array&)> op;
+    ts::PartitionSpec out = ts::P("x");
+    // Least bytes read + written per device in units of its input S, for the
+    // result as the collective delivers it, and the result's size in S.
+    double traffic = 0, result_size = 1;
     if (c == "psum") {
-      f = ts::shard_map([](ts::Array xl) { return ts::psum(xl, "x"); }, mesh, {ts::P("x")}, ts::P(), opt);
-      written = n * s;
+      op = [](const ts::Array& xl) { return ts::psum(xl, "x"); };
+      out = ts::P();
+      traffic = 1.0 + 1.0 / n;  // its chunk of every input read, that chunk of the shared result written
     } else if (c == "all_gather") {
-      f = ts::shard_map([](ts::Array xl) { return ts::all_gather(xl, "x", 0, true); }, mesh, {ts::P("x")}, ts::P(),
-                        opt);
-      written = 1.0 * n * n * s;
-    } else if (c == "psum_scatter") {
-      f = ts::shard_map([](ts::Array xl) { return ts::psum_scatter(xl, "x", 0, true); }, mesh, {ts::P("x")},
-                        ts::P("x"), opt);
-      written = s;
+      op = [](const ts::Array& xl) { return ts::all_gather(xl, "x", 0, true); };
+      out = ts::P();
+      traffic = 2.0;  // its input read and written into the shared result
+      result_size = n;
+    } else if (c == "psum_scatter" && !owned) {
+      op = [](const ts::Array& xl) { return ts::psum_scatter(xl, "x", 0, true); };
+      traffic = 1.0 + 1.0 / n;  // its chunk of every input read, its own result written
+      result_size = 1.0 / n;
     } else if (c == "ppermute") {
       std::vector<std::pair<int, int>> perm;
       for (int i = 0; i < n; ++i) perm.emplace_back(i, (i + 1) % n);
-      f = ts::shard_map([perm](ts::Array xl) { return ts::ppermute(xl, "x", perm); }, mesh, {ts::P("x")}, ts::P("x"),
-                        opt);
-      written = n * s;
-    } else if (c == "all_to_all") {
-      f = ts::shard_map([](ts::Array xl) { return ts::all_to_all(xl, "x", 0, 0, true); }, mesh, {ts::P("x")},
-                        ts::P("x"), opt);
-      written = n * s;
+      op = [perm](const ts::Array& xl) { return ts::ppermute(xl, "x", perm); };
+      traffic = 0;  // the sender's buffer is handed over
+    } else if (c == "all_to_all" && !owned) {
+      op = [](const ts::Array& xl) { return ts::all_to_all(xl, "x", 0, 0, true); };
+      traffic = 2.0;  // every block read once and written into its own result
     } else {
-      throw std::invalid_argument("unknown collective '" + c + "'");
+      throw std::invalid_argument("unknown collective '" + c + (owned ? owned_suffix : "") + "'");
     }
+    if (owned) traffic += 2.0 * result_size;  // the shared result read, a private one written
+    const ts::ShardMapOptions opt{.check_vma = false};
+    std::function<ts::Array(const ts::Array&)> f;
+    if (owned)
+      f = ts::shard_map([op](ts::Array xl) { return op(xl) + 0.0f; }, mesh, {ts::P("x")}, out, opt);
+    else
+      f = ts::shard_map([op](ts::Array xl) { return op(xl); }, mesh, {ts::P("x")}, out, opt);
     auto t = time_calls(reps_, [&] { f(x).block_until_ready(); });
-    json r = result(w, "(" + nstr() + ",) " + tb::format_bytes(per * 4) + "/device", t);
+    json r = result(w, "(" + nstr() + ",) " + tb::format_bytes(per * 4) + "/device" + (owned ? ", owned" : ""), t);
     r["shape"] = f(x).shape();
-    r["bytes"] = written;
-    r["limit"] = "memcpy";
-    r["memcpy_seconds"] = tb::memcpy_seconds(static_cast<std::int64_t>(written), 5);
+    r["dtype"] = ts::dtype_name(f(x).dtype());
+    r["form"] = owned ? "owned" : (c == "psum_scatter" || c == "all_to_all") ? "private" : "zero-copy";
+    const double s = static_cast<double>(per) * 4;
+    r["bytes"] = traffic * n * s;
+    r["limit"] = traffic > 0 ? "streamN" : "none";
     return r;
   }
 
@@ -311,7 +336,7 @@ json limits(int n) {
               {"streamN_gbps", sn.stream_gbps},
               {"sgemm_1thread_gflops", peak},
               {"blas_gflops", peak * n},
-              {"memcpy_64MiB_gbps", tb::gbps(static_cast<double>(mc), mcs)},
+              {"memcpy_64MiB_gbps", tb::gbps(static_cast<double>(mc), mcs)},  // for reference only
               {"hardware_threads", std::thread::hardware_concurrency()}};
 }
 

@@ -9,8 +9,8 @@ jax_workloads.py one after the other, each in its own process (so only one
 runtime's threads exist at a time), swapping which goes first every round so
 that drift and order effects hit both alike. The reported time of a workload
 on a side is the median of all its samples over all rounds. The machine
-limits (STREAM-like copy bandwidth, single-thread sgemm peak x devices,
-memcpy) are measured by the Tessera runner in the same run, before and after
+limits (streaming bandwidth of 1 and N threads, single-thread sgemm peak x
+devices) are measured by the Tessera runner in the same run, before and after
 the workloads; the better of the two is the limit.
 
 Writes <out>/compare.json (everything, samples included) and compare.md (the
@@ -27,7 +27,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-COLLECTIVES = ("psum", "all_gather", "psum_scatter", "ppermute", "all_to_all")
+COLLECTIVES = ("psum", "psum_owned", "all_gather", "all_gather_owned", "psum_scatter", "ppermute", "ppermute_owned",
+               "all_to_all")
 GROUPS = [
     ("diff", ["diff_1dev", "diff_rows", "diff_cols"]),
     ("sin", ["sin"]),
@@ -50,8 +51,10 @@ TITLES = {
     "uneven_diff": "uneven: diff on 4097x4096 f64",
 }
 for c in COLLECTIVES:
-    TITLES[f"{c}_4k"] = f"shard_map {c}, 4 KiB"
-    TITLES[f"{c}_64m"] = f"shard_map {c}, 64 MiB"
+    name, owned = (c[: -len("_owned")], True) if c.endswith("_owned") else (c, False)
+    form = " (owned)" if owned else " (zero-copy)" if name in ("psum", "all_gather", "ppermute") else ""
+    TITLES[f"{c}_4k"] = f"shard_map {name}{form}, 4 KiB"
+    TITLES[f"{c}_64m"] = f"shard_map {name}{form}, 64 MiB"
 
 
 def fmt_time(s):
@@ -192,7 +195,6 @@ def main():
     samples = {}  # (side, workload) -> [seconds]
     meta = {}     # (side, workload) -> last result (without samples)
     errors = {}   # (side, workload) -> error text
-    memcpy = {}   # workload -> [memcpy seconds of its bytes]
     for rnd in range(args.rounds):
         for gname, ws in groups:
             sides = ["tessera", "jax"] if rnd % 2 == 0 else ["jax", "tessera"]
@@ -212,8 +214,6 @@ def main():
                         continue
                     samples.setdefault((side, w), []).extend(r["samples"])
                     meta[(side, w)] = {k: v for k, v in r.items() if k != "samples"}
-                    if side == "tessera" and "memcpy_seconds" in r:
-                        memcpy.setdefault(w, []).append(r["memcpy_seconds"])
                 for w in ws:
                     if w not in seen:
                         errors[(side, w)] = e or "no result"
@@ -234,12 +234,9 @@ def main():
         if kind in ("stream1", "streamN"):
             bw = lim[f"{kind}_gbps"]
             threads = 1 if kind == "stream1" else n
-            return m["bytes"] / t / 1e9 / bw, f"STREAM {threads}T {bw:.1f} GB/s"
+            return m["bytes"] / t / 1e9 / bw, f"stream {threads}T {bw:.1f} GB/s"
         if kind == "blas":
             return m["flops"] / t / 1e9 / lim["blas_gflops"], f"sgemm 1T x {n}: {lim['blas_gflops']:.0f} GFLOP/s"
-        if kind == "memcpy" and memcpy.get(w):
-            mc = statistics.median(memcpy[w])
-            return mc / t, f"memcpy {fmt_time(mc)}"
         return None, "–"
 
     table = []
@@ -284,8 +281,10 @@ def main():
     for l in lines:
         print("  ".join(c.ljust(widths[i]) for i, c in enumerate(l)))
     print("Tessera/JAX: time ratio (below 1: Tessera faster). x/limit: achieved over the machine limit of this run "
-          "(bytes or FLOP per second over STREAM-like bandwidth or sgemm peak; for collectives the time of one "
-          "single-thread memcpy of the logical output bytes over the collective's time).")
+          "(bytes read + written or FLOP per second over the streaming bandwidth of as many threads or the sgemm "
+          "peak). Collectives: the least bytes read + written for the result as delivered (zero-copy: one shared "
+          "result; owned: a private result per device, as JAX's), over the N-thread streaming rate; both sides are "
+          "measured against the same bytes, so JAX's ratio is fair on the owned rows.")
     notes = []
     for r in table:
         for side in ("tessera", "jax"):
@@ -300,8 +299,8 @@ def main():
         if st is not None and sj is not None and list(st) != list(sj):
             notes.append(f"shape mismatch in {r['workload']}: tessera {st}, jax {sj}")
     if any(r["workload"].startswith("ppermute") and r["tessera_seconds"] for r in table):
-        notes.append("tessera ppermute hands the sender's buffer to the receiver (one process, no copy), "
-                     "so its time does not grow with the size")
+        notes.append("tessera ppermute (zero-copy) hands the sender's buffer to the receiver (one process, no copy), "
+                     "so its time does not grow with the size and it has no limit; ppermute (owned) copies")
     for w in ("mlp_auto", "mlp_shard_map"):
         if ("tessera_avx512", w) in samples:
             t = statistics.median(samples[("tessera_avx512", w)])
@@ -314,12 +313,12 @@ def main():
         notes.append(f"jax dispatch without jit (x + 1 eagerly): {fmt_time(jd['eager_seconds'])} per op")
     for note in notes:
         print("  " + note)
-    limits_line = (f"limits (best of before/after): STREAM copy (read + write) 1 thread {lim['stream1_gbps']:.1f} GB/s, "
+    limits_line = (f"limits (best of before/after): streaming copy (read + write) 1 thread {lim['stream1_gbps']:.1f} GB/s, "
                 f"{n} thread{'s' if n > 1 else ''} {lim['streamN_gbps']:.1f} GB/s; sgemm 1 thread {lim['sgemm_1thread_gflops']:.0f} "
                 f"GFLOP/s (OpenBLAS's default kernel)"
                 + (f", {lim['sgemm_1thread_avx512_gflops']:.0f} GFLOP/s (its AVX-512 kernel)"
                    if lim["sgemm_1thread_avx512_gflops"] else "")
-                + f"; memcpy 64 MiB {lim['memcpy_64MiB_gbps']:.1f} GB/s")
+                + f"; single-thread memcpy 64 MiB {lim['memcpy_64MiB_gbps']:.1f} GB/s (reference only)")
     print(limits_line)
     if busy_before is not None and busy_after is not None:
         print(f"CPU busy with other programs: {busy_before:.0%} before, {busy_after:.0%} after the run")
