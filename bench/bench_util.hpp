@@ -4,14 +4,15 @@
 #pragma once
 
 #include <algorithm>
-#include <barrier>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -95,6 +96,35 @@ class HostBuffer {
 namespace detail {
 // Keeps copies observable so the compiler cannot drop them.
 inline volatile unsigned char sink = 0;
+// Tells the compiler that the memory at `p` may be read here, so a copy into
+// a buffer that never escapes is not removed as a dead store (as Google
+// Benchmark's DoNotOptimize / ClobberMemory do).
+inline void clobber(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
+
+// A reusable barrier for `count` threads (mutex + condition variable: simple,
+// and correct when the threads outnumber the cores).
+class Barrier {
+ public:
+  explicit Barrier(int count) : count_(count) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    const long gen = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != gen; });
+    }
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int count_;
+  int arrived_ = 0;
+  long generation_ = 0;
+};
 }  // namespace detail
 
 /// The memcpy baseline: the time of a single-threaded std::memcpy of `nbytes`
@@ -112,6 +142,7 @@ inline double memcpy_seconds(std::int64_t nbytes, int reps = 5, std::size_t max_
     for (std::size_t done = 0; done < total;) {
       const std::size_t c = std::min(chunk, total - done);
       std::memcpy(dst.data(), src.data(), c);
+      detail::clobber(dst.data());
       done += c;
     }
     detail::sink = detail::sink + dst.data()[chunk - 1];
@@ -166,7 +197,7 @@ inline StreamResult stream_copy(std::size_t array_bytes, int threads, int reps =
   r.threads = threads;
   r.array_bytes = per * static_cast<std::size_t>(threads);
   if (per == 0) return r;
-  std::barrier start(threads + 1), done(threads + 1);
+  detail::Barrier start(threads + 1), done(threads + 1);
   std::vector<std::thread> pool;
   pool.reserve(static_cast<std::size_t>(threads));
   std::vector<unsigned char> last(static_cast<std::size_t>(threads), 0);
@@ -180,6 +211,7 @@ inline StreamResult stream_copy(std::size_t array_bytes, int threads, int reps =
         start.arrive_and_wait();
         begin[k] = now_seconds();
         std::memcpy(dst.data(), src.data(), per);
+        detail::clobber(dst.data());
         end[k] = now_seconds();
         done.arrive_and_wait();
       }
