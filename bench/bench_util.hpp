@@ -1,4 +1,4 @@
-// Timing helpers and the host-memory baselines (memcpy, the N-thread
+// Timing functions and the host-memory baselines (memcpy, the N-thread
 // streaming limit) that Tessera's benchmarks and the `tessera demo` compare
 // against. Header only; the one place where these baselines are measured.
 #pragma once
