@@ -210,6 +210,8 @@ Array contract(const Array& a, const Array& b, const Contraction& c, const OutOp
     for (int i = 0; i < rank; ++i) perm.push_back(i);
   Shape out_shape(rank);
   for (int i = 0; i < rank; ++i) out_shape[i] = canon[perm[i]];
+  // (2^40, k) @ (k, 2^40): both operands fit, the product does not.
+  detail::checked_nbytes(out_shape, dtype, op);
 
   std::optional<NamedSharding> out;
   if (opt.out_sharding) out = detail::resolve_spec(mesh, *opt.out_sharding, rank, op);
