@@ -37,6 +37,22 @@ void expect_error(F&& f, const std::string& prefix, std::initializer_list<std::s
   }
 }
 
+// The same with the words in a vector (for tables of cases).
+template <class E, class F>
+void expect_error(F&& f, const std::string& prefix, const std::vector<std::string>& words) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception starting with " << prefix << ", nothing was thrown";
+  } catch (const E& e) {
+    EXPECT_EQ(typeid(e), typeid(E)) << "thrown type is a subclass of the expected one: " << e.what();
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(prefix, 0), 0u) << "message does not start with '" << prefix << "': " << msg;
+    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing in: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type " << typeid(e).name() << ": " << e.what();
+  }
+}
+
 // Devices with the given ids.
 inline std::vector<Device> ids(std::initializer_list<int> list) {
   std::vector<Device> out;

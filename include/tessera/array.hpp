@@ -17,6 +17,10 @@ namespace tessera {
 
 namespace detail {
 struct ArrayImpl;
+/// Number of elements of `shape`. ShapeError "[op] ..." when a dim is
+/// negative or the product of the nonzero dims does not fit int64 (as NumPy,
+/// so (2^40, 2^40, 0) is rejected too); it never wraps around.
+std::int64_t checked_numel(const Shape& shape, const char* op);
 }
 
 struct Shard;
@@ -106,8 +110,7 @@ Array device_put_raw(const void* data, DType dtype, const Shape& shape, const Na
 
 template <class T>
 Array device_put(std::span<const T> data, const Shape& shape, const NamedSharding& sharding) {
-  std::int64_t n = 1;
-  for (auto s : shape) n *= s;
+  const std::int64_t n = detail::checked_numel(shape, "device_put");
   if (static_cast<std::int64_t>(data.size()) != n)
     throw ShapeError("[device_put] host data has " + std::to_string(data.size()) + " elements but shape " +
                      shape_str(shape) + " needs " + std::to_string(n));
@@ -143,8 +146,9 @@ Array make_array_from_callback(const Shape& shape, DType dtype, const NamedShard
       shape, dtype, sharding, [&](const std::vector<Slice>& index, void* out) {
         auto block = callback(index);
         using T = typename decltype(block)::value_type;
-        std::int64_t n = 1;
-        for (const auto& s : index) n *= s.size();
+        Shape block_shape;
+        for (const auto& s : index) block_shape.push_back(s.size());
+        const std::int64_t n = detail::checked_numel(block_shape, "make_array_from_callback");
         if (static_cast<std::int64_t>(block.size()) != n)
           throw ShapeError("[make_array_from_callback] callback returned " + std::to_string(block.size()) +
                            " elements for a block of " + std::to_string(n));

@@ -97,6 +97,11 @@ class NamedSharding {
   const Mesh& mesh() const { return mesh_; }
   const PartitionSpec& spec() const { return spec_; }
 
+  // The layout queries below check their arguments: a mesh position outside
+  // [0, mesh().size()), a negative dim, or a shape of lower rank than the
+  // spec raises ShardingError; a negative dimension size raises ShapeError.
+  // Dims past the spec's entries are unsharded.
+
   /// Number of parts dimension `dim` is split into (product of its axes' sizes).
   int num_parts(int dim) const;
   /// Part index along `dim` of the device at mesh position `pos`: the
@@ -118,6 +123,9 @@ class NamedSharding {
   std::size_t hash() const;
 
  private:
+  void check_pos(int pos, const char* op) const;
+  void check_dim(int dim, const char* op) const;
+  void check_shape(const Shape& shape, const char* op) const;
   Mesh mesh_;
   PartitionSpec spec_;
 };
@@ -125,6 +133,8 @@ class NamedSharding {
 /// The layout rule: a dimension of size n split into k balanced blocks; part c
 /// holds [block_start(n, k, c), block_start(n, k, c) + block_size(n, k, c)).
 /// Sizes differ by at most one; the first n % k parts hold the extra element.
+/// Arguments are checked: n < 0 raises ShapeError, k < 1 or c outside
+/// [0, k) raises ShardingError ("[block_size] expected ...").
 std::int64_t block_start(std::int64_t n, std::int64_t k, std::int64_t c);
 std::int64_t block_size(std::int64_t n, std::int64_t k, std::int64_t c);
 /// Both at once.

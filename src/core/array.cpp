@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "core/array_impl.hpp"
+#include "core/checked.hpp"
 #include "tessera/explain.hpp"
 
 namespace tessera {
@@ -107,14 +108,11 @@ Array make_array(const Shape& shape, DType dtype, const NamedSharding& sharding,
   return Array(std::move(impl));
 }
 
-void check_shape(const Shape& shape, const char* op) {
-  for (auto s : shape)
-    if (s < 0) throw ShapeError(std::string("[") + op + "] dimensions must be >= 0, got shape " + shape_str(shape));
-}
+void check_shape(const Shape& shape, const char* op) { checked_numel(shape, op); }
 
 Array make_array_from_blocks(const Shape& shape, DType dtype, const NamedSharding& sharding,
                              const std::function<void(const std::vector<Slice>&, void*)>& fill) {
-  check_shape(shape, "make_array_from_callback");
+  checked_nbytes(shape, dtype, "make_array_from_callback");
   sharding.check_rank(static_cast<int>(shape.size()), "make_array_from_callback");
   // The callback runs on the calling thread, once per distinct block; the
   // device workers then copy their block into their own memory.
@@ -143,7 +141,7 @@ Array make_array_from_blocks(const Shape& shape, DType dtype, const NamedShardin
 }  // namespace detail
 
 Array device_put_raw(const void* data, DType dtype, const Shape& shape, const NamedSharding& sharding) {
-  detail::check_shape(shape, "device_put");
+  detail::checked_nbytes(shape, dtype, "device_put");
   sharding.check_rank(static_cast<int>(shape.size()), "device_put");
   const std::vector<Slice> whole = detail::whole_box(shape);
   const std::size_t isz = itemsize(dtype);
@@ -156,10 +154,11 @@ Array device_put_raw(const void* data, DType dtype, const Shape& shape, const Na
 }
 
 Array device_put(const std::vector<bool>& data, const Shape& shape, const NamedSharding& sharding) {
+  const std::int64_t n = detail::checked_numel(shape, "device_put");
+  if (static_cast<std::int64_t>(data.size()) != n)
+    throw ShapeError("[device_put] host data has " + std::to_string(data.size()) + " elements but shape " +
+                     shape_str(shape) + " needs " + std::to_string(n));
   std::vector<std::uint8_t> bytes(data.begin(), data.end());
-  if (static_cast<std::int64_t>(bytes.size()) != detail::num_elements(shape))
-    throw ShapeError("[device_put] host data has " + std::to_string(bytes.size()) + " elements but shape " +
-                     shape_str(shape) + " needs " + std::to_string(detail::num_elements(shape)));
   return device_put_raw(bytes.data(), DType::bool_, shape, sharding);
 }
 

@@ -3,8 +3,44 @@
 #include <cstring>
 
 #include "core/array_impl.hpp"
+#include "core/checked.hpp"
 
 namespace tessera::detail {
+
+void throw_too_many_elements(const char* op, const std::string& what) {
+  throw ShapeError(std::string("[") + op + "] " + what + " has more elements than fit in int64");
+}
+
+namespace {
+// Product of the nonzero dims of `shape`. Like NumPy, the nonzero dims must
+// fit even when another dim is 0: the product of any subset of dims (a
+// block, a batch, the rows of a GEMM) then fits too, so no later
+// computation on the shape can overflow.
+std::int64_t nonzero_product(const Shape& shape, const char* op) {
+  for (auto s : shape)
+    if (s < 0) throw ShapeError(std::string("[") + op + "] dimensions must be >= 0, got shape " + shape_str(shape));
+  std::int64_t n = 1;
+  for (auto s : shape)
+    if (s != 0) n = checked_mul(n, s, op, [&] { return "shape " + shape_str(shape); });
+  return n;
+}
+bool has_zero(const Shape& shape) { return std::find(shape.begin(), shape.end(), 0) != shape.end(); }
+}  // namespace
+
+std::int64_t checked_numel(const Shape& shape, const char* op) {
+  const std::int64_t n = nonzero_product(shape, op);
+  return has_zero(shape) ? 0 : n;
+}
+
+std::int64_t checked_nbytes(const Shape& shape, DType dtype, const char* op) {
+  const std::int64_t n = nonzero_product(shape, op);
+  std::int64_t bytes;
+  if (__builtin_mul_overflow(n, static_cast<std::int64_t>(itemsize(dtype)), &bytes))
+    throw ShapeError(std::string("[") + op + "] shape " + shape_str(shape) + " of " + dtype_name(dtype) + " needs " +
+                     std::to_string(n) + " x " + std::to_string(itemsize(dtype)) +
+                     " bytes, more than fit in int64");
+  return has_zero(shape) ? 0 : bytes;
+}
 
 std::int64_t num_elements(const Shape& shape) {
   std::int64_t n = 1;

@@ -82,6 +82,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
       throw ShapeError(msg(op, "shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast together"));
     out[i] = da == 1 ? db : da;
   }
+  // (2^40, 1) with (1, 2^40): both fit, the broadcast does not.
+  checked_numel(out, op);
   return out;
 }
 

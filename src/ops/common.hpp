@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/array_impl.hpp"
+#include "core/checked.hpp"
 #include "core/dispatch.hpp"
 #include "tessera/explain.hpp"
 #include "tessera/ops.hpp"

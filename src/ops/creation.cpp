@@ -20,11 +20,10 @@ using detail::msg;
 
 // ------------------------------------------------------------- validation
 
-/// The checks every creation op makes on its output: sizes >= 0 and a
-/// sharding that fits the rank.
-void check_output(const Shape& shape, const NamedSharding& sharding, const char* op) {
-  for (auto s : shape)
-    if (s < 0) throw ShapeError(msg(op, "dimensions must be >= 0, got shape " + shape_str(shape)));
+/// The checks every creation op makes on its output: sizes >= 0, an element
+/// and byte count that fit int64, and a sharding that fits the rank.
+void check_output(const Shape& shape, DType dtype, const NamedSharding& sharding, const char* op) {
+  detail::checked_nbytes(shape, dtype, op);
   sharding.check_rank(static_cast<int>(shape.size()), op);
   // A pending sum over mesh axes has no meaning for a freshly filled array
   // (ones would count the replicas); ask for the plain layout instead.
@@ -142,7 +141,7 @@ void eye_kernel(T* out, Slice rows, Slice cols, std::int64_t k) {
 
 /// Every device fills its block with one value.
 Array filled(const Shape& shape, DType dtype, const NamedSharding& sharding, const Scalar& value, const char* op) {
-  check_output(shape, sharding, op);
+  check_output(shape, dtype, sharding, op);
   return detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     const T v = element_of<T>(value, dtype, op);
@@ -185,7 +184,7 @@ Array arange(double start, double stop, double step, DType dtype, const NamedSha
                                  ", step=" + detail::number_str(step) + " has too many elements (" + detail::number_str(len) + ")"));
   const std::int64_t n = len > 0 ? static_cast<std::int64_t>(len) : 0;
   const Shape shape{n};
-  check_output(shape, sharding, op);
+  check_output(shape, dtype, sharding, op);
   if (n > 0 && (dtype == DType::i32 || dtype == DType::i64)) {
     // Values are monotone in i, so the ends bound them all.
     const double first = start, last = start + static_cast<double>(n - 1) * step;
@@ -208,7 +207,7 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, const N
   reject_bool(dtype, op);
   if (num < 0) throw ShapeError(msg(op, "num must be >= 0, got num=" + std::to_string(num)));
   const Shape shape{num};
-  check_output(shape, sharding, op);
+  check_output(shape, dtype, sharding, op);
   const LinspaceParams params{start, stop, num, endpoint};
   if (num > 0 && (dtype == DType::i32 || dtype == DType::i64)) {
     const double first = std::floor(linspace_value(params, 0));
@@ -232,9 +231,10 @@ Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const Nam
   if (n < 0 || m < 0)
     throw ShapeError(msg(op, "n and m must be >= 0, got n=" + std::to_string(n) + ", m=" + std::to_string(m)));
   const Shape shape{n, m};
-  check_output(shape, sharding, op);
-  // Diagonals past either edge are empty; clamping keeps row + k from overflowing.
-  k = std::clamp<std::int64_t>(k, -n - 1, m + 1);
+  check_output(shape, dtype, sharding, op);
+  // Diagonals past either edge are empty; clamping keeps row + k from
+  // overflowing (and the bounds themselves from overflowing for huge n, m).
+  k = std::clamp<std::int64_t>(k, -n, m);
   return detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {

@@ -258,6 +258,9 @@ Array take(const Array& x, const Array& indices, int axis) {
   const int rank = x.ndim();
   axis = detail::normalize_axis(axis, rank, op);
   const Mesh& mesh = x.sharding().mesh();
+  Shape out_shape = x.shape();
+  out_shape[axis] = indices.shape()[0];
+  detail::checked_nbytes(out_shape, x.dtype(), op);
 
   // x whole along `axis`.
   auto xdims = detail::spec_axes(x.sharding(), rank);
@@ -288,8 +291,6 @@ Array take(const Array& x, const Array& indices, int axis) {
   auto odims = xdims;
   odims[axis] = kept;
   const NamedSharding out_s(mesh, detail::make_spec(odims));
-  Shape out_shape = x.shape();
-  out_shape[axis] = indices.shape()[0];
   const std::int64_t n_axis = x.shape()[axis];
   const std::size_t isz = itemsize(x.dtype());
 
@@ -351,6 +352,7 @@ Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_
   const Mesh& mesh = data.sharding().mesh();
   Shape out_shape = data.shape();
   out_shape[0] = num_segments;
+  detail::checked_nbytes(out_shape, data.dtype(), op);
   const int rank = data.ndim();
   NamedSharding out_s = data.sharding();
   if (opt.out_sharding) {

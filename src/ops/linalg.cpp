@@ -196,7 +196,12 @@ Array contract(const Array& a, const Array& b, const Contraction& c, const OutOp
 
   // Output shape: canonical (batch, lhs free, rhs free), then permuted.
   Shape canon;
-  for (size_t i = 0; i < nb; ++i) canon.push_back(std::max(size_of(sa, L.batch[i]), size_of(sb, R.batch[i])));
+  // A size-1 batch dim broadcasts against the other side's size, including
+  // 0: (0, 16, 7) @ (1, 7, 3) is (0, 16, 3), so max() would be wrong.
+  for (size_t i = 0; i < nb; ++i) {
+    const std::int64_t na = size_of(sa, L.batch[i]), nbb = size_of(sb, R.batch[i]);
+    canon.push_back(na == 1 ? nbb : na);
+  }
   for (int d : L.free) canon.push_back(sa[d]);
   for (int d : R.free) canon.push_back(sb[d]);
   const int rank = static_cast<int>(canon.size());
@@ -205,6 +210,8 @@ Array contract(const Array& a, const Array& b, const Contraction& c, const OutOp
     for (int i = 0; i < rank; ++i) perm.push_back(i);
   Shape out_shape(rank);
   for (int i = 0; i < rank; ++i) out_shape[i] = canon[perm[i]];
+  // (2^40, k) @ (k, 2^40): both operands fit, the product does not.
+  detail::checked_nbytes(out_shape, dtype, op);
 
   std::optional<NamedSharding> out;
   if (opt.out_sharding) out = detail::resolve_spec(mesh, *opt.out_sharding, rank, op);

@@ -35,8 +35,7 @@ using detail::msg;
 void check_sample(const Shape& shape, DType dtype, const NamedSharding& sharding, const char* op) {
   if (!detail::is_float(dtype))
     throw DTypeError(msg(op, "expected a float dtype (f32 or f64), got " + dtype_name(dtype)));
-  for (auto s : shape)
-    if (s < 0) throw ShapeError(msg(op, "dimensions must be >= 0, got shape " + shape_str(shape)));
+  detail::checked_nbytes(shape, dtype, op);
   sharding.check_rank(static_cast<int>(shape.size()), op);
   if (!sharding.spec().unreduced().empty())
     throw ShardingError(

@@ -799,9 +799,12 @@ Array concat_impl(const std::vector<Array>& xs, int axis, const char* op) {
         throw ShapeError(msg(op, "shapes must agree except along axis " + std::to_string(axis) + ": array 0 has " +
                                      shape_str(xs[0].shape()) + ", array " + std::to_string(k) + " has " +
                                      shape_str(s)));
-    out[axis] += s[axis];
+    out[axis] = detail::checked_add(out[axis], s[axis], op, [&] {
+      return "the concatenation along axis " + std::to_string(axis) + " of " + std::to_string(xs.size()) + " arrays";
+    });
     dtype = detail::promote(dtype, xs[k].dtype());
   }
+  detail::checked_numel(out, op);
   for (size_t k = 1; k < xs.size(); ++k)
     if ((detail::has_explicit_axes(xs[0].sharding()) || detail::has_explicit_axes(xs[k].sharding())) &&
         !(xs[k].sharding().spec() == xs[0].sharding().spec()))
@@ -847,7 +850,6 @@ Array reshape(const Array& x, const Shape& shape, const OutOptions& opt) {
   const std::int64_t total = x.size();
   Shape out = shape;
   int infer = -1;
-  std::int64_t known = 1;
   for (size_t j = 0; j < out.size(); ++j) {
     if (out[j] == -1) {
       if (infer >= 0)
@@ -855,17 +857,20 @@ Array reshape(const Array& x, const Shape& shape, const OutOptions& opt) {
       infer = static_cast<int>(j);
     } else if (out[j] < 0) {
       throw ShapeError(msg("reshape", "dims must be >= 0 (or -1 for one inferred dim), got shape " + shape_str(shape)));
-    } else {
-      known *= out[j];
     }
   }
   if (infer >= 0) {
+    // Product of the given dims; a zero among them leaves -1 undetermined.
+    std::int64_t known = 1;
+    for (size_t j = 0; j < out.size(); ++j)
+      if (static_cast<int>(j) != infer)
+        known = detail::checked_mul(known, out[j], "reshape", [&] { return "shape " + shape_str(shape); });
     if (known == 0 || total % known != 0)
       throw ShapeError(msg("reshape", "cannot infer the -1 dim: array of shape " + shape_str(x.shape()) + " (" +
                                           std::to_string(total) + " elements) into shape " + shape_str(shape)));
     out[infer] = total / known;
   }
-  if (num_elements(out) != total)
+  if (detail::checked_numel(out, "reshape") != total)
     throw ShapeError(msg("reshape", "cannot reshape an array of shape " + shape_str(x.shape()) + " (" +
                                         std::to_string(total) + " elements) into shape " + shape_str(out) + " (" +
                                         std::to_string(num_elements(out)) + " elements)"));
@@ -963,6 +968,7 @@ Array broadcast_to(const Array& x, const Shape& shape) {
   if (ro < ri) fail("the target has fewer dims");
   for (auto s : shape)
     if (s < 0) fail("dims must be >= 0");
+  detail::checked_numel(shape, "broadcast_to");
   const int lead = ro - ri;
   std::vector<Entry> e(ro);
   Affine m;
@@ -1115,11 +1121,16 @@ Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t
       throw ShapeError(msg("pad", "widths must be >= 0 (negative padding is not supported), got (" +
                                       std::to_string(lo) + ", " + std::to_string(hi) + ") for dim " +
                                       std::to_string(d)));
-    out[d] += lo + hi;
+    const auto what = [&, lo = lo, hi = hi] {
+      return "dim " + std::to_string(d) + " of size " + std::to_string(x.shape()[d]) + " padded by (" +
+             std::to_string(lo) + ", " + std::to_string(hi) + ")";
+    };
+    out[d] = detail::checked_add(detail::checked_add(out[d], lo, "pad", what), hi, "pad", what);
     limit[d] = {lo, lo + x.shape()[d]};
     m.offset[d] = -lo;
     none_added = none_added && lo == 0 && hi == 0;
   }
+  detail::checked_numel(out, "pad");
   if (none_added) return x;
   const NamedSharding& s = x.sharding();
   Part part{x, m, regions(s, out, limit)};

@@ -406,9 +406,12 @@ Array diff(const Array& x, int n, int axis, const DiffOptions& opt) {
 
   // The virtual sequence along axis: prepend rows [0, np), x rows [np, np + L),
   // append rows [np + L, S). Output row i = n-th difference of rows [i, i + n].
-  const std::int64_t L = xs[axis], S = np + L + na;
+  const std::int64_t L = xs[axis];
+  const auto what = [&] { return "prepend, x and append along axis " + std::to_string(axis); };
+  const std::int64_t S = detail::checked_add(detail::checked_add(np, L, op, what), na, op, what);
   Shape out_shape = xs;
   out_shape[axis] = std::max<std::int64_t>(S - n, 0);
+  detail::checked_nbytes(out_shape, dt, op);
   const NamedSharding& sh = x.sharding();
   const Mesh& mesh = sh.mesh();
   const int npos = mesh.size();

@@ -4,8 +4,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <system_error>
+
+#include <unistd.h>
 
 #include "tessera/error.hpp"
 
@@ -26,14 +31,15 @@ constexpr std::size_t kMaxCachedBytes = std::size_t(1) << 30;
 
 std::atomic<int> g_requested_devices{0};
 std::atomic<bool> g_started{false};
+std::atomic<int> g_fail_worker_start_at{-1};
 
 int default_device_count() {
   if (const char* env = std::getenv("TESSERA_NUM_CPU_DEVICES")) {
     char* end = nullptr;
     long v = std::strtol(env, &end, 10);
-    if (end == env || *end != '\0' || v < 1 || v > 4096)
-      throw DeviceError(std::string("[devices] TESSERA_NUM_CPU_DEVICES must be an integer in [1, 4096], got '") + env +
-                        "'");
+    if (end == env || *end != '\0' || v < 1 || v > kMaxCpuDevices)
+      throw DeviceError(std::string("[devices] TESSERA_NUM_CPU_DEVICES must be an integer in [1, ") +
+                        std::to_string(kMaxCpuDevices) + "], got '" + env + "'");
     return static_cast<int>(v);
   }
   unsigned hc = std::thread::hardware_concurrency();
@@ -51,8 +57,39 @@ std::size_t Allocator::round_size(std::size_t nbytes) {
   return (nbytes + g - 1) / g * g;
 }
 
+namespace {
+
+std::string bytes_str(std::size_t n) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::size_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return SIZE_MAX;
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+}
+
+}  // namespace
+
 void* Allocator::allocate(std::size_t nbytes) {
   if (nbytes == 0) return nullptr;
+  // A block larger than the machine's memory can never be backed. Refusing it
+  // here gives the same DeviceError everywhere, whereas malloc's answer
+  // depends on the overcommit policy (and sanitizer allocators abort).
+  static const std::size_t kPhysical = physical_memory();
+  if (nbytes > kPhysical)
+    throw DeviceError("[allocate] cannot allocate " + std::to_string(nbytes) + " bytes (" + bytes_str(nbytes) +
+                      ") on CPU " + std::to_string(device_id_) + ": more than the machine's memory (" +
+                      bytes_str(kPhysical) + "); shard the array over more devices or make it smaller");
   const std::size_t size = round_size(nbytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -73,7 +110,7 @@ void* Allocator::allocate(std::size_t nbytes) {
   }
   if (p == nullptr)
     throw DeviceError("[allocate] out of memory on CPU " + std::to_string(device_id_) + ": requested " +
-                      std::to_string(nbytes) + " bytes");
+                      std::to_string(nbytes) + " bytes (" + bytes_str(nbytes) + ")");
   // First touch on the owning worker places the pages near its core.
   auto touch = [p, size] {
     auto* b = static_cast<unsigned char*>(p);
@@ -133,7 +170,12 @@ std::size_t Allocator::bytes_cached() const {
 
 // ------------------------------------------------------------------- Worker
 
-Worker::Worker(int device_id, bool poll) : device_id_(device_id), poll_(poll), thread_([this] { loop(); }) {}
+Worker::Worker(int device_id, bool poll) : device_id_(device_id), poll_(poll) {
+  if (device_id == g_fail_worker_start_at.load())
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                            "simulated thread creation failure");
+  thread_ = std::thread([this] { loop(); });
+}
 
 Worker::~Worker() { stop(); }
 
@@ -195,7 +237,18 @@ Runtime::Runtime(int n) {
   allocators_.reserve(n);
   workers_.reserve(n);
   for (int i = 0; i < n; ++i) allocators_.push_back(std::make_unique<Allocator>(i));
-  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(i));
+  try {
+    for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(i));
+  } catch (const std::system_error& e) {
+    // The system ran out of threads (ulimit -u, cgroup pids.max, memory for
+    // stacks). Join the workers already started, so a later start with fewer
+    // devices begins clean, and say how far we got.
+    const int made = static_cast<int>(workers_.size());
+    workers_.clear();
+    throw DeviceError("[devices] could start only " + std::to_string(made) + " of " + std::to_string(n) +
+                      " CPU devices (one worker thread each): " + e.what() +
+                      "; ask for fewer with config::set_num_cpu_devices or TESSERA_NUM_CPU_DEVICES");
+  }
   cores_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
@@ -220,6 +273,8 @@ Runtime& Runtime::get() {
 bool Runtime::started() { return g_started.load(); }
 
 int current_device() { return t_current_device; }
+
+void fail_worker_start_at(int device_id) { g_fail_worker_start_at = device_id; }
 
 void run_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn) {
   Runtime& rt = Runtime::get();
@@ -316,6 +371,9 @@ int process_index() { return 0; }
 namespace config {
 void set_num_cpu_devices(int n) {
   if (n < 1) throw DeviceError("[set_num_cpu_devices] expected a device count >= 1, got " + std::to_string(n));
+  if (n > detail::kMaxCpuDevices)
+    throw DeviceError("[set_num_cpu_devices] expected a device count <= " + std::to_string(detail::kMaxCpuDevices) +
+                      " (each CPU device is a worker thread), got " + std::to_string(n));
   if (detail::Runtime::started()) {
     int have = detail::Runtime::get().num_devices();
     if (have != n)

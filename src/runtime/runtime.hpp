@@ -19,6 +19,11 @@
 
 namespace tessera::detail {
 
+/// Most CPU devices a process may ask for (config::set_num_cpu_devices,
+/// TESSERA_NUM_CPU_DEVICES). Each is a thread; far more than any machine's
+/// cores, far fewer than would exhaust a default thread limit.
+inline constexpr int kMaxCpuDevices = 4096;
+
 /// Caching allocator of one device. Blocks are 64-byte aligned. A fresh block
 /// has its pages first touched on the owning worker (so the OS places them
 /// near that core); freed blocks are kept in size-keyed free lists and reused.
@@ -108,6 +113,12 @@ class Runtime {
 
 /// Id of the device whose worker runs the current thread, or -1.
 int current_device();
+
+/// Test hook: starting the worker of `device_id` fails as thread creation
+/// does when the system has no threads left (std::system_error); -1 (the
+/// default) turns it off. Lets tests check that a failed start raises
+/// DeviceError and leaves the runtime startable, without exhausting threads.
+void fail_worker_start_at(int device_id);
 
 /// Runs fn(i) for every i on the worker of devices[i] and waits for all.
 /// Work for the device whose worker is the caller runs inline. If tasks throw,

@@ -12,13 +12,40 @@ namespace tessera {
 // ------------------------------------------------------------- layout rule
 // The one place the balanced-block rule lives; everything else calls these.
 
-std::int64_t block_size(std::int64_t n, std::int64_t k, std::int64_t c) { return n / k + (c < n % k ? 1 : 0); }
+namespace {
 
-std::int64_t block_start(std::int64_t n, std::int64_t k, std::int64_t c) { return c * (n / k) + std::min(c, n % k); }
+// Out of line so the checks on the layout functions cost a compare and a
+// not-taken branch each; they run per device per dim, never per element.
+[[noreturn]] void bad_block_args(const char* op, std::int64_t n, std::int64_t k, std::int64_t c) {
+  const std::string args = " (n=" + std::to_string(n) + ", k=" + std::to_string(k) + ", c=" + std::to_string(c) + ")";
+  if (n < 0) throw ShapeError(std::string("[") + op + "] expected a dimension size n >= 0, got n=" + std::to_string(n) + args);
+  if (k < 1) throw ShardingError(std::string("[") + op + "] expected a number of parts k >= 1, got k=" + std::to_string(k) + args);
+  throw ShardingError(std::string("[") + op + "] expected a part index c in [0, " + std::to_string(k) + "), got c=" +
+                      std::to_string(c) + args);
+}
+
+inline void check_block_args(const char* op, std::int64_t n, std::int64_t k, std::int64_t c) {
+  if (n < 0 || k < 1 || c < 0 || c >= k) [[unlikely]]
+    bad_block_args(op, n, k, c);
+}
+
+}  // namespace
+
+std::int64_t block_size(std::int64_t n, std::int64_t k, std::int64_t c) {
+  check_block_args("block_size", n, k, c);
+  return n / k + (c < n % k ? 1 : 0);
+}
+
+std::int64_t block_start(std::int64_t n, std::int64_t k, std::int64_t c) {
+  check_block_args("block_start", n, k, c);
+  return c * (n / k) + std::min(c, n % k);
+}
 
 Slice block_slice(std::int64_t n, std::int64_t k, std::int64_t c) {
-  std::int64_t s = block_start(n, k, c);
-  return {s, s + block_size(n, k, c)};
+  check_block_args("block_slice", n, k, c);
+  const std::int64_t q = n / k, r = n % k;
+  const std::int64_t s = c * q + std::min(c, r);
+  return {s, s + q + (c < r ? 1 : 0)};
 }
 
 std::string shape_str(const Shape& shape) {
@@ -120,13 +147,37 @@ NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec) : mesh_(std::move(me
   detail::check_spec(mesh_, spec_, "NamedSharding");
 }
 
+void NamedSharding::check_pos(int pos, const char* op) const {
+  if (pos < 0 || pos >= mesh_.size()) [[unlikely]]
+    throw ShardingError(std::string("[") + op + "] expected a mesh position in [0, " + std::to_string(mesh_.size()) +
+                        "), got " + std::to_string(pos) + " (mesh " + mesh_.str() + ")");
+}
+
+void NamedSharding::check_dim(int dim, const char* op) const {
+  if (dim < 0) [[unlikely]]
+    throw ShardingError(std::string("[") + op + "] expected a dimension >= 0, got " + std::to_string(dim));
+}
+
+void NamedSharding::check_shape(const Shape& shape, const char* op) const {
+  if (static_cast<int>(shape.size()) < spec_.size()) [[unlikely]]
+    throw ShardingError(std::string("[") + op + "] shape " + shape_str(shape) + " has rank " +
+                        std::to_string(shape.size()) + " but " + spec_.str() + " has " + std::to_string(spec_.size()) +
+                        " entries");
+  for (auto n : shape)
+    if (n < 0) [[unlikely]]
+      throw ShapeError(std::string("[") + op + "] expected dimension sizes >= 0, got shape " + shape_str(shape));
+}
+
 int NamedSharding::num_parts(int dim) const {
+  check_dim(dim, "num_parts");
   int k = 1;
   for (const auto& a : spec_[dim].axes()) k *= mesh_.axis_size(a);
   return k;
 }
 
 int NamedSharding::part_index(int dim, int pos) const {
+  check_dim(dim, "part_index");
+  check_pos(pos, "part_index");
   const auto& axes = spec_[dim].axes();
   if (axes.empty()) return 0;
   std::vector<int> c = mesh_.coords(pos);
@@ -139,6 +190,8 @@ int NamedSharding::part_index(int dim, int pos) const {
 }
 
 std::vector<Slice> NamedSharding::shard_index(const Shape& shape, int pos) const {
+  check_shape(shape, "shard_index");
+  check_pos(pos, "shard_index");
   std::vector<Slice> idx(shape.size());
   for (size_t d = 0; d < shape.size(); ++d)
     idx[d] = block_slice(shape[d], num_parts(static_cast<int>(d)), part_index(static_cast<int>(d), pos));
@@ -146,6 +199,8 @@ std::vector<Slice> NamedSharding::shard_index(const Shape& shape, int pos) const
 }
 
 Shape NamedSharding::shard_shape(const Shape& shape, int pos) const {
+  check_shape(shape, "shard_shape");
+  check_pos(pos, "shard_shape");
   Shape s(shape.size());
   for (size_t d = 0; d < shape.size(); ++d)
     s[d] = block_size(shape[d], num_parts(static_cast<int>(d)), part_index(static_cast<int>(d), pos));

@@ -320,7 +320,10 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
         part_size[c] = len;
       }
       std::int64_t total = 0;
-      for (auto v : part_size) total += v;
+      for (auto v : part_size)
+        total = checked_add(total, v, op, [&] {
+          return "output " + std::to_string(k) + " assembled along dim " + std::to_string(d);
+        });
       for (int c = 0; c < k_parts; ++c)
         if (part_size[c] != block_size(total, k_parts, c)) {
           std::string sizes;
@@ -338,6 +341,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
           if (outs[pos][k].shape()[d] != shape[d])
             throw ShapeError(msg(op, "output " + std::to_string(k) + " is replicated along dim " + std::to_string(d) +
                                          " but its local sizes differ between devices"));
+    checked_numel(shape, op);
     // Buffers: each position takes the block of the replica at coordinate 0
     // on the mesh axes the spec leaves out.
     std::vector<Buffer> bufs(n);

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -566,6 +569,88 @@ TEST(Config, NonPositiveCountThrows) {
   expect_error<ts::DeviceError>([] { ts::config::set_num_cpu_devices(0); }, "[set_num_cpu_devices]", {">= 1", "0"});
   expect_error<ts::DeviceError>([] { ts::config::set_num_cpu_devices(-4); }, "[set_num_cpu_devices]", {"-4"});
   EXPECT_EQ(ts::device_count(), 8);
+}
+
+TEST(Config, AbsurdCountsThrowBeforeMakingThreads) {
+  expect_error<ts::DeviceError>([] { ts::config::set_num_cpu_devices(100000); }, "[set_num_cpu_devices]",
+                                {"<= 4096", "100000", "worker thread"});
+  expect_error<ts::DeviceError>([] { ts::config::set_num_cpu_devices(INT_MIN); }, "[set_num_cpu_devices]",
+                                {">= 1"});
+  EXPECT_EQ(ts::device_count(), 8);
+}
+
+// A start that cannot make its worker threads is tested in fresh processes
+// (threadsafe death tests re-run this binary and run only the statement):
+// the runtime starts on the first call there. The failure is simulated at
+// one worker, as pthread_create fails when the system is out of threads, so
+// the test needs no real limit (root ignores RLIMIT_NPROC) and runs the same
+// under the sanitizers. Each check prints "start-check <code>" and exits with
+// the code, 0 on success.
+namespace {
+
+[[noreturn]] void finish_start_check(int code) {
+  std::fprintf(stderr, "start-check %d\n", code);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+[[noreturn]] void failed_start_then_fewer_devices() {
+  int code = 0;
+  td::fail_worker_start_at(5);
+  ts::config::set_num_cpu_devices(8);
+  try {
+    (void)ts::devices();
+    code = 2;
+  } catch (const ts::DeviceError& e) {
+    const std::string w = e.what();
+    if (w.rfind("[devices] could start only 5 of 8 CPU devices", 0) != 0 ||
+        w.find("set_num_cpu_devices") == std::string::npos)
+      code = 3;
+  } catch (...) {
+    code = 4;
+  }
+  // Nothing started, so the count can still be chosen; the next start works.
+  td::fail_worker_start_at(-1);
+  try {
+    ts::config::set_num_cpu_devices(3);
+    if (ts::device_count() != 3) code = 5;
+    const ts::Mesh m = ts::make_mesh({3}, {"x"});
+    auto a = ts::device_put(std::vector<float>{1, 2, 3, 4}, {4}, ts::NamedSharding(m, ts::P("x")));
+    if (ts::sum(a).item<float>() != 10.0f) code = 6;
+  } catch (...) {
+    code = 7;
+  }
+  finish_start_check(code);
+}
+
+[[noreturn]] void failed_start_then_same_count() {
+  int code = 0;
+  td::fail_worker_start_at(0);
+  try {
+    (void)ts::device_count();
+    code = 2;
+  } catch (const ts::DeviceError& e) {
+    if (std::string(e.what()).find("could start only 0 of") == std::string::npos) code = 3;
+  }
+  td::fail_worker_start_at(-1);
+  try {
+    if (ts::device_count() < 1) code = 4;
+  } catch (...) {
+    code = 5;
+  }
+  finish_start_check(code);
+}
+
+}  // namespace
+
+TEST(ConfigStart, FailedThreadStartIsDeviceErrorAndFewerDevicesWork) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(failed_start_then_fewer_devices(), ::testing::ExitedWithCode(0), "start-check 0");
+}
+
+TEST(ConfigStart, FailedThreadStartCanBeRetried) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(failed_start_then_same_count(), ::testing::ExitedWithCode(0), "start-check 0");
 }
 
 // ------------------------------------------------------------ concurrency

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -18,6 +19,7 @@
 #include "tessera/device.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/sharding.hpp"
+#include "test_util.hpp"
 
 namespace ts = tessera;
 
@@ -354,6 +356,43 @@ TEST(DevicePut, SizesSmallerThanShardCountGiveEmptyShards) {
     }
   }
   EXPECT_EQ(a.to_vector<float>(), host);
+}
+
+// ------------------------------------------------------- argument checks
+
+TEST(BlockRule, RejectsArgumentsOutsideTheRule) {
+  using ts::testing::expect_error;
+  expect_error<ts::ShardingError>([] { ts::block_size(10, 0, 0); }, "[block_size]", {"k >= 1", "k=0"});
+  expect_error<ts::ShardingError>([] { ts::block_size(10, -3, 0); }, "[block_size]", {"k >= 1", "k=-3"});
+  expect_error<ts::ShardingError>([] { ts::block_start(10, -2, 1); }, "[block_start]", {"k >= 1", "k=-2"});
+  expect_error<ts::ShardingError>([] { ts::block_start(10, 4, 7); }, "[block_start]", {"[0, 4)", "c=7"});
+  expect_error<ts::ShardingError>([] { ts::block_start(10, 4, -1); }, "[block_start]", {"[0, 4)", "c=-1"});
+  expect_error<ts::ShapeError>([] { ts::block_slice(-5, 4, 1); }, "[block_slice]", {"n >= 0", "n=-5"});
+  // The extremes of the valid range still follow the rule.
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(ts::block_start(big, 1, 0), 0);
+  EXPECT_EQ(ts::block_size(big, 1, 0), big);
+  EXPECT_EQ(ts::block_slice(big, 2, 1).stop, big);
+  EXPECT_EQ(ts::block_size(0, 7, 6), 0);
+}
+
+TEST(ShardIndex, RejectsPositionsDimsAndRanksThatDoNotExist) {
+  using ts::testing::expect_error;
+  auto d = ts::devices();
+  ts::Mesh mesh(std::vector<ts::Device>(d.begin(), d.begin() + 4), {2, 2}, {"x", "y"});
+  ts::NamedSharding s(mesh, ts::P("x", "y"));
+  expect_error<ts::ShardingError>([&] { s.shard_index({4, 4}, 4); }, "[shard_index]", {"[0, 4)", "got 4"});
+  expect_error<ts::ShardingError>([&] { s.shard_index({4, 4}, -1); }, "[shard_index]", {"got -1"});
+  expect_error<ts::ShardingError>([&] { s.shard_shape({4, 4}, 9); }, "[shard_shape]", {"got 9"});
+  expect_error<ts::ShardingError>([&] { s.part_index(0, 4); }, "[part_index]", {"mesh position", "got 4"});
+  expect_error<ts::ShardingError>([&] { s.part_index(-1, 0); }, "[part_index]", {"dimension >= 0", "got -1"});
+  expect_error<ts::ShardingError>([&] { s.num_parts(-2); }, "[num_parts]", {"got -2"});
+  expect_error<ts::ShardingError>([&] { s.shard_index({4}, 0); }, "[shard_index]", {"rank 1", "2 entries"});
+  expect_error<ts::ShapeError>([&] { s.shard_shape({4, -1}, 0); }, "[shard_shape]", {"(4, -1)"});
+  // Valid queries are unchanged; dims past the spec are unsharded.
+  EXPECT_EQ(s.shard_shape({5, 3, 2}, 3), (ts::Shape{2, 1, 2}));
+  EXPECT_EQ(s.part_index(5, 3), 0);
+  EXPECT_EQ(s.num_parts(5), 1);
 }
 
 }  // namespace

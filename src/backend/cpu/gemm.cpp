@@ -68,7 +68,7 @@ void gemm_loop(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
 
 int blas_int(std::int64_t v) {
   if (v > INT_MAX)
-    throw Error("[gemm] a local matrix dimension of " + std::to_string(v) +
+    throw ShapeError("[gemm] a local matrix dimension of " + std::to_string(v) +
                 " exceeds the BLAS 32-bit index range; shard the operands over more devices");
   return static_cast<int>(v);
 }
