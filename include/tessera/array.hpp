@@ -83,7 +83,8 @@ struct Shard {
 template <class T>
 std::vector<T> Array::to_vector() const {
   if constexpr (std::is_same_v<T, bool>) {
-    std::vector<std::uint8_t> tmp(static_cast<std::size_t>(size()));
+    // std::vector<bool> packs bits: gather into bytes (0 or 1) first.
+    std::vector<unsigned char> tmp(static_cast<std::size_t>(size()));
     copy_to_host(tmp.data(), DType::bool_);
     return std::vector<bool>(tmp.begin(), tmp.end());
   } else {
@@ -132,7 +133,8 @@ namespace detail {
 /// `out` (row-major, dtype `dtype`).
 Array make_array_from_blocks(const Shape& shape, DType dtype, const NamedSharding& sharding,
                              const std::function<void(const std::vector<Slice>&, void*)>& fill);
-/// Converts n elements between dtypes.
+/// Converts n elements between dtypes with astype's semantics (see
+/// docs/semantics.md: float to int saturates, NaN gives 0, int to int wraps).
 void convert(const void* src, DType from, void* dst, DType to, std::int64_t n);
 }  // namespace detail
 
@@ -148,7 +150,7 @@ Array make_array_from_callback(const Shape& shape, DType dtype, const NamedShard
           throw ShapeError("[make_array_from_callback] callback returned " + std::to_string(block.size()) +
                            " elements for a block of " + std::to_string(n));
         if constexpr (std::is_same_v<T, bool>) {
-          std::vector<std::uint8_t> tmp(block.begin(), block.end());
+          std::vector<unsigned char> tmp(block.begin(), block.end());  // bytes 0 or 1
           detail::convert(tmp.data(), DType::bool_, out, dtype, n);
         } else {
           detail::convert(block.data(), dtype_of<T>(), out, dtype, n);

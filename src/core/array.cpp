@@ -152,6 +152,12 @@ Array device_put_raw(const void* data, DType dtype, const Shape& shape, const Na
     if (b.nbytes() == 0) return;
     auto idx = sharding.shard_index(shape, pos);
     detail::copy_box(data, whole, b.data(), idx, idx, isz);
+    // Kernels read bool elements as C++ bool, where a byte other than 0 or 1
+    // is undefined: normalise raw host bytes.
+    if (dtype == DType::bool_) {
+      auto* p = static_cast<unsigned char*>(b.data());
+      for (std::size_t i = 0; i < b.nbytes(); ++i) p[i] = p[i] != 0;
+    }
   });
 }
 

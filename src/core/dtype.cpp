@@ -1,7 +1,10 @@
 #include "tessera/dtype.hpp"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "core/dispatch.hpp"
 #include "tessera/array.hpp"
 
 namespace tessera {
@@ -9,7 +12,11 @@ namespace tessera {
 std::string dtype_name(DType t) {
   switch (t) {
     case DType::bool_: return "bool";
+    case DType::u8: return "u8";
+    case DType::i8: return "i8";
+    case DType::u32: return "u32";
     case DType::i32: return "i32";
+    case DType::u64: return "u64";
     case DType::i64: return "i64";
     case DType::f32: return "f32";
     case DType::f64: return "f64";
@@ -20,26 +27,34 @@ std::string dtype_name(DType t) {
 namespace detail {
 
 namespace {
+
+// One element, with the in-graph (astype) semantics of XLA's
+// ConvertElementType: to bool, nonzero (and NaN) is true; float to integer
+// truncates toward zero and saturates at the target's range, NaN giving 0
+// (a plain static_cast is undefined there); integer to integer wraps
+// modulo 2^bits; to float rounds to nearest (overflow gives inf).
 template <class To, class From>
-void convert_typed(const From* src, To* dst, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<To, std::uint8_t>)
-      dst[i] = src[i] != From(0) ? 1 : 0;  // bool: nonzero is true
-    else
-      dst[i] = static_cast<To>(src[i]);
+inline To convert_one(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // Both ends are powers of two, exact in every float type.
+    constexpr From lo = static_cast<From>(std::numeric_limits<To>::min());
+    constexpr From end = From(2) * static_cast<From>(std::numeric_limits<To>::max() / 2 + 1);
+    if (!(v == v)) return To(0);
+    if (v <= lo) return std::numeric_limits<To>::min();
+    if (v >= end) return std::numeric_limits<To>::max();
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(v);
   }
 }
 
-template <class From>
-void convert_from(const From* src, void* dst, DType to, std::int64_t n) {
-  switch (to) {
-    case DType::bool_: convert_typed(src, static_cast<std::uint8_t*>(dst), n); break;
-    case DType::i32: convert_typed(src, static_cast<std::int32_t*>(dst), n); break;
-    case DType::i64: convert_typed(src, static_cast<std::int64_t*>(dst), n); break;
-    case DType::f32: convert_typed(src, static_cast<float*>(dst), n); break;
-    case DType::f64: convert_typed(src, static_cast<double*>(dst), n); break;
-  }
+template <class To, class From>
+void convert_typed(const From* src, To* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = convert_one<To>(src[i]);
 }
+
 }  // namespace
 
 void convert(const void* src, DType from, void* dst, DType to, std::int64_t n) {
@@ -48,13 +63,13 @@ void convert(const void* src, DType from, void* dst, DType to, std::int64_t n) {
     std::memcpy(dst, src, static_cast<std::size_t>(n) * itemsize(from));
     return;
   }
-  switch (from) {
-    case DType::bool_: convert_from(static_cast<const std::uint8_t*>(src), dst, to, n); break;
-    case DType::i32: convert_from(static_cast<const std::int32_t*>(src), dst, to, n); break;
-    case DType::i64: convert_from(static_cast<const std::int64_t*>(src), dst, to, n); break;
-    case DType::f32: convert_from(static_cast<const float*>(src), dst, to, n); break;
-    case DType::f64: convert_from(static_cast<const double*>(src), dst, to, n); break;
-  }
+  dispatch(from, [&](auto f) {
+    using From = decltype(f);
+    dispatch(to, [&](auto t) {
+      using To = decltype(t);
+      convert_typed(static_cast<const From*>(src), static_cast<To*>(dst), n);
+    });
+  });
 }
 
 }  // namespace detail
