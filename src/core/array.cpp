@@ -68,8 +68,8 @@ std::vector<Shard> Array::addressable_shards() const {
   return out;
 }
 
-void Array::copy_to_host(void* out, DType as) const {
-  const ArrayImpl& a = checked("to_vector");
+void Array::copy_to_host(void* out, DType as, const char* op) const {
+  const ArrayImpl& a = checked(op);
   const std::vector<Slice> whole = detail::whole_box(a.shape);
   const std::size_t isz = itemsize(a.dtype);
   // Gather straight into `out` when no conversion is needed, otherwise into a
@@ -88,7 +88,7 @@ void Array::copy_to_host(void* out, DType as) const {
     done.push_back(idx);
     detail::copy_box(a.buffers[pos].data(), idx, dst, whole, idx, isz);
   }
-  if (as != a.dtype) detail::convert(dst, a.dtype, out, as, detail::num_elements(a.shape));
+  if (as != a.dtype) detail::convert_checked(dst, a.dtype, out, as, detail::num_elements(a.shape), op);
 }
 
 namespace detail {
