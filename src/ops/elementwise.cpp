@@ -144,9 +144,10 @@ Array binary_scalar(BinaryOp op, const char* name, const Array& a, const Scalar&
   const auto [compute, result] = binary_dtypes(op, detail::promote_scalar(a.dtype(), b));
   const Array la = detail::cast(a, compute);
   const NamedSharding& s = a.sharding();
+  const cpu::Operand sc = scalar_operand(b, compute, name);  // checked once, on the caller's thread
   return detail::make_array(a.shape(), result, s, [&](int pos, detail::Buffer& buf) {
     const Shape local = s.shard_shape(a.shape(), pos);
-    const cpu::Operand arr = operand_of(la, pos, local), sc = scalar_operand(b, compute, name);
+    const cpu::Operand arr = operand_of(la, pos, local);
     cpu::binary(op, compute, scalar_left ? sc : arr, scalar_left ? arr : sc, buf.data(), local);
   });
 }
