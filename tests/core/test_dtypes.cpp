@@ -21,7 +21,10 @@ using ts::testing::test_meshes;
 
 namespace {
 
-using i128 = __int128;  // wide enough for every reference computation below
+// References compute in 128 bits: sums and differences of 64-bit values are
+// exact in i128; products are taken modulo 2^128 in u128 (a product of two
+// u64 values overflows i128), which keeps the low bits every T needs.
+using i128 = __int128;
 using u128 = unsigned __int128;
 
 const std::vector<ts::DType> kAll = {ts::bool_, ts::u8, ts::i8, ts::u32, ts::i32, ts::u64, ts::i64, ts::f32, ts::f64};
@@ -30,6 +33,12 @@ const std::vector<ts::DType> kAll = {ts::bool_, ts::u8, ts::i8, ts::u32, ts::i32
 template <class T>
 T wrap(i128 v) {
   return static_cast<T>(static_cast<u128>(v));
+}
+
+// a * b modulo 2^bits of T.
+template <class T>
+T wrap_mul(i128 a, i128 b) {
+  return static_cast<T>(static_cast<u128>(a) * static_cast<u128>(b));
 }
 
 // Host data with the interesting values of T first (its ends, 0, +-1), then
@@ -181,7 +190,7 @@ T ref_binary(const std::string& op, T a, T b) {
   const i128 x = a, y = b;
   if (op == "add") return wrap<T>(x + y);
   if (op == "subtract") return wrap<T>(x - y);
-  if (op == "multiply") return wrap<T>(x * y);
+  if (op == "multiply") return wrap_mul<T>(x, y);
   if (op == "maximum") return a > b ? a : b;
   if (op == "minimum") return a < b ? a : b;
   if (op == "floor_divide" || op == "remainder") {
@@ -522,7 +531,7 @@ TEST(DTypeReduce, SumProdMaxMinMeanArgEveryLayout) {
         for (std::int64_t c = 0; c < cols; ++c) {
           const T v = h[r * cols + c];
           colsum[c] = wrap<S>(static_cast<i128>(colsum[c]) + v);
-          colprod[c] = wrap<S>(static_cast<i128>(colprod[c]) * v);
+          colprod[c] = wrap_mul<S>(colprod[c], v);
           if (v > colmax[c]) colmax[c] = v, argmax[c] = static_cast<std::int32_t>(r);
           colmin[c] = std::min(colmin[c], v);
           total = wrap<S>(static_cast<i128>(total) + v);
@@ -592,10 +601,9 @@ TEST(DTypeLinalg, IntegerMatmulWrapsEveryLayout) {
     std::vector<T> want(static_cast<size_t>(m * n));
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
-        i128 acc = 0;
-        for (std::int64_t p = 0; p < k; ++p) acc = static_cast<i128>(wrap<T>(acc + static_cast<i128>(ha[i * k + p]) *
-                                                                                      static_cast<i128>(hb[p * n + j])));
-        want[i * n + j] = wrap<T>(acc);
+        T acc = 0;
+        for (std::int64_t p = 0; p < k; ++p) acc = wrap<T>(static_cast<i128>(acc) + wrap_mul<T>(ha[i * k + p], hb[p * n + j]));
+        want[i * n + j] = acc;
       }
     for_each_layout(2, [&](const ts::NamedSharding& s) {
       SCOPED_TRACE(tname<T>() + " " + s.str());
