@@ -378,6 +378,127 @@ TEST(RandomValues, NormalMoments) {
   check_normal_moments<float>(ts::random::split(ts::random::key(2), 2)[1]);
 }
 
+// -------------------------------------------------------------- key arrays
+
+// Keys as data: key_data / wrap_key_data round trip, and every operation on a
+// key array equals the Key form bitwise, on every layout.
+std::vector<ts::Key> some_keys(int n) {
+  std::vector<ts::Key> out;
+  for (int i = 0; i < n; ++i) out.push_back(ts::random::fold_in(ts::random::key(100 + i), 7u * i));
+  return out;
+}
+std::vector<std::uint32_t> words_of(const std::vector<ts::Key>& keys) {
+  std::vector<std::uint32_t> w;
+  for (const auto& k : keys) w.insert(w.end(), {k.k0, k.k1});
+  return w;
+}
+
+TEST(RandomKeyArrays, KeyDataRoundTrip) {
+  const ts::Key k = ts::random::key(0x0123456789abcdefull);
+  ts::Array d = ts::random::key_data(k, rep1());
+  EXPECT_EQ(d.dtype(), ts::u32);
+  EXPECT_EQ(d.shape(), (ts::Shape{2}));
+  EXPECT_EQ(d.to_vector<std::uint32_t>(), (std::vector<std::uint32_t>{0x01234567u, 0x89abcdefu}));
+  EXPECT_EQ(ts::random::wrap_key_data(d), k);
+  auto keys = some_keys(5);
+  ts::Array many = ts::random::key_data(keys, ts::NamedSharding(mesh24(), ts::P("y")));
+  EXPECT_EQ(ts::typeof(many), "u32[5@y,2]");
+  EXPECT_EQ(many.to_vector<std::uint32_t>(), words_of(keys));
+  // A key array of one key with unit leading dims (a local shard) wraps too.
+  EXPECT_EQ(ts::random::wrap_key_data(ts::reshape(d, {1, 1, 2})), k);
+}
+
+TEST(RandomKeyArrays, SplitAndFoldInMatchKeyForms) {
+  auto keys = some_keys(5);
+  for_each_layout(2, [&](const ts::NamedSharding& s) {
+    ts::Array ka = ts::random::key_data(keys, s);
+    ts::Array sp = ts::random::split(ka, 3);
+    ASSERT_EQ(sp.shape(), (ts::Shape{5, 3, 2})) << s.str();
+    std::vector<ts::Key> want_split, want_fold, want_fold_each;
+    for (int i = 0; i < 5; ++i) {
+      for (const auto& k : ts::random::split(keys[i], 3)) want_split.push_back(k);
+      want_fold.push_back(ts::random::fold_in(keys[i], 42u));
+      want_fold_each.push_back(ts::random::fold_in(keys[i], static_cast<std::uint32_t>(i * 3 - 4)));
+    }
+    EXPECT_EQ(sp.to_vector<std::uint32_t>(), words_of(want_split)) << s.str();
+    EXPECT_EQ(ts::random::fold_in(ka, 42u).to_vector<std::uint32_t>(), words_of(want_fold)) << s.str();
+    // Per-key data as an i32 array (negative values wrap modulo 2^32, as JAX's).
+    ts::Array data = ts::device_put(std::vector<std::int32_t>{-4, -1, 2, 5, 8}, {5},
+                                    ts::NamedSharding(s.mesh(), ts::P()));
+    EXPECT_EQ(ts::random::fold_in(ka, data).to_vector<std::uint32_t>(), words_of(want_fold_each)) << s.str();
+    ts::Array scalar = ts::device_put(std::vector<std::int64_t>{42}, {}, ts::NamedSharding(s.mesh(), ts::P()));
+    EXPECT_EQ(ts::random::fold_in(ka, scalar).to_vector<std::uint32_t>(), words_of(want_fold)) << s.str();
+  });
+  // A single key: split gives (num, 2), like JAX's split of one key.
+  ts::Array one = ts::random::key_data(keys[0], rep1());
+  EXPECT_EQ(ts::random::split(one, 4).shape(), (ts::Shape{4, 2}));
+  EXPECT_EQ(ts::random::split(one, 4).to_vector<std::uint32_t>(), words_of(ts::random::split(keys[0], 4)));
+  EXPECT_EQ(ts::random::split(one, 0).shape(), (ts::Shape{0, 2}));
+}
+
+TEST(RandomKeyArrays, SamplersMatchKeyForms) {
+  const ts::Key k = ts::random::key(9);
+  const ts::NamedSharding s(mesh24(), ts::P("x", "y"));
+  ts::Array ka = ts::random::key_data(k, ts::NamedSharding(mesh24(), ts::P()));
+  EXPECT_EQ(bits_of(ts::random::normal(ka, {7, 5}, ts::f32, s).to_vector<float>()),
+            bits_of(ts::random::normal(k, {7, 5}, ts::f32, s).to_vector<float>()));
+  EXPECT_EQ(bits_of(ts::random::uniform(ka, {7, 5}, ts::f64, s, -2.0, 3.0).to_vector<double>()),
+            bits_of(ts::random::uniform(k, {7, 5}, ts::f64, s, -2.0, 3.0).to_vector<double>()));
+  // Without a sharding: replicated on the key's mesh.
+  ts::Array r = ts::random::normal(ka, {4});
+  EXPECT_EQ(r.sharding(), ts::NamedSharding(mesh24(), ts::P()));
+  EXPECT_EQ(r.dtype(), ts::f32);
+  EXPECT_EQ(bits_of(r.to_vector<float>()), bits_of(ts::random::normal(k, {4}, ts::f32, rep1()).to_vector<float>()));
+  EXPECT_EQ(bits_of(ts::random::uniform(ka, {3}, ts::f32, 1.0, 2.0).to_vector<float>()),
+            bits_of(ts::random::uniform(k, {3}, ts::f32, rep1(), 1.0, 2.0).to_vector<float>()));
+}
+
+TEST(RandomKeyArrays, PerDeviceKeysThroughShardMap) {
+  // Keys sharded like any array: each device receives its own key, folds in
+  // its axis index, splits, and draws; no key is captured.
+  const ts::Mesh mesh = ts::make_mesh({8}, {"x"});
+  auto keys = some_keys(8);
+  ts::Array ka = ts::random::key_data(keys, ts::NamedSharding(mesh, ts::P("x")));
+  auto body = [](ts::Array k) {
+    ts::Array mine = ts::random::fold_in(ts::reshape(k, {2}), ts::axis_index("x"));
+    ts::Array two = ts::random::split(mine, 2);
+    ts::Array second = ts::reshape(ts::slice(two, {{1, 2}}), {2});
+    return ts::random::normal(second, {3}, ts::f64);
+  };
+  auto f = ts::shard_map(body, mesh, {ts::P("x")}, ts::P("x"));
+  std::vector<double> want;
+  for (int i = 0; i < 8; ++i) {
+    const ts::Key mine = ts::random::split(ts::random::fold_in(keys[i], static_cast<std::uint32_t>(i)), 2)[1];
+    for (double v : ts::random::normal(mine, {3}, ts::f64, rep1()).to_vector<double>()) want.push_back(v);
+  }
+  ts::Array out = f(ka);
+  EXPECT_EQ(out.shape(), (ts::Shape{24}));
+  EXPECT_EQ(bits_of(out.to_vector<double>()), bits_of(want));
+  EXPECT_EQ(bits_of(f(ka).to_vector<double>()), bits_of(want));  // deterministic
+  // The draws vary over x (they came from x-sharded keys): claiming they are
+  // replicated is caught by check_vma.
+  auto g = ts::shard_map(body, mesh, {ts::P("x")}, ts::P());
+  expect_error<ts::ShardingError>([&] { g(ka); }, "[shard_map]", {"'x'"});
+}
+
+TEST(RandomKeyArrays, Errors) {
+  const ts::NamedSharding r(mesh1(), ts::P());
+  ts::Array f = ts::zeros({2}, ts::f32, r);
+  ts::Array three = ts::device_put(std::vector<std::uint32_t>{1, 2, 3}, {3}, r);
+  ts::Array keys = ts::random::key_data(some_keys(3), r);
+  expect_error<ts::DTypeError>([&] { ts::random::split(f, 2); }, "[split]", {"u32", "f32[2]"});
+  expect_error<ts::ShapeError>([&] { ts::random::fold_in(three, 1u); }, "[fold_in]", {"size 2", "(3,)"});
+  expect_error<ts::ShapeError>([&] { ts::random::split(keys, -1); }, "[split]", {"num=-1"});
+  expect_error<ts::ShapeError>([&] { ts::random::wrap_key_data(keys); }, "[wrap_key_data]", {"one key", "(3, 2)"});
+  expect_error<ts::ShapeError>([&] { ts::random::normal(keys, {4}); }, "[normal]", {"one key", "(3, 2)"});
+  expect_error<ts::DTypeError>([&] { ts::random::uniform(f, {4}); }, "[uniform]", {"u32"});
+  expect_error<ts::DTypeError>([&] { ts::random::fold_in(keys, f); }, "[fold_in]", {"integer", "f32"});
+  ts::Array two = ts::device_put(std::vector<std::int32_t>{1, 2}, {2}, r);
+  expect_error<ts::ShapeError>([&] { ts::random::fold_in(keys, two); }, "[fold_in]", {"(3,)", "(2,)"});
+  expect_error<ts::ShardingError>([&] { ts::random::key_data(ts::random::key(1), ts::NamedSharding(mesh1(), ts::P("x", ts::none))); },
+                                  "[key_data]");
+}
+
 // ---------------------------------------------------------------- vs JAX
 
 // Golden values from JAX 0.10.2 (jax_threefry_partitionable on, its default;
