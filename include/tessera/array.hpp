@@ -45,16 +45,20 @@ class Array {
   std::vector<Shard> addressable_shards() const;
 
   /// The global array gathered to the host, row-major, converted to T.
+  /// DTypeError when a value does not fit T (NaN or inf to an integer, out of
+  /// range, negative to unsigned, finite to inf); fractions truncate.
   template <class T>
   std::vector<T> to_vector() const;
-  /// The single element of a size-1 array, converted to T; ShapeError otherwise.
+  /// The single element of a size-1 array, converted to T as to_vector does;
+  /// ShapeError otherwise.
   template <class T>
   T item() const;
   /// Waits until every shard is computed. Returns *this.
   const Array& block_until_ready() const;
 
-  /// Internal: copies the gathered array into `out` as dtype `as`.
-  void copy_to_host(void* out, DType as) const;
+  /// Internal: copies the gathered array into `out` as dtype `as`; a value
+  /// that does not fit `as` raises DTypeError naming `op`.
+  void copy_to_host(void* out, DType as, const char* op = "to_vector") const;
   /// Internal: wraps a finished implementation. Inside a shard_map body it
   /// also records which manual axes the new value varies over.
   explicit Array(std::shared_ptr<const detail::ArrayImpl> impl);
@@ -83,7 +87,8 @@ struct Shard {
 template <class T>
 std::vector<T> Array::to_vector() const {
   if constexpr (std::is_same_v<T, bool>) {
-    std::vector<std::uint8_t> tmp(static_cast<std::size_t>(size()));
+    // std::vector<bool> packs bits: gather into bytes (0 or 1) first.
+    std::vector<unsigned char> tmp(static_cast<std::size_t>(size()));
     copy_to_host(tmp.data(), DType::bool_);
     return std::vector<bool>(tmp.begin(), tmp.end());
   } else {
@@ -96,7 +101,15 @@ std::vector<T> Array::to_vector() const {
 template <class T>
 T Array::item() const {
   if (size() != 1) throw ShapeError("[item] expected an array with one element, got shape " + shape_str(shape()));
-  return to_vector<T>()[0];
+  if constexpr (std::is_same_v<T, bool>) {
+    unsigned char v = 0;
+    copy_to_host(&v, DType::bool_, "item");
+    return v != 0;
+  } else {
+    T v{};
+    copy_to_host(&v, dtype_of<T>(), "item");
+    return v;
+  }
 }
 
 /// Places host data (row-major, `shape`) onto devices per `sharding`. The
@@ -132,8 +145,13 @@ namespace detail {
 /// `out` (row-major, dtype `dtype`).
 Array make_array_from_blocks(const Shape& shape, DType dtype, const NamedSharding& sharding,
                              const std::function<void(const std::vector<Slice>&, void*)>& fill);
-/// Converts n elements between dtypes.
+/// Converts n elements between dtypes with astype's semantics (see
+/// docs/semantics.md: float to int saturates, NaN gives 0, int to int wraps).
 void convert(const void* src, DType from, void* dst, DType to, std::int64_t n);
+/// The same for values crossing between host and devices: DTypeError
+/// "[op] value V at index I does not fit in T" where a value does not fit
+/// (see Array::to_vector).
+void convert_checked(const void* src, DType from, void* dst, DType to, std::int64_t n, const char* op);
 }  // namespace detail
 
 template <class F>
@@ -148,10 +166,10 @@ Array make_array_from_callback(const Shape& shape, DType dtype, const NamedShard
           throw ShapeError("[make_array_from_callback] callback returned " + std::to_string(block.size()) +
                            " elements for a block of " + std::to_string(n));
         if constexpr (std::is_same_v<T, bool>) {
-          std::vector<std::uint8_t> tmp(block.begin(), block.end());
-          detail::convert(tmp.data(), DType::bool_, out, dtype, n);
+          std::vector<unsigned char> tmp(block.begin(), block.end());  // bytes 0 or 1
+          detail::convert_checked(tmp.data(), DType::bool_, out, dtype, n, "make_array_from_callback");
         } else {
-          detail::convert(block.data(), dtype_of<T>(), out, dtype, n);
+          detail::convert_checked(block.data(), dtype_of<T>(), out, dtype, n, "make_array_from_callback");
         }
       });
 }

@@ -28,7 +28,8 @@ namespace tessera {
 
 /// A C++ number used as an operand. Scalars are weakly typed (as in JAX): a
 /// float scalar with an f32 array stays f32; an int scalar with an integer
-/// array keeps the array's dtype; a float scalar with an integer or bool
+/// array keeps the array's dtype (DTypeError when the value does not fit
+/// it, as JAX raises OverflowError); a float scalar with an integer or bool
 /// array gives f32.
 class Scalar {
  public:
@@ -36,18 +37,28 @@ class Scalar {
   Scalar(int v) : f_(v), i_(v), kind_(Kind::Int) {}
   Scalar(long v) : f_(static_cast<double>(v)), i_(v), kind_(Kind::Int) {}
   Scalar(long long v) : f_(static_cast<double>(v)), i_(v), kind_(Kind::Int) {}
+  Scalar(unsigned v) : f_(v), i_(v), kind_(Kind::Int) {}
+  Scalar(unsigned long v) : Scalar(static_cast<unsigned long long>(v)) {}
+  Scalar(unsigned long long v)
+      : f_(static_cast<double>(v)), i_(static_cast<std::int64_t>(v)), kind_(Kind::Int), above_i64_(v > kMaxI64) {}
   Scalar(float v) : f_(v), i_(static_cast<std::int64_t>(v)), kind_(Kind::Float) {}
   Scalar(double v) : f_(v), i_(static_cast<std::int64_t>(v)), kind_(Kind::Float) {}
 
   enum class Kind { Bool, Int, Float };
   Kind kind() const { return kind_; }
   double as_double() const { return f_; }
+  /// The integer value; above the i64 range (a u64 value) it is the value
+  /// minus 2^64, so that converting it to u64 gives the value back.
   std::int64_t as_int() const { return i_; }
+  /// True for an unsigned value above the i64 range (only u64 holds it).
+  bool above_i64() const { return above_i64_; }
 
  private:
+  static constexpr unsigned long long kMaxI64 = 0x7fffffffffffffffULL;
   double f_;
   std::int64_t i_;
   Kind kind_;
+  bool above_i64_ = false;
 };
 
 /// Axes to reduce over: all by default, one (`0`), or several (`{0, 2}`).
@@ -96,6 +107,12 @@ Array subtract(const Array& a, const Array& b, const OutOptions& opt = {});
 Array multiply(const Array& a, const Array& b, const OutOptions& opt = {});
 /// True division: integer operands give f32.
 Array divide(const Array& a, const Array& b, const OutOptions& opt = {});
+/// Division rounded toward minus infinity (jnp.floor_divide); integers stay
+/// integers (unsigned: plain division), x // 0 gives 0 for integers.
+Array floor_divide(const Array& a, const Array& b, const OutOptions& opt = {});
+/// Remainder with the sign of the divisor (jnp.remainder, Python's %);
+/// x % 0 gives 0 for integers.
+Array remainder(const Array& a, const Array& b, const OutOptions& opt = {});
 Array pow(const Array& a, const Array& b, const OutOptions& opt = {});
 Array maximum(const Array& a, const Array& b, const OutOptions& opt = {});
 Array minimum(const Array& a, const Array& b, const OutOptions& opt = {});
@@ -135,7 +152,8 @@ Array round(const Array& x);
 Array sign(const Array& x);
 Array isnan(const Array& x);
 Array isfinite(const Array& x);
-/// Converts to `dtype` (float -> int truncates toward zero; nonzero -> true).
+/// Converts to `dtype` as XLA does, never raising: float -> int truncates
+/// toward zero and saturates (NaN -> 0); int -> int wraps; nonzero -> true.
 Array astype(const Array& x, DType dtype);
 
 // Binary ops with a weakly typed C++ scalar on either side.
@@ -146,6 +164,8 @@ TESSERA_SCALAR_BINARY(add)
 TESSERA_SCALAR_BINARY(subtract)
 TESSERA_SCALAR_BINARY(multiply)
 TESSERA_SCALAR_BINARY(divide)
+TESSERA_SCALAR_BINARY(floor_divide)
+TESSERA_SCALAR_BINARY(remainder)
 TESSERA_SCALAR_BINARY(pow)
 TESSERA_SCALAR_BINARY(maximum)
 TESSERA_SCALAR_BINARY(minimum)
@@ -165,6 +185,7 @@ TESSERA_OPERATOR(+, add)
 TESSERA_OPERATOR(-, subtract)
 TESSERA_OPERATOR(*, multiply)
 TESSERA_OPERATOR(/, divide)
+TESSERA_OPERATOR(%, remainder)
 TESSERA_OPERATOR(==, equal)
 TESSERA_OPERATOR(!=, not_equal)
 TESSERA_OPERATOR(<, less)
@@ -185,6 +206,7 @@ struct ReduceOptions {
   std::optional<PartitionSpec> out_sharding = std::nullopt;
 };
 
+/// sum and prod of bool and i8 give i32, of u8 give u32; other dtypes are kept.
 Array sum(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
 /// Integer and bool inputs give f32.
 Array mean(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
@@ -252,7 +274,7 @@ struct DiffOptions {
 };
 /// n-th discrete difference along `axis` (jnp.diff).
 Array diff(const Array& x, int n = 1, int axis = -1, const DiffOptions& opt = {});
-/// Inclusive prefix sum along `axis`.
+/// Inclusive prefix sum along `axis` (result dtype as for sum).
 Array cumsum(const Array& x, int axis);
 /// 1-d convolution of every line of `x` along `axis` with the 1-d `kernel`,
 /// "same" mode, zero boundary (np.convolve flips the kernel).

@@ -68,8 +68,8 @@ std::vector<Shard> Array::addressable_shards() const {
   return out;
 }
 
-void Array::copy_to_host(void* out, DType as) const {
-  const ArrayImpl& a = checked("to_vector");
+void Array::copy_to_host(void* out, DType as, const char* op) const {
+  const ArrayImpl& a = checked(op);
   const std::vector<Slice> whole = detail::whole_box(a.shape);
   const std::size_t isz = itemsize(a.dtype);
   // Gather straight into `out` when no conversion is needed, otherwise into a
@@ -88,7 +88,7 @@ void Array::copy_to_host(void* out, DType as) const {
     done.push_back(idx);
     detail::copy_box(a.buffers[pos].data(), idx, dst, whole, idx, isz);
   }
-  if (as != a.dtype) detail::convert(dst, a.dtype, out, as, detail::num_elements(a.shape));
+  if (as != a.dtype) detail::convert_checked(dst, a.dtype, out, as, detail::num_elements(a.shape), op);
 }
 
 namespace detail {
@@ -152,6 +152,12 @@ Array device_put_raw(const void* data, DType dtype, const Shape& shape, const Na
     if (b.nbytes() == 0) return;
     auto idx = sharding.shard_index(shape, pos);
     detail::copy_box(data, whole, b.data(), idx, idx, isz);
+    // Kernels read bool elements as C++ bool, where a byte other than 0 or 1
+    // is undefined: normalise raw host bytes.
+    if (dtype == DType::bool_) {
+      auto* p = static_cast<unsigned char*>(b.data());
+      for (std::size_t i = 0; i < b.nbytes(); ++i) p[i] = p[i] != 0;
+    }
   });
 }
 

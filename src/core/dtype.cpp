@@ -1,7 +1,12 @@
 #include "tessera/dtype.hpp"
 
+#include <charconv>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <utility>
 
+#include "core/dispatch.hpp"
 #include "tessera/array.hpp"
 
 namespace tessera {
@@ -9,7 +14,11 @@ namespace tessera {
 std::string dtype_name(DType t) {
   switch (t) {
     case DType::bool_: return "bool";
+    case DType::u8: return "u8";
+    case DType::i8: return "i8";
+    case DType::u32: return "u32";
     case DType::i32: return "i32";
+    case DType::u64: return "u64";
     case DType::i64: return "i64";
     case DType::f32: return "f32";
     case DType::f64: return "f64";
@@ -20,26 +29,73 @@ std::string dtype_name(DType t) {
 namespace detail {
 
 namespace {
+
+// One element, with the in-graph (astype) semantics of XLA's
+// ConvertElementType: to bool, nonzero (and NaN) is true; float to integer
+// truncates toward zero and saturates at the target's range, NaN giving 0
+// (a plain static_cast is undefined there); integer to integer wraps
+// modulo 2^bits; to float rounds to nearest (overflow gives inf).
 template <class To, class From>
-void convert_typed(const From* src, To* dst, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<To, std::uint8_t>)
-      dst[i] = src[i] != From(0) ? 1 : 0;  // bool: nonzero is true
-    else
-      dst[i] = static_cast<To>(src[i]);
+inline To convert_one(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // Both ends are powers of two, exact in every float type.
+    constexpr From lo = static_cast<From>(std::numeric_limits<To>::min());
+    constexpr From end = From(2) * static_cast<From>(std::numeric_limits<To>::max() / 2 + 1);
+    if (!(v == v)) return To(0);
+    if (v <= lo) return std::numeric_limits<To>::min();
+    if (v >= end) return std::numeric_limits<To>::max();
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(v);
   }
 }
 
-template <class From>
-void convert_from(const From* src, void* dst, DType to, std::int64_t n) {
-  switch (to) {
-    case DType::bool_: convert_typed(src, static_cast<std::uint8_t*>(dst), n); break;
-    case DType::i32: convert_typed(src, static_cast<std::int32_t*>(dst), n); break;
-    case DType::i64: convert_typed(src, static_cast<std::int64_t*>(dst), n); break;
-    case DType::f32: convert_typed(src, static_cast<float*>(dst), n); break;
-    case DType::f64: convert_typed(src, static_cast<double*>(dst), n); break;
+template <class To, class From>
+void convert_typed(const From* src, To* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = convert_one<To>(src[i]);
+}
+
+// True when `v` reaches the host as To without losing its magnitude: any
+// value to bool (a truth test); integers in To's range; finite floats whose
+// truncation is in an integer To's range; finite floats that stay finite in
+// a narrower float To. Rounding (fractions to integers, digits past f32's
+// precision) is not a loss of range and passes.
+template <class To, class From>
+bool fits(From v) {
+  if constexpr (std::is_same_v<To, bool> || std::is_same_v<From, bool> || std::is_same_v<To, From>) {
+    return true;
+  } else if constexpr (std::is_floating_point_v<To>) {
+    if constexpr (std::is_floating_point_v<From> && sizeof(From) > sizeof(To))
+      return !std::isfinite(v) || std::isfinite(static_cast<To>(v));
+    else
+      return true;
+  } else if constexpr (std::is_floating_point_v<From>) {
+    constexpr From lo = static_cast<From>(std::numeric_limits<To>::min());
+    constexpr From end = From(2) * static_cast<From>(std::numeric_limits<To>::max() / 2 + 1);
+    const From t = std::trunc(v);  // NaN and inf fail both tests
+    return t >= lo && t < end;
+  } else {
+    return std::in_range<To>(v);
   }
 }
+
+template <class T>
+std::string value_str(T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    char buf[64];
+    auto res = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, res.ptr);
+  } else if constexpr (std::is_signed_v<T>) {
+    return std::to_string(static_cast<long long>(v));
+  } else {
+    return std::to_string(static_cast<unsigned long long>(v));
+  }
+}
+
 }  // namespace
 
 void convert(const void* src, DType from, void* dst, DType to, std::int64_t n) {
@@ -48,13 +104,31 @@ void convert(const void* src, DType from, void* dst, DType to, std::int64_t n) {
     std::memcpy(dst, src, static_cast<std::size_t>(n) * itemsize(from));
     return;
   }
-  switch (from) {
-    case DType::bool_: convert_from(static_cast<const std::uint8_t*>(src), dst, to, n); break;
-    case DType::i32: convert_from(static_cast<const std::int32_t*>(src), dst, to, n); break;
-    case DType::i64: convert_from(static_cast<const std::int64_t*>(src), dst, to, n); break;
-    case DType::f32: convert_from(static_cast<const float*>(src), dst, to, n); break;
-    case DType::f64: convert_from(static_cast<const double*>(src), dst, to, n); break;
+  dispatch(from, [&](auto f) {
+    using From = decltype(f);
+    dispatch(to, [&](auto t) {
+      using To = decltype(t);
+      convert_typed(static_cast<const From*>(src), static_cast<To*>(dst), n);
+    });
+  });
+}
+
+void convert_checked(const void* src, DType from, void* dst, DType to, std::int64_t n, const char* op) {
+  if (n <= 0) return;
+  if (from != to) {
+    dispatch(from, [&](auto f) {
+      using From = decltype(f);
+      dispatch(to, [&](auto t) {
+        using To = decltype(t);
+        const From* s = static_cast<const From*>(src);
+        for (std::int64_t i = 0; i < n; ++i)
+          if (!fits<To>(s[i]))
+            throw DTypeError(std::string("[") + op + "] value " + value_str(s[i]) + " at index " + std::to_string(i) +
+                             " does not fit in " + dtype_name(to));
+      });
+    });
   }
+  convert(src, from, dst, to, n);
 }
 
 }  // namespace detail

@@ -33,30 +33,42 @@ void check_output(const Shape& shape, const NamedSharding& sharding, const char*
         msg(op, "expected a sharding without unreduced axes for a created array, got " + sharding.spec().str()));
 }
 
-/// True when the integer part of `v` fits T (a signed integer type).
+// The integer range of T as doubles: [lo, end). Both are 0 or powers of
+// two, exact in double; end is the first value past the maximum.
+template <class T>
+constexpr double kLo = static_cast<double>(std::numeric_limits<T>::min());
+template <class T>
+constexpr double kEnd = 2.0 * static_cast<double>(std::numeric_limits<T>::max() / 2 + 1);
+
+/// True when the integer part of `v` fits T (an integer type).
 template <class T>
 bool fits_int(double v) {
-  // -2^(bits-1) is exact in double; 2^(bits-1) is the first value past the end.
-  const double lo = static_cast<double>(std::numeric_limits<T>::min());
-  const double end = -lo;
-  return std::isfinite(v) && std::trunc(v) >= lo && std::trunc(v) < end;
+  return std::isfinite(v) && std::trunc(v) >= kLo<T> && std::trunc(v) < kEnd<T>;
 }
 
 /// Converts a double to T: truncation toward zero for integers (saturating,
-/// the front ends have checked the range), nonzero -> 1 for bool (uint8_t).
+/// the front ends have checked the range), nonzero -> true for bool.
 template <class T>
 T from_double(double v) {
-  if constexpr (std::is_same_v<T, std::uint8_t>) {
-    return v != 0.0 ? 1 : 0;
+  if constexpr (std::is_same_v<T, bool>) {
+    return v != 0.0;
   } else if constexpr (std::is_integral_v<T>) {
     if (std::isnan(v)) return 0;
-    const double lo = static_cast<double>(std::numeric_limits<T>::min());
-    if (v <= lo) return std::numeric_limits<T>::min();
-    if (v >= -lo) return std::numeric_limits<T>::max();
+    if (v <= kLo<T>) return std::numeric_limits<T>::min();
+    if (v >= kEnd<T>) return std::numeric_limits<T>::max();
     return static_cast<T>(v);
   } else {
     return static_cast<T>(v);
   }
+}
+
+/// fits_int for the integer dtype `dtype` (true for bool and floats).
+bool fits_dtype(double v, DType dtype) {
+  return detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return fits_int<T>(v);
+    else return true;
+  });
 }
 
 /// The element of dtype `dtype` (C++ type T) that `v` converts to, like
@@ -66,24 +78,26 @@ T element_of(const Scalar& v, DType dtype, const char* op) {
   auto too_big = [&](const std::string& text) {
     return DTypeError(msg(op, "value " + text + " does not fit dtype " + dtype_name(dtype)));
   };
-  if constexpr (std::is_same_v<T, std::uint8_t>) {
-    return v.kind() == Scalar::Kind::Float ? from_double<T>(v.as_double()) : (v.as_int() != 0 ? 1 : 0);
+  if constexpr (std::is_same_v<T, bool>) {
+    return v.kind() == Scalar::Kind::Float ? from_double<T>(v.as_double()) : v.as_int() != 0;
   } else if constexpr (std::is_integral_v<T>) {
     if (v.kind() == Scalar::Kind::Float) {
       if (!fits_int<T>(v.as_double())) throw too_big(detail::number_str(v.as_double()));
       return static_cast<T>(v.as_double());
     }
-    const std::int64_t i = v.as_int();
-    if (i < std::numeric_limits<T>::min() || i > std::numeric_limits<T>::max()) throw too_big(std::to_string(i));
-    return static_cast<T>(i);
+    if (!detail::scalar_fits(v, dtype)) throw too_big(detail::scalar_str(v));
+    return static_cast<T>(v.as_int());  // a u64 value above i64 comes back from its bits
+  } else if (v.kind() == Scalar::Kind::Float) {
+    return static_cast<T>(v.as_double());
   } else {
-    return v.kind() == Scalar::Kind::Float ? static_cast<T>(v.as_double()) : static_cast<T>(v.as_int());
+    return v.above_i64() ? static_cast<T>(static_cast<std::uint64_t>(v.as_int())) : static_cast<T>(v.as_int());
   }
 }
 
 /// DTypeError for creation ops that have no meaning for bool.
 void reject_bool(DType dtype, const char* op) {
-  if (dtype == DType::bool_) throw DTypeError(msg(op, "expected a numeric dtype (i32, i64, f32, f64), got bool"));
+  if (dtype == DType::bool_)
+    throw DTypeError(msg(op, "expected a numeric dtype (u8, i8, u32, i32, u64, i64, f32, f64), got bool"));
 }
 
 // ---------------------------------------------------------------- kernels
@@ -186,12 +200,10 @@ Array arange(double start, double stop, double step, DType dtype, const NamedSha
   const std::int64_t n = len > 0 ? static_cast<std::int64_t>(len) : 0;
   const Shape shape{n};
   check_output(shape, sharding, op);
-  if (n > 0 && (dtype == DType::i32 || dtype == DType::i64)) {
+  if (n > 0) {
     // Values are monotone in i, so the ends bound them all.
     const double first = start, last = start + static_cast<double>(n - 1) * step;
-    const bool ok = dtype == DType::i32 ? fits_int<std::int32_t>(first) && fits_int<std::int32_t>(last)
-                                        : fits_int<std::int64_t>(first) && fits_int<std::int64_t>(last);
-    if (!ok)
+    if (!fits_dtype(first, dtype) || !fits_dtype(last, dtype))
       throw DTypeError(
           msg(op, "values from " + detail::number_str(first) + " to " + detail::number_str(last) + " do not fit dtype " + dtype_name(dtype)));
   }
@@ -210,12 +222,10 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, const N
   const Shape shape{num};
   check_output(shape, sharding, op);
   const LinspaceParams params{start, stop, num, endpoint};
-  if (num > 0 && (dtype == DType::i32 || dtype == DType::i64)) {
+  if (num > 0) {
     const double first = std::floor(linspace_value(params, 0));
     const double last = std::floor(linspace_value(params, num - 1));
-    const bool ok = dtype == DType::i32 ? fits_int<std::int32_t>(first) && fits_int<std::int32_t>(last)
-                                        : fits_int<std::int64_t>(first) && fits_int<std::int64_t>(last);
-    if (!ok)
+    if (!fits_dtype(first, dtype) || !fits_dtype(last, dtype))
       throw DTypeError(
           msg(op, "values from " + detail::number_str(start) + " to " + detail::number_str(stop) + " do not fit dtype " + dtype_name(dtype)));
   }

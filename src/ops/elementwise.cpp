@@ -93,13 +93,17 @@ cpu::Operand operand_of(const Array& a, int pos, const Shape& out_local) {
   return o;
 }
 
-cpu::Operand scalar_operand(const Scalar& s, DType t) {
+// The scalar in compute dtype `t`. A weak int scalar must fit an integer
+// dtype (JAX raises OverflowError for `u8 array + 300`); a u64 value above
+// the i64 range travels in `i` as its bits.
+cpu::Operand scalar_operand(const Scalar& s, DType t, const char* op) {
   cpu::Operand o;
   o.is_scalar = true;
   if (t == DType::bool_) {
     o.i = s.as_double() != 0;
   } else {
-    o.f = s.kind() == Scalar::Kind::Float ? s.as_double() : static_cast<double>(s.as_int());
+    detail::check_scalar_fits(s, t, op);
+    o.f = s.as_double();
     o.i = s.kind() == Scalar::Kind::Float ? static_cast<std::int64_t>(s.as_double()) : s.as_int();
   }
   return o;
@@ -110,6 +114,9 @@ std::pair<DType, DType> binary_dtypes(BinaryOp op, DType promoted) {
   switch (op) {
     case BinaryOp::Div:
       return {detail::is_float(promoted) ? promoted : DType::f32, detail::is_float(promoted) ? promoted : DType::f32};
+    case BinaryOp::FloorDiv: case BinaryOp::Mod:
+      // bool counts as 0/1 integers here (jnp gives an integer too).
+      return {promoted == DType::bool_ ? DType::i32 : promoted, promoted == DType::bool_ ? DType::i32 : promoted};
     case BinaryOp::And: case BinaryOp::Or: case BinaryOp::Xor:
       return {promoted, DType::bool_};
     default:
@@ -139,7 +146,7 @@ Array binary_scalar(BinaryOp op, const char* name, const Array& a, const Scalar&
   const NamedSharding& s = a.sharding();
   return detail::make_array(a.shape(), result, s, [&](int pos, detail::Buffer& buf) {
     const Shape local = s.shard_shape(a.shape(), pos);
-    const cpu::Operand arr = operand_of(la, pos, local), sc = scalar_operand(b, compute);
+    const cpu::Operand arr = operand_of(la, pos, local), sc = scalar_operand(b, compute, name);
     cpu::binary(op, compute, scalar_left ? sc : arr, scalar_left ? arr : sc, buf.data(), local);
   });
 }
@@ -165,6 +172,8 @@ TESSERA_BINARY(add, BinaryOp::Add)
 TESSERA_BINARY(subtract, BinaryOp::Sub)
 TESSERA_BINARY(multiply, BinaryOp::Mul)
 TESSERA_BINARY(divide, BinaryOp::Div)
+TESSERA_BINARY(floor_divide, BinaryOp::FloorDiv)
+TESSERA_BINARY(remainder, BinaryOp::Mod)
 TESSERA_BINARY(pow, BinaryOp::Pow)
 TESSERA_BINARY(maximum, BinaryOp::Max)
 TESSERA_BINARY(minimum, BinaryOp::Min)
@@ -244,9 +253,10 @@ Array where_scalar(const Array& cond, const Array& arr, const Scalar& sc, bool s
   const NamedSharding s = elementwise_sharding({&cond, &arr}, out, {}, name);
   const Array lc = detail::cast(detail::reshard_for(cond, operand_target(cond, s, out), name), DType::bool_);
   const Array la = detail::cast(detail::reshard_for(arr, operand_target(arr, s, out), name), t);
+  const cpu::Operand b = scalar_operand(sc, t, name);
   return detail::make_array(out, t, s, [&](int pos, detail::Buffer& buf) {
     const Shape local = s.shard_shape(out, pos);
-    const cpu::Operand a = operand_of(la, pos, local), b = scalar_operand(sc, t);
+    const cpu::Operand a = operand_of(la, pos, local);
     cpu::select(t, operand_of(lc, pos, local), scalar_is_x ? b : a, scalar_is_x ? a : b, buf.data(), local);
   });
 }

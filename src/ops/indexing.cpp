@@ -34,6 +34,7 @@
 //   scatter_add: negative indices count from the end; out-of-range rows are
 //     dropped (JAX's default "drop" mode for scatters).
 //   segment_sum: ids outside [0, num_segments) are dropped.
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -51,17 +52,35 @@ using detail::msg;
 
 template <class T>
 inline void accumulate(T& acc, T v) {
-  if constexpr (std::is_same_v<T, std::uint8_t>)
-    acc = static_cast<std::uint8_t>(acc | v);  // bool: logical or
+  if constexpr (std::is_same_v<T, bool>)
+    acc = acc || v;  // bool: logical or
+  else if constexpr (std::is_integral_v<T>)  // wraps like XLA, without UB
+    acc = static_cast<T>(static_cast<std::make_unsigned_t<T>>(acc) + static_cast<std::make_unsigned_t<T>>(v));
   else
     acc += v;
 }
 
-/// Calls f(I{}) with I the C++ type of an index dtype (i32 or i64).
+/// Calls f(I{}) with I the C++ type of an integer dtype (the index dtypes).
 template <class F>
 decltype(auto) dispatch_index(DType t, F&& f) {
-  if (t == DType::i32) return f(std::int32_t{});
-  return f(std::int64_t{});
+  switch (t) {
+    case DType::u8: return f(std::uint8_t{});
+    case DType::i8: return f(std::int8_t{});
+    case DType::u32: return f(std::uint32_t{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::u64: return f(std::uint64_t{});
+    default: return f(std::int64_t{});
+  }
+}
+
+/// An index value as i64; u64 values past the i64 range become the i64
+/// maximum, which is out of range for every array (not a negative index).
+template <class I>
+inline std::int64_t index_value(I v) {
+  if constexpr (std::is_same_v<I, std::uint64_t>)
+    return v > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(v);
+  else
+    return static_cast<std::int64_t>(v);
 }
 
 /// take_kernel with rows of a compile-time size (a constant memcpy compiles
@@ -96,7 +115,7 @@ template <class T, class I>
 void scatter_rows_kernel(T* partial, Slice rows, std::int64_t inner, const I* idx, const T* upd, std::int64_t nrows,
                          std::int64_t n, bool wrap_negative) {
   for (std::int64_t i = 0; i < nrows; ++i) {
-    std::int64_t r = static_cast<std::int64_t>(idx[i]);
+    std::int64_t r = index_value(idx[i]);
     if (wrap_negative && r < 0) r += n;
     if (r < rows.start || r >= rows.stop) continue;
     T* dst = partial + (r - rows.start) * inner;
@@ -142,7 +161,7 @@ std::string quoted(const std::vector<std::string>& axes) {
 
 void check_index_array(const Array& idx, const char* op, const char* name) {
   if (!detail::is_integer(idx.dtype()))
-    throw DTypeError(msg(op, std::string(name) + " must be an integer array (i32 or i64), got " +
+    throw DTypeError(msg(op, std::string(name) + " must be an integer array (u8, i8, u32, i32, u64 or i64), got " +
                                  dtype_name(idx.dtype()) + " (" + detail::describe(idx) + ")"));
   if (idx.ndim() != 1)
     throw ShapeError(msg(op, std::string(name) + " must be 1-d, got shape " + shape_str(idx.shape())));
@@ -154,7 +173,7 @@ std::vector<std::int64_t> load_indices(const void* p, DType t, std::int64_t n) {
   dispatch_index(t, [&](auto tag) {
     using I = decltype(tag);
     const I* q = static_cast<const I*>(p);
-    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<std::int64_t>(q[i]);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = index_value(q[i]);
   });
   return out;
 }

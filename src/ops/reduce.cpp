@@ -41,26 +41,43 @@ T identity(Red r) {
 
 // Accumulator type: f32 sums accumulate in f64 locally for accuracy; the
 // mesh-level combine is in the output dtype.
+// bool accumulates in bytes (0 or 1), as std::vector<bool> has no data().
 template <class T>
-using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+using Acc = std::conditional_t<std::is_same_v<T, float>, double,
+                               std::conditional_t<std::is_same_v<T, bool>, unsigned char, T>>;
+
+// Which kinds run in which dtype: sums and products in the promoted dtype
+// (i32, u32, i64, u64, floats; never bool or 8-bit), any/all in bool,
+// max/min in every dtype. Only these are instantiated.
+template <Red r, class T>
+constexpr bool kRuns = (r == Red::Max || r == Red::Min) ? true
+                       : (r == Red::Any || r == Red::All) ? std::is_same_v<T, bool>
+                                                          : !std::is_same_v<T, bool> && sizeof(T) >= 4;
 
 template <Red r, class A>
 inline A combine1(A acc, A v) {
-  switch (r) {
-    case Red::Sum: return acc + v;
-    case Red::Prod: return acc * v;
-    case Red::Max:
-      if constexpr (std::is_floating_point_v<A>)
-        if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
-      return v > acc ? v : acc;
-    case Red::Min:
-      if constexpr (std::is_floating_point_v<A>)
-        if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
-      return v < acc ? v : acc;
-    case Red::Any: return static_cast<A>(acc != A(0) || v != A(0));
-    case Red::All: return static_cast<A>(acc != A(0) && v != A(0));
+  if constexpr (r == Red::Sum) {
+    // Integers wrap like XLA's (signed overflow is undefined in C++).
+    if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) + static_cast<std::make_unsigned_t<A>>(v));
+    else return acc + v;
+  } else if constexpr (r == Red::Prod) {
+    if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) * static_cast<std::make_unsigned_t<A>>(v));
+    else return acc * v;
+  } else if constexpr (r == Red::Max) {
+    if constexpr (std::is_floating_point_v<A>)
+      if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
+    return v > acc ? v : acc;
+  } else if constexpr (r == Red::Min) {
+    if constexpr (std::is_floating_point_v<A>)
+      if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
+    return v < acc ? v : acc;
+  } else if constexpr (r == Red::Any) {
+    return static_cast<A>(acc != A(0) || v != A(0));
+  } else {
+    return static_cast<A>(acc != A(0) && v != A(0));
   }
-  return acc;
 }
 
 // The kind as a template argument, so the inner loops carry no switch and
@@ -115,8 +132,10 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
           // still deterministic) let the compiler vectorise a contiguous sum.
           A lane[8] = {};
           for (; j + 8 <= inner; j += 8)
-            for (int k = 0; k < 8; ++k) lane[k] += static_cast<A>(p[j + k]);
-          v += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+            for (int k = 0; k < 8; ++k) lane[k] = combine1<r, A>(lane[k], static_cast<A>(p[j + k]));
+          const A l01 = combine1<r, A>(lane[0], lane[1]), l23 = combine1<r, A>(lane[2], lane[3]);
+          const A l45 = combine1<r, A>(lane[4], lane[5]), l67 = combine1<r, A>(lane[6], lane[7]);
+          v = combine1<r, A>(v, combine1<r, A>(combine1<r, A>(l01, l23), combine1<r, A>(l45, l67)));
         }
         for (; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(p[j]));
         acc[o] = v;
@@ -137,7 +156,7 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
 
 DType result_dtype(Red r, DType in) {
   switch (r) {
-    case Red::Sum: case Red::Prod: return in == DType::bool_ ? DType::i32 : in;
+    case Red::Sum: case Red::Prod: return detail::sum_dtype(in);
     case Red::Any: case Red::All: return DType::bool_;
     default: return in;
   }
@@ -213,8 +232,9 @@ Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const 
     detail::dispatch(t, [&](auto tag) {
       using T = decltype(tag);
       with_red(r, [&](auto kind) {
-        local_reduce<decltype(kind)::value, T>(static_cast<const T*>(detail::local_data(x, pos)), local, reduced,
-                                               static_cast<T*>(b.data()));
+        if constexpr (kRuns<decltype(kind)::value, T>)
+          local_reduce<decltype(kind)::value, T>(static_cast<const T*>(detail::local_data(x, pos)), local, reduced,
+                                                 static_cast<T*>(b.data()));
       });
     });
     partial[pos] = std::move(b);
@@ -233,7 +253,8 @@ Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const 
       T* a = static_cast<T*>(acc);
       const T* b = static_cast<const T*>(in);
       with_red(r, [&](auto kind) {
-        for (std::int64_t i = 0; i < cnt; ++i) a[i] = combine1<decltype(kind)::value, T>(a[i], b[i]);
+        if constexpr (kRuns<decltype(kind)::value, T>)
+          for (std::int64_t i = 0; i < cnt; ++i) a[i] = combine1<decltype(kind)::value, T>(a[i], b[i]);
       });
     });
   };

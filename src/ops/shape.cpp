@@ -1123,6 +1123,7 @@ Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t
   if (none_added) return x;
   const NamedSharding& s = x.sharding();
   Part part{x, m, regions(s, out, limit)};
+  detail::check_scalar_fits(value, x.dtype(), "pad");  // a weak scalar, as in elementwise ops
   return assemble("pad", out, x.dtype(), s, {part}, scalar_bytes(value, x.dtype()));
 }
 

@@ -43,14 +43,6 @@ namespace {
 /// Elements per chunk of the kernels' scratch buffers (fits in L1/L2).
 constexpr std::int64_t kChunkElems = 8192;
 
-template <class T>
-constexpr DType dtype_of_storage() {
-  if constexpr (std::is_same_v<T, std::uint8_t>)
-    return DType::bool_;
-  else
-    return dtype_of<T>();
-}
-
 /// A block's sizes around `axis`: (outer, len, inner).
 struct Lines {
   std::int64_t outer = 1, len = 0, inner = 1;
@@ -85,7 +77,7 @@ void assemble_rows(const std::vector<Segment>& segs, std::int64_t o, std::int64_
     if (a > cur) std::fill(dst + (cur - r0) * inner, dst + (a - r0) * inner, T(0));
     const auto* src = static_cast<const unsigned char*>(s.data) +
                       (o * s.outer_stride + (a - s.start) * inner) * static_cast<std::int64_t>(itemsize(s.dtype));
-    detail::convert(src, s.dtype, dst + (a - r0) * inner, dtype_of_storage<T>(), (b - a) * inner);
+    detail::convert(src, s.dtype, dst + (a - r0) * inner, dtype_of<T>(), (b - a) * inner);
     cur = b;
   }
   if (cur < r1) std::fill(dst + (cur - r0) * inner, dst + (r1 - r0) * inner, T(0));
@@ -116,8 +108,8 @@ std::vector<Slice> with_range(std::vector<Slice> block, int axis, std::int64_t l
 
 template <class T>
 inline T sub(T hi, T lo) {
-  if constexpr (std::is_same_v<T, std::uint8_t>) {
-    return static_cast<T>(hi != lo);  // jnp.diff uses not_equal on bool
+  if constexpr (std::is_same_v<T, bool>) {
+    return hi != lo;  // jnp.diff uses not_equal on bool
   } else if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;  // wraps like XLA, without UB
     return static_cast<T>(static_cast<U>(hi) - static_cast<U>(lo));
@@ -143,7 +135,7 @@ void diff_pass_inplace(T* t, std::int64_t count, std::int64_t inner) {
 /// output rows at out, with the same pass order as jnp.diff (first
 /// differences of everything, then differences of those, ...).
 template <class T>
-void diff_rows(const T* src, T* out, std::int64_t rows, int n, std::int64_t inner, std::vector<T>& tmp) {
+void diff_rows(const T* src, T* out, std::int64_t rows, int n, std::int64_t inner, detail::Scratch<T>& tmp) {
   if (n == 1) {
     diff_pass(src, out, rows * inner, inner);
     return;
@@ -164,7 +156,7 @@ template <class T>
 void diff_block(const std::vector<Segment>& segs, T* out, const Lines& ol, int n) {
   const std::int64_t m = ol.len, inner = ol.inner;
   if (m == 0 || inner == 0) return;
-  std::vector<T> tmp, window(static_cast<size_t>((n + 1) * inner));
+  detail::Scratch<T> tmp, window(static_cast<size_t>((n + 1) * inner));  // T may be bool
   for (std::int64_t o = 0; o < ol.outer; ++o) {
     T* out_o = out + o * m * inner;
     size_t k = 0;
@@ -191,7 +183,7 @@ void diff_block(const std::vector<Segment>& segs, T* out, const Lines& ol, int n
 
 template <class T>
 inline T add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
+  if constexpr (std::is_integral_v<T>) {  // wraps like XLA, without UB
     using U = std::make_unsigned_t<T>;
     return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
   } else {
@@ -230,8 +222,11 @@ void scan_block(const In* x, Out* out, const Lines& l, const Out* offset) {
   }
 }
 
+// cumsum's result type: detail::sum_dtype as a C++ type (bool and i8 scan
+// in i32, u8 in u32), so only those pairs are instantiated.
 template <class In>
-using ScanOut = std::conditional_t<std::is_same_v<In, std::uint8_t>, std::int32_t, In>;
+using ScanOut = std::conditional_t<std::is_same_v<In, bool> || std::is_same_v<In, std::int8_t>, std::int32_t,
+                                   std::conditional_t<std::is_same_v<In, std::uint8_t>, std::uint32_t, In>>;
 
 // ---------------------------------------------------------- convolve kernel
 
@@ -245,7 +240,7 @@ void convolve_block(const std::vector<Segment>& segs, const Segment& mid, T* out
   if (m == 0 || inner == 0) return;
   const std::int64_t chunk = std::max<std::int64_t>(1, kChunkElems / inner);
   std::vector<T> tmp;
-  const bool direct_ok = mid.dtype == dtype_of_storage<T>();
+  const bool direct_ok = mid.dtype == dtype_of<T>();
   for (std::int64_t o = 0; o < l.outer; ++o) {
     for (std::int64_t r = 0; r < m; r += chunk) {
       const std::int64_t c = std::min(chunk, m - r);
@@ -298,7 +293,7 @@ void convolve2d_block(const void* in, DType in_dtype, const std::vector<Slice>& 
     std::fill(plane.begin(), plane.end(), T(0));
     for (std::int64_t i = 0; i < ir; ++i) {
       const auto* src = static_cast<const unsigned char*>(in) + ((o * ir + i) * ic) * isz;
-      detail::convert(src, in_dtype, plane.data() + (i + roff) * pc + coff, dtype_of_storage<T>(), ic);
+      detail::convert(src, in_dtype, plane.data() + (i + roff) * pc + coff, dtype_of<T>(), ic);
     }
     T* y = out + o * mr * mc;
     std::fill(y, y + mr * mc, T(0));
@@ -364,7 +359,7 @@ Array replicate(const Array& a, const char* op) {
 template <class T>
 std::vector<T> host_values(const Array& replicated, int pos) {
   std::vector<T> v(static_cast<size_t>(replicated.size()));
-  detail::convert(detail::local_data(replicated, pos), replicated.dtype(), v.data(), dtype_of_storage<T>(),
+  detail::convert(detail::local_data(replicated, pos), replicated.dtype(), v.data(), dtype_of<T>(),
                   replicated.size());
   return v;
 }
@@ -505,7 +500,7 @@ Array cumsum(const Array& x, int axis) {
   const char* op = "cumsum";
   detail::check_valid(x, op, "x");
   axis = detail::normalize_axis(axis, x.ndim(), op);
-  const DType out_dt = x.dtype() == DType::bool_ ? DType::i32 : x.dtype();
+  const DType out_dt = detail::sum_dtype(x.dtype());
   const NamedSharding& sh = x.sharding();
   const Mesh& mesh = sh.mesh();
   const int npos = mesh.size();

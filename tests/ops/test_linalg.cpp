@@ -121,6 +121,7 @@ ts::Array put(const std::vector<double>& host, const ts::Shape& shape, ts::DType
       a = ts::device_put(v, shape, s);
       break;
     }
+    default: a = ts::astype(ts::device_put(host, shape, s), t); break;
   }
   if (held) *held = a.to_vector<double>();
   return a;

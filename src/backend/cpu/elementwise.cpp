@@ -25,10 +25,18 @@ namespace tessera::cpu {
 
 namespace {
 
-using u8 = std::uint8_t;
-
 template <class T>
 constexpr bool kFloat = std::is_floating_point_v<T>;
+template <class T>
+constexpr bool kBool = std::is_same_v<T, bool>;
+// Integer arithmetic goes through the unsigned type of the same width: it
+// wraps like XLA's, where signed overflow would be undefined in C++.
+template <class T>
+constexpr bool kSignedInt = std::is_integral_v<T> && std::is_signed_v<T>;
+template <class T>
+constexpr bool kUnsignedInt = std::is_integral_v<T> && !std::is_signed_v<T> && !kBool<T>;
+template <class T>
+using Wrap = std::make_unsigned_t<std::conditional_t<kBool<T>, unsigned char, T>>;
 
 // ------------------------------------------------------------------ unary
 
@@ -113,18 +121,23 @@ void unary_loop(const T* x, R* y, std::int64_t n, F f) {
 template <class T>
 void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
   T* y = static_cast<T*>(out);
-  u8* yb = static_cast<u8*>(out);
+  bool* yb = static_cast<bool*>(out);
   switch (op) {
     case UnaryOp::Neg:
-      if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
-      else unary_loop(x, y, n, [](T v) { return static_cast<T>(-v); });
+      // Unsigned negation wraps (jnp.negative(u8 1) is 255), as does the
+      // signed minimum.
+      if constexpr (kBool<T>) unary_loop(x, y, n, [](T v) { return v; });
+      else if constexpr (kFloat<T>) unary_loop(x, y, n, [](T v) { return -v; });
+      else unary_loop(x, y, n, [](T v) { return static_cast<T>(Wrap<T>(0) - static_cast<Wrap<T>>(v)); });
       return;
     case UnaryOp::Abs:
-      if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
-      else unary_loop(x, y, n, [](T v) { return v < 0 ? static_cast<T>(-v) : v; });
+      if constexpr (kBool<T> || kUnsignedInt<T>) unary_loop(x, y, n, [](T v) { return v; });
+      else if constexpr (kFloat<T>) unary_loop(x, y, n, [](T v) { return v < 0 ? -v : v; });
+      else unary_loop(x, y, n, [](T v) { return v < 0 ? static_cast<T>(Wrap<T>(0) - static_cast<Wrap<T>>(v)) : v; });
       return;
     case UnaryOp::Sign:
-      if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
+      if constexpr (kBool<T>) unary_loop(x, y, n, [](T v) { return v; });
+      else if constexpr (kUnsignedInt<T>) unary_loop(x, y, n, [](T v) { return static_cast<T>(v != 0); });
       else if constexpr (kFloat<T>)
         unary_loop(x, y, n, [](T v) { return std::isnan(v) ? v : static_cast<T>((v > 0) - (v < 0)); });
       else unary_loop(x, y, n, [](T v) { return static_cast<T>((v > 0) - (v < 0)); });
@@ -141,15 +154,15 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
       unary_loop(x, y, n, [](T v) { return round_half_even(v); });
       return;
     case UnaryOp::IsNan:
-      if constexpr (kFloat<T>) unary_loop(x, yb, n, [](T v) { return static_cast<u8>(std::isnan(v)); });
-      else std::memset(yb, 0, static_cast<size_t>(n));
+      if constexpr (kFloat<T>) unary_loop(x, yb, n, [](T v) { return static_cast<bool>(std::isnan(v)); });
+      else std::fill_n(yb, n, false);
       return;
     case UnaryOp::IsFinite:
-      if constexpr (kFloat<T>) unary_loop(x, yb, n, [](T v) { return static_cast<u8>(std::isfinite(v)); });
-      else std::memset(yb, 1, static_cast<size_t>(n));
+      if constexpr (kFloat<T>) unary_loop(x, yb, n, [](T v) { return static_cast<bool>(std::isfinite(v)); });
+      else std::fill_n(yb, n, true);
       return;
     case UnaryOp::Not:
-      unary_loop(x, yb, n, [](T v) { return static_cast<u8>(v == T(0)); });
+      unary_loop(x, yb, n, [](T v) { return v == T(0); });
       return;
     default:
       break;
@@ -191,50 +204,75 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
 
 // ----------------------------------------------------------------- binary
 
+// On bool (C++ bool, 0 or 1): add is or, sub is xor, mul is and, as jnp
+// computes them; the others need no special case.
 template <class T>
 struct Ops {
   static T add(T a, T b) {
-    if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a | b);
+    if constexpr (kBool<T>) return a || b;
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<Wrap<T>>(a) + static_cast<Wrap<T>>(b));
     else return a + b;
   }
   static T sub(T a, T b) {
-    if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a ^ b);
-    else if constexpr (std::is_integral_v<T>)  // wraps like XLA instead of UB
-      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) - static_cast<std::make_unsigned_t<T>>(b));
+    if constexpr (kBool<T>) return a != b;
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<Wrap<T>>(a) - static_cast<Wrap<T>>(b));
     else return a - b;
   }
   static T mul(T a, T b) {
-    if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a & b);
-    else if constexpr (std::is_integral_v<T>)
-      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) * static_cast<std::make_unsigned_t<T>>(b));
+    if constexpr (kBool<T>) return a && b;
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<Wrap<T>>(a) * static_cast<Wrap<T>>(b));
     else return a * b;
   }
+  // Integer division rounds toward minus infinity for signed types (jnp's
+  // floor_divide; the front end makes true division float), plainly for
+  // unsigned ones; division by zero gives 0 (as NumPy) instead of trapping.
+  // The front ends never compute it in bool.
   static T div(T a, T b) {
     if constexpr (kFloat<T>) return a / b;
-    else {
-      // Integer floor division (the front end makes true division float);
-      // division by zero gives 0 instead of trapping.
-      if (b == 0) return 0;
-      if constexpr (std::is_signed_v<T>) {
-        if (b == -1) return sub(0, a);
-        T q = a / b;
-        return (a % b != 0 && ((a < 0) != (b < 0))) ? static_cast<T>(q - 1) : q;
-      } else {
-        return static_cast<T>(a / b);
-      }
+    else if constexpr (kBool<T>) return a && b;
+    else if (b == 0) return 0;
+    else if constexpr (kSignedInt<T>) {
+      if (b == -1) return sub(0, a);
+      T q = static_cast<T>(a / b);
+      return (a % b != 0 && ((a < 0) != (b < 0))) ? static_cast<T>(q - 1) : q;
+    } else {
+      return static_cast<T>(a / b);
+    }
+  }
+  static T floordiv(T a, T b) {
+    if constexpr (kFloat<T>) return std::floor(a / b);
+    else return div(a, b);
+  }
+  // The remainder with the sign of the divisor (jnp.remainder, Python's %);
+  // x % 0 gives 0 for integers (as NumPy) and NaN for floats.
+  static T mod(T a, T b) {
+    if constexpr (kFloat<T>) {
+      T r = std::fmod(a, b);
+      return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    } else if constexpr (kBool<T>) {
+      return false;
+    } else if (b == 0) {
+      return 0;
+    } else if constexpr (kSignedInt<T>) {
+      if (b == -1) return 0;
+      T r = static_cast<T>(a % b);
+      return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+    } else {
+      return static_cast<T>(a % b);
     }
   }
   static T pow(T a, T b) {
     if constexpr (kFloat<T>) return std::pow(a, b);
-    else if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a || !b);
+    else if constexpr (kBool<T>) return a || !b;
     else {
-      if (b < 0) return a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0);
+      if constexpr (kSignedInt<T>)
+        if (b < 0) return a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0);
       T r = 1;
       T base = a;
       while (b > 0) {
         if (b & 1) r = mul(r, base);
         base = mul(base, base);
-        b >>= 1;
+        b = static_cast<T>(b >> 1);
       }
       return r;
     }
@@ -308,27 +346,29 @@ template <class T>
 void binary_typed(BinaryOp op, const Operand& a, const Operand& b, void* out, const std::vector<std::int64_t>& shape) {
   using O = Ops<T>;
   T* y = static_cast<T*>(out);
-  u8* yb = static_cast<u8*>(out);
+  bool* yb = static_cast<bool*>(out);
   switch (op) {
     case BinaryOp::Add: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::add(u, v); });
     case BinaryOp::Sub: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::sub(u, v); });
     case BinaryOp::Mul: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::mul(u, v); });
     case BinaryOp::Div: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::div(u, v); });
+    case BinaryOp::FloorDiv: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::floordiv(u, v); });
+    case BinaryOp::Mod: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::mod(u, v); });
     case BinaryOp::Pow: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::pow(u, v); });
     case BinaryOp::Max: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::max(u, v); });
     case BinaryOp::Min: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::min(u, v); });
-    case BinaryOp::Eq: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u == v); });
-    case BinaryOp::Ne: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u != v); });
-    case BinaryOp::Lt: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u < v); });
-    case BinaryOp::Le: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u <= v); });
-    case BinaryOp::Gt: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u > v); });
-    case BinaryOp::Ge: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u >= v); });
+    case BinaryOp::Eq: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u == v; });
+    case BinaryOp::Ne: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u != v; });
+    case BinaryOp::Lt: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u < v; });
+    case BinaryOp::Le: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u <= v; });
+    case BinaryOp::Gt: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u > v; });
+    case BinaryOp::Ge: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u >= v; });
     case BinaryOp::And:
-      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u != T(0) && v != T(0)); });
+      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u != T(0) && v != T(0); });
     case BinaryOp::Or:
-      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>(u != T(0) || v != T(0)); });
+      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u != T(0) || v != T(0); });
     case BinaryOp::Xor:
-      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return static_cast<u8>((u != T(0)) != (v != T(0))); });
+      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return (u != T(0)) != (v != T(0)); });
   }
 }
 
@@ -389,7 +429,7 @@ void select(DType t, const Operand& cond, const Operand& x, const Operand& y, vo
         if (!a.is_scalar) xo += idx[d] * a.strides[d];
         if (!b.is_scalar) yo += idx[d] * b.strides[d];
       }
-      const bool pick = c.is_scalar ? c.i != 0 : static_cast<const u8*>(c.data)[co] != 0;
+      const bool pick = c.is_scalar ? c.i != 0 : static_cast<const bool*>(c.data)[co];
       o[k] = pick ? val(a, xo) : val(b, yo);
       int d = r - 1;
       while (d >= 0 && ++idx[d] == sh[d]) idx[d--] = 0;

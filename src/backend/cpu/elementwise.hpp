@@ -13,7 +13,7 @@ enum class UnaryOp {
   IsNan, IsFinite, Not
 };
 
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor };
+enum class BinaryOp { Add, Sub, Mul, Div, FloorDiv, Mod, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor };
 
 /// True for ops whose result is bool whatever the operand dtype.
 bool returns_bool(UnaryOp op);

@@ -33,7 +33,7 @@ T mul_add(T acc, T a, T b) {
 
 template <class T>
 T add(T a, T b) {
-  if constexpr (std::is_same_v<T, std::uint8_t>) {
+  if constexpr (std::is_same_v<T, bool>) {
     return static_cast<T>((a != 0) || (b != 0));
   } else if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
@@ -53,7 +53,7 @@ void gemm_loop(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
     for (std::int64_t p = 0; p < k; ++p) {
       const T av = ta ? a[p * m + i] : a[i * k + p];
       if (av == T{0}) continue;
-      if constexpr (std::is_same_v<T, std::uint8_t>) {
+      if constexpr (std::is_same_v<T, bool>) {
         for (std::int64_t j = 0; j < n; ++j)
           if ((tb ? b[j * k + p] : b[p * n + j]) != 0) crow[j] = 1;
       } else if (!tb) {
