@@ -152,12 +152,16 @@ Array fold_in(const Array& keys, const Array& data) {
 
 namespace {
 /// The one key of `key` for a sampler named `op` (errors name that sampler).
+/// The words are read from a replicated copy through Array::impl(), not
+/// through a host copy, so inside a shard_map body the draws made next still
+/// count as varying wherever the key did.
 Key one_key(const Array& key, const char* op) {
   check_keys(key, op);
   if (key.size() != 2)
     throw ShapeError(msg(op, "expected a key array holding one key (shape (2,)), got shape " + shape_str(key.shape()) +
                                  "; draw per key inside shard_map or index the keys first"));
-  const auto w = key.to_vector<std::uint32_t>();
+  const Array whole = detail::reshard_for(key, NamedSharding(key.sharding().mesh(), P()), op);
+  const std::uint32_t* w = key_words(whole, 0);
   return Key{w[0], w[1]};
 }
 NamedSharding replicated_on(const Array& key) { return NamedSharding(key.sharding().mesh(), P()); }
