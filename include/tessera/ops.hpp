@@ -321,6 +321,37 @@ Array uniform(const Key& key, const Shape& shape, DType dtype, const NamedShardi
               double hi = 1.0);
 /// Standard normal, same guarantee.
 Array normal(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding);
+
+// Key arrays. A key array holds keys as data: a u32 array whose last dim has
+// size 2 (k0, k1), one key per position of the other dims -- what JAX's
+// key_data gives. It shards, reshards and passes through shard_map in_specs
+// like any array, so each device can receive its own keys; split, fold_in and
+// the samplers accept it directly, inside shard_map bodies too. Results
+// equal those of the Key forms bitwise.
+
+/// `key` as a key array u32[2] laid out per `sharding` (rank 1).
+Array key_data(const Key& key, const NamedSharding& sharding);
+/// `keys` as a key array u32[n, 2] laid out per `sharding` (rank 2).
+Array key_data(std::span<const Key> keys, const NamedSharding& sharding);
+/// The one key of a key array of shape (2,) or (1, ..., 1, 2), read to the
+/// host (JAX's wrap_key_data, giving a Key).
+Key wrap_key_data(const Array& data);
+/// Keys of shape (*B, 2) -> (*B, num, 2): `num` keys split from each, sharded
+/// like the input over B.
+Array split(const Array& keys, int num = 2);
+/// Keys of shape (*B, 2) -> (*B, 2), each folded with `data`.
+Array fold_in(const Array& keys, std::uint32_t data);
+/// The same with the data as an integer array: a scalar (e.g. axis_index
+/// inside a shard_map body) or one value per key (shape B). Values are taken
+/// modulo 2^32, as JAX does.
+Array fold_in(const Array& keys, const Array& data);
+/// Samplers drawing from a key array holding one key; without a sharding the
+/// result is replicated on the key's mesh (inside a shard_map body: local).
+Array uniform(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo = 0.0,
+              double hi = 1.0);
+Array uniform(const Array& key, const Shape& shape, DType dtype = DType::f32, double lo = 0.0, double hi = 1.0);
+Array normal(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding);
+Array normal(const Array& key, const Shape& shape, DType dtype = DType::f32);
 }  // namespace random
 
 }  // namespace tessera
