@@ -307,6 +307,7 @@ class Gen {
         continue;
       }
       s.maxabs = std::max(s.maxabs, std::abs(x));
+      if (x != 0 && (s.minabs == 0 || std::abs(x) < s.minabs)) s.minabs = std::abs(x);
       if (!is_float(a.dtype()) || s.grid < 0) continue;
       int g = s.grid;
       while (g <= 10 && std::ldexp(x, g) != std::floor(std::ldexp(x, g))) ++g;
@@ -584,10 +585,18 @@ class Gen {
 
   // ------------------------------------------------------------- reductions
   bool reduce() {
-    const int op = uni(0, 8);
+    int op = uni(0, 8);
     const bool continuous = op < 4;
     const int x = operand(0, !continuous);
     if (x < 0) return false;
+    // A float product that may overflow or underflow on the way depends on the
+    // order of its factors (inf * 0 or 0 * inf): only tame factors for prod.
+    if (op == 4 && is_float(dtype(x))) {
+      const Step& s = st(x);
+      const double range = static_cast<double>(std::max<std::int64_t>(numel(shape(x)), 1)) *
+                           std::max(std::log2(std::max(s.maxabs, 1.0)), s.minabs > 0 ? -std::log2(std::min(s.minabs, 1.0)) : 0.0);
+      if (!s.finite || range > 100) op = 0;
+    }
     const int r = rank(x);
     ReduceOptions opt;
     opt.keepdims = coin(0.3);

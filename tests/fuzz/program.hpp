@@ -60,6 +60,7 @@ struct Step {
   // When the reference produced a value:
   double err = 0;          // allowed absolute difference from the reference
   double maxabs = 0;       // largest finite |element|
+  double minabs = 0;       // smallest nonzero finite |element| (0: none)
   int grid = -1;           // every finite element is a multiple of 2^-grid (-1: none <= 10)
   bool finite = true;      // no NaN or infinity
   bool ok() const { return ref.value.has_value(); }
