@@ -213,8 +213,12 @@ int main(int argc, char** argv) {
     int step = -1;
     std::string why = fz::compare_with_reference(p, first, step);
     if (why.empty()) {
-      auto second = fz::run_program(p, p.mesh);
+      // The second run records its communication: recording must not change
+      // results, and the text must be printable.
+      std::vector<fz::Outcome> second;
+      const tessera::Explanation ex = tessera::explain([&] { second = fz::run_program(p, p.mesh); });
       why = fz::compare_runs(p, first, second, step);
+      if (why.empty() && ex.str().empty() && !ex.records.empty()) why = "explain() gave no text for its records";
     }
     g_in_program = false;
     ++programs;

@@ -146,6 +146,14 @@ const UnaryOp kUnary[] = {
     {"logical_not", &tessera::logical_not, -1},
 };
 
+// The same mesh shape, names and types over the next devices (ids + 1):
+// other devices in the same arrangement, for moves between meshes.
+Mesh shifted_mesh(const Mesh& m) {
+  std::vector<Device> d;
+  for (const Device& x : m.devices()) d.push_back(Device::from_id((x.id() + 1) % device_count()));
+  return Mesh(d, m.shape(), m.axis_names(), m.axis_types());
+}
+
 class Gen {
  public:
   Gen(std::uint64_t seed, const Mesh& mesh, const Mesh& ref_mesh, bool trace)
@@ -205,9 +213,20 @@ class Gen {
   }
 
   PartitionSpec spec(int rank) {
-    // Rarely a spec longer than the array, which every layout must reject alike.
+    // Rarely a spec longer than the array, or one with an unreduced axis:
+    // every layout must accept or reject them alike.
     if (coin(0.01)) return testing::random_spec(rng_, p_.mesh, rank + 1);
-    return testing::random_spec(rng_, p_.mesh, rank);
+    PartitionSpec sp = testing::random_spec(rng_, p_.mesh, rank);
+    if (coin(0.01)) {
+      std::vector<std::string> unused;
+      for (const auto& a : p_.mesh.axis_names())
+        if (std::none_of(sp.entries().begin(), sp.entries().end(), [&](const PartitionSpec::Entry& e) {
+              return std::find(e.axes().begin(), e.axes().end(), a) != e.axes().end();
+            }))
+          unused.push_back(a);
+      if (!unused.empty()) sp = PartitionSpec(sp.entries(), {pick(unused)});
+    }
+    return sp;
   }
 
   // A spec for an array of shape `s` that shards like value `id` where the
@@ -290,8 +309,10 @@ class Gen {
     }
     std::vector<Array> a;
     for (int i : s.args) a.push_back(val(i));
-    s.ref = run_step(s.fn, p_.ref_mesh, a);
+    const Explanation ex = explain([&] { s.ref = run_step(s.fn, p_.ref_mesh, a); });
     if (s.ok()) measure(s);
+    if (ex.bytes_moved() != 0 && s.op != "device_put.other_mesh")
+      s.ref_problem = "on one device the step moved " + std::to_string(ex.bytes_moved()) + " bytes: " + ex.str();
     p_.steps.push_back(std::move(s));
     return p_.steps.back().ok() ? static_cast<int>(p_.steps.size()) - 1 : -1;
   }
@@ -713,9 +734,6 @@ class Gen {
     // dot_general / einsum: each dim of x is batch, contracting or free.
     std::vector<int> role(static_cast<std::size_t>(r));  // 0 free, 1 batch, 2 contracting
     for (auto& q : role) q = pick(std::vector<int>{0, 0, 1, 2, 2});
-    // known: matmul with a zero-size batch dim crashes in cblas (gemm.cpp).
-    for (int d = 0; d < r; ++d)
-      if (role[static_cast<std::size_t>(d)] == 1 && sx[static_cast<std::size_t>(d)] == 0) return false;
     struct PDim { int xdim; std::int64_t size; };  // xdim -1: a free dim of the new operand
     std::vector<PDim> pd;
     for (int d = 0; d < r; ++d)
@@ -941,6 +959,17 @@ class Gen {
       }
       default: {  // reshard / with_sharding_constraint / device_put
         const PartitionSpec sp = spec(r);
+        if (coin(0.25)) {
+          // Through a mesh of other devices (moved via the host) and back.
+          const PartitionSpec there = spec(r);
+          return done(emit("device_put.other_mesh",
+                           "device_put(device_put(" + vn(x) + ", NamedSharding(other devices, " + spec_text(there) +
+                               ")), " + spec_text(sp) + ")",
+                           {x}, [there, sp](const Mesh& m, const Args& a) {
+                             return device_put(device_put(a[0], NamedSharding(shifted_mesh(m), there)),
+                                               NamedSharding(m, sp));
+                           }));
+        }
         const int how = uni(0, 2);
         const char* names[] = {"reshard", "with_sharding_constraint", "device_put"};
         return done(emit(names[how], std::string(names[how]) + "(" + vn(x) + ", " + spec_text(sp) + ")", {x},
@@ -1132,6 +1161,28 @@ class Gen {
     });
   }
 
+  // Two inputs with the same spec have the same blocks: an elementwise body
+  // gives the global result (each input resharded to the spec first).
+  bool shard_map_two_inputs(int x, const PartitionSpec& in) {
+    const int y = source(shape(x), coin(0.7) ? dtype(x) : random_dtype(), true, spec(rank(x)));
+    if (y < 0) return false;
+    const int f = uni(0, 2);
+    const char* texts[] = {"xl + yl", "maximum(xl, yl)", "xl * yl"};
+    const std::string text = std::string("shard_map([](xl, yl) { return ") + texts[f] + "; }, in={" + spec_text(in) +
+                             ", " + spec_text(in) + "}, out=" + spec_text(in) + ")(" + vn(x) + ", " + vn(y) + ")";
+    const int o = emit("shard_map.two_inputs", text, {x, y}, [in, f](const Mesh& m, const Args& a) {
+      auto g = shard_map(
+          [f](Array xl, Array yl) { return f == 0 ? xl + yl : f == 1 ? maximum(xl, yl) : xl * yl; }, m, {in, in}, in);
+      return g(a[0], a[1]);
+    });
+    if (o >= 0 && (!exact(x) || !exact(y))) {
+      const double ex = st(x).err, ey = st(y).err;
+      set_err(o, (f == 0 ? ex + ey : f == 1 ? std::max(ex, ey) : ex * (st(y).maxabs + ey) + ey * st(x).maxabs) +
+                     2 * slack(o));
+    }
+    return true;
+  }
+
   bool shard_map_op() {
     const int kind = uni(0, 7);
     const int x = operand(kind == 0 || kind == 2 ? 0 : 1, kind == 2);
@@ -1142,7 +1193,24 @@ class Gen {
     PartitionSpec in = testing::random_spec(rng_, p_.mesh, r);
     const auto axes = spec_axes(in, r);
     switch (kind) {
-      case 0: {  // local elementwise work: out_specs = in_specs
+      case 0: {  // local work: out_specs = in_specs
+        std::vector<int> whole;  // dims the spec leaves whole
+        for (int d = 0; d < r; ++d)
+          if (in[d].is_none()) whole.push_back(d);
+        if (!whole.empty() && coin(0.4)) {
+          const int d = pick(whole), f = uni(0, 2);
+          const char* texts[] = {"cumsum(xl, D)", "sum(xl, D, keepdims)", "flip(xl, D)"};
+          std::string t = texts[f];
+          t.replace(t.find('D'), 1, std::to_string(d));
+          const int o = smap("shard_map.local", "[](xl) { return " + t + "; }", x, in, in, [f, d](Array xl) {
+            return f == 0 ? cumsum(xl, d) : f == 1 ? sum(xl, d, {.keepdims = true}) : flip(xl, d);
+          });
+          const double len = static_cast<double>(sx[static_cast<std::size_t>(d)]);
+          if (f == 2) set_err(o, s.err);
+          else set_sum_err(o, len, s.maxabs, s.grid, len * s.err);
+          return true;
+        }
+        if (coin(0.3)) return shard_map_two_inputs(x, in);
         const int f = uni(0, 2);
         const char* texts[] = {"[](xl) { return 2 * sin(xl) + 1; }", "[](xl) { return xl * xl - xl; }",
                                "[](xl) { return abs(negative(xl)); }"};

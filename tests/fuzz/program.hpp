@@ -57,6 +57,7 @@ struct Step {
   std::vector<int> args;   // ids of earlier steps
   StepFn fn;
   Outcome ref;             // the reference run's outcome
+  std::string ref_problem; // what was wrong with the reference run, if anything
   // When the reference produced a value:
   double err = 0;          // allowed absolute difference from the reference
   double maxabs = 0;       // largest finite |element|
