@@ -6,20 +6,25 @@
 // the arithmetic does not depend on the layout, within a bound otherwise),
 // the two sharded runs must match bitwise, and a step that raises a
 // tessera::Error on one device must raise the same type sharded. Anything
-// else (another exception type, a crash, a hang) is a failure too; every
-// failure prints its seed and the program.
+// else (another exception type, a crash, a sanitizer report, a hang) is a
+// failure too; every failure prints its seed.
+//
+// Programs run in a child process and a parent watches it: a crash, however
+// it ends the child (signal, sanitizer exit, std::terminate), is reported
+// with the seed that was running, and the campaign goes on from the next
+// seed. Counts live in shared memory so the summary covers every child.
 //
 //   tessera_fuzz --seeds 1000 [--start S] [--max-seconds T] [--verbose]
-//   tessera_fuzz --seed S --verbose      one program, each step traced
+//   tessera_fuzz --seed S --verbose      one program, in process, each step traced
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,75 +36,46 @@ namespace fz = tessera::fuzz;
 
 namespace {
 
-// What a crash or hang report needs, readable from a signal handler.
-std::atomic<std::uint64_t> g_seed{0};
-std::atomic<bool> g_in_program{false};
-std::atomic<std::int64_t> g_program_start_ms{0};
+struct OpCount {
+  char name[40];
+  long ran, ok, raised;
+};
 
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+// Written by the child, read by the parent after the child ends.
+struct Shared {
+  std::uint64_t next;     // first seed not yet started
+  std::uint64_t running;  // the seed of the program in progress
+  bool in_program;
+  bool hung;
+  long programs, steps;
+  int nops;
+  OpCount ops[256];
+  long nfailed;
+  std::uint64_t failed[512];  // the first failing seeds
+};
+
+Shared* g = nullptr;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Async-signal-safe: formats with no allocation and writes with write(2).
-void report_abnormal_end(const char* what) {
-  char num[24];
-  int n = 0;
-  std::uint64_t s = g_seed.load();
-  do {
-    num[n++] = static_cast<char>('0' + s % 10);
-    s /= 10;
-  } while (s != 0);
-  char seed[24];
-  for (int i = 0; i < n; ++i) seed[i] = num[n - 1 - i];
-  seed[n] = '\0';
-  const char* parts[] = {"\nFAIL seed=", seed, ": ", what, "; reproduce with: tessera_fuzz --seed ", seed,
-                         " --verbose\n"};
-  for (const char* p : parts) {
-    if (write(STDERR_FILENO, p, std::strlen(p)) < 0) return;
+void count_op(const std::string& op, bool ok, bool raised) {
+  int i = 0;
+  while (i < g->nops && op != g->ops[i].name) ++i;
+  if (i == g->nops) {
+    if (g->nops == static_cast<int>(std::size(g->ops))) return;
+    std::snprintf(g->ops[i].name, sizeof g->ops[i].name, "%s", op.c_str());
+    ++g->nops;
   }
+  ++g->ops[i].ran;
+  g->ops[i].ok += ok;
+  g->ops[i].raised += raised;
 }
 
-void on_signal(int sig) {
-  if (g_in_program.load()) report_abnormal_end(sig == SIGSEGV ? "crashed (SIGSEGV)"
-                                               : sig == SIGABRT ? "crashed (SIGABRT)"
-                                               : sig == SIGFPE  ? "crashed (SIGFPE)"
-                                                                : "crashed (SIGBUS)");
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-
-void on_sanitizer_death() {
-  if (g_in_program.load()) report_abnormal_end("a sanitizer stopped the run (report above)");
-}
-
-}  // namespace
-
-// Present when a sanitizer runtime is linked in; it then owns the crash
-// signals, and this callback runs before it exits.
-extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
-
-namespace {
-
-void install_crash_reporting() {
-  if (__sanitizer_set_death_callback != nullptr) {
-    __sanitizer_set_death_callback(on_sanitizer_death);
-    return;
-  }
-  for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS}) std::signal(sig, on_signal);
-}
-
-// A program that runs far longer than any should is a hang: report and stop.
-void start_watchdog(double limit_s) {
-  std::thread([limit_s] {
-    for (;;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      if (g_in_program.load() && now_ms() - g_program_start_ms.load() > limit_s * 1000) {
-        report_abnormal_end("hung (one program ran longer than the watchdog limit)");
-        std::_Exit(3);
-      }
-    }
-  }).detach();
+void record_failure(std::uint64_t seed) {
+  if (g->nfailed < static_cast<long>(std::size(g->failed))) g->failed[g->nfailed] = seed;
+  ++g->nfailed;
 }
 
 struct Options {
@@ -108,6 +84,7 @@ struct Options {
   double max_seconds = 0;
   bool verbose = false;
   bool one = false;
+  bool fork = true;
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -118,7 +95,8 @@ struct Options {
                "  --start S        first seed (default 1)\n"
                "  --seed S         run only seed S (with --verbose: trace every step)\n"
                "  --max-seconds T  stop starting new programs after T seconds\n"
-               "  --verbose        print every program\n",
+               "  --verbose        print every program\n"
+               "  --no-fork        run in this process (a crash then ends the run)\n",
                why);
   std::exit(2);
 }
@@ -138,8 +116,10 @@ Options parse(int argc, char** argv) {
         o.start = std::stoull(value());
         o.seeds = 1;
         o.one = true;
+        o.fork = false;
       } else if (a == "--max-seconds") o.max_seconds = std::stod(value());
       else if (a == "--verbose" || a == "-v") o.verbose = true;
+      else if (a == "--no-fork") o.fork = false;
       else if (a == "--help" || a == "-h") usage("random sharded programs, compared with one device");
       else usage(("unknown option " + a).c_str());
     } catch (const std::logic_error&) {
@@ -177,37 +157,37 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-struct Coverage {
-  long ran = 0, ok = 0, raised = 0;
-};
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Options opt = parse(argc, argv);
+// Runs programs from g->next until `end` or `deadline`; counts into *g.
+void run_seeds(const Options& opt, std::uint64_t end, double deadline) {
   if (std::getenv("TESSERA_NUM_CPU_DEVICES") == nullptr) tessera::config::set_num_cpu_devices(8);
   // Collectives that never complete raise well before the watchdog fires.
   tessera::config::set_collective_timeout(20);
-  install_crash_reporting();
-  start_watchdog(120);
+  // A program that runs far longer than any should is a hang.
+  std::thread([] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      const std::uint64_t s = g->running;
+      const double t0 = now_s();
+      while (g->in_program && g->running == s) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (now_s() - t0 > 120) {
+          g->hung = true;
+          std::_Exit(3);
+        }
+      }
+    }
+  }).detach();
 
   const auto pool = mesh_pool();
   std::vector<tessera::Mesh> refs;
   for (const auto& m : pool) refs.push_back(tessera::testing::one_device_like(m));
-
-  std::map<std::string, Coverage> coverage;
-  std::vector<std::uint64_t> failed;
-  long programs = 0, steps = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const bool trace = opt.one && opt.verbose;
 
-  for (std::uint64_t seed = opt.start; seed < opt.start + opt.seeds; ++seed) {
-    if (opt.max_seconds > 0 && elapsed() > opt.max_seconds) break;
+  for (std::uint64_t seed = g->next; seed < end; ++seed) {
+    if (deadline > 0 && now_s() > deadline) break;
     const std::size_t mi = mix(seed) % pool.size();
-    g_seed = seed;
-    g_program_start_ms = now_ms();
-    g_in_program = true;
+    g->running = seed;
+    g->in_program = true;
     fz::Program p = fz::generate(seed, pool[mi], refs[mi], trace);
     auto first = fz::run_program(p, p.mesh, trace);
     int step = -1;
@@ -220,18 +200,15 @@ int main(int argc, char** argv) {
       why = fz::compare_runs(p, first, second, step);
       if (why.empty() && ex.str().empty() && !ex.records.empty()) why = "explain() gave no text for its records";
     }
-    g_in_program = false;
-    ++programs;
-    steps += static_cast<long>(p.steps.size());
-    for (std::size_t i = 0; i < p.steps.size(); ++i) {
-      Coverage& c = coverage[p.steps[i].op];
-      ++c.ran;
-      if (first[i].value) ++c.ok;
-      else if (first[i].tessera_error) ++c.raised;
-    }
+    g->in_program = false;
+    g->next = seed + 1;
+    ++g->programs;
+    g->steps += static_cast<long>(p.steps.size());
+    for (std::size_t i = 0; i < p.steps.size(); ++i)
+      count_op(p.steps[i].op, first[i].value.has_value(), first[i].tessera_error);
     if (!why.empty()) {
-      failed.push_back(seed);
-      if (failed.size() <= 20)
+      record_failure(seed);
+      if (g->nfailed <= 20)
         std::printf("FAIL seed=%llu: v%d: %s\n%s\n", static_cast<unsigned long long>(seed), step, why.c_str(),
                     p.listing(&first, step).c_str());
       std::fflush(stdout);
@@ -239,19 +216,81 @@ int main(int argc, char** argv) {
       std::printf("%s\n", p.listing(&first).c_str());
     }
   }
+  std::fflush(stdout);
+}
 
-  const double secs = elapsed();
-  std::printf("tessera_fuzz: %ld programs (seeds %llu..%llu), %ld steps, %.1f s, %.0f programs/s, %zu failed\n",
-              programs, static_cast<unsigned long long>(opt.start),
-              static_cast<unsigned long long>(opt.start + (programs > 0 ? programs - 1 : 0)), steps, secs,
-              secs > 0 ? programs / secs : 0.0, failed.size());
-  if (!opt.one) {
-    std::printf("op coverage (steps run / gave a value / raised a tessera::Error):\n");
-    for (const auto& [op, c] : coverage) std::printf("  %-26s %7ld %7ld %7ld\n", op.c_str(), c.ran, c.ok, c.raised);
+std::string end_text(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = strsignal(sig);
+    return "crashed with signal " + std::to_string(sig) + " (" + (name ? name : "?") + ")";
   }
-  if (!failed.empty()) {
+  if (g->hung) return "hung (one program ran for over 120 s)";
+  return "the process ended with status " + std::to_string(WEXITSTATUS(status)) +
+         " in the middle of the program (a sanitizer or an uncaught exception; report above)";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse(argc, argv);
+  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    std::perror("tessera_fuzz: mmap");
+    return 2;
+  }
+  g = static_cast<Shared*>(mem);
+  *g = Shared{};
+  g->next = opt.start;
+  const std::uint64_t end = opt.start + opt.seeds;
+  const double t0 = now_s();
+  const double deadline = opt.max_seconds > 0 ? t0 + opt.max_seconds : 0;
+
+  if (!opt.fork) {
+    run_seeds(opt, end, deadline);
+  } else {
+    // No tessera call happens in this process, so the child forks with one
+    // thread and starts its own runtime.
+    while (g->next < end && (deadline == 0 || now_s() < deadline)) {
+      std::fflush(stdout);
+      const pid_t pid = fork();
+      if (pid < 0) {
+        std::perror("tessera_fuzz: fork");
+        return 2;
+      }
+      if (pid == 0) {
+        run_seeds(opt, end, deadline);
+        std::_Exit(0);
+      }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !g->in_program) break;
+      const std::uint64_t seed = g->running;
+      std::printf("FAIL seed=%llu: %s; reproduce with: tessera_fuzz --seed %llu --verbose\n",
+                  static_cast<unsigned long long>(seed), end_text(status).c_str(), static_cast<unsigned long long>(seed));
+      record_failure(seed);
+      ++g->programs;
+      g->in_program = false;
+      g->hung = false;
+      g->next = seed + 1;
+    }
+  }
+
+  const double secs = now_s() - t0;
+  std::printf("tessera_fuzz: %ld programs (seeds %llu..%llu), %ld steps, %.1f s, %.0f programs/s, %ld failed\n",
+              g->programs, static_cast<unsigned long long>(opt.start),
+              static_cast<unsigned long long>(g->next > opt.start ? g->next - 1 : opt.start), g->steps, secs,
+              secs > 0 ? static_cast<double>(g->programs) / secs : 0.0, g->nfailed);
+  if (!opt.one) {
+    std::vector<OpCount> ops(g->ops, g->ops + g->nops);
+    std::sort(ops.begin(), ops.end(), [](const OpCount& a, const OpCount& b) { return std::strcmp(a.name, b.name) < 0; });
+    std::printf("op coverage (steps run / gave a value / raised a tessera::Error):\n");
+    for (const auto& c : ops) std::printf("  %-26s %7ld %7ld %7ld\n", c.name, c.ran, c.ok, c.raised);
+  }
+  if (g->nfailed > 0) {
     std::printf("failing seeds:");
-    for (auto s : failed) std::printf(" %llu", static_cast<unsigned long long>(s));
+    for (long i = 0; i < std::min<long>(g->nfailed, static_cast<long>(std::size(g->failed))); ++i)
+      std::printf(" %llu", static_cast<unsigned long long>(g->failed[i]));
     std::printf("\n");
     return 1;
   }

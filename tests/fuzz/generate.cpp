@@ -290,7 +290,13 @@ class Gen {
   }
 
   // ---------------------------------------------------------------- values
+  // References into p_.steps dangle once emit() appends: copy what outlives it.
   const Step& st(int id) const { return p_.steps[static_cast<std::size_t>(id)]; }
+  struct Stats {
+    double err, maxabs;
+    int grid;
+  };
+  Stats stats(int id) const { return {st(id).err, st(id).maxabs, st(id).grid}; }
   const Array& val(int id) const { return *st(id).ref.value; }
   const Shape& shape(int id) const { return val(id).shape(); }
   DType dtype(int id) const { return val(id).dtype(); }
@@ -419,11 +425,12 @@ class Gen {
       });
     }
     if (kind < 30 && (is_float(t) || coin(0.05))) {
-      const int seed = uni(0, 1000), fold = uni(-1, 3);
+      const int seed = uni(0, 1000), fold = uni(-1, 3), split = coin(0.3) ? uni(0, 2) : -1;
       const bool normal_dist = coin(0.4);
       const double lo = uni(-2, 0), hi = lo + (coin(0.97) ? uni(1, 3) : 0);
       std::string key = "key(" + std::to_string(seed) + ")";
       if (fold >= 0) key = "fold_in(" + key + ", " + std::to_string(fold) + ")";
+      if (split >= 0) key = "split(" + key + ", 3)[" + std::to_string(split) + "]";
       std::string text = normal_dist ? "random.normal(" + key + ", " + shape_str(s) + ", " + dt(t) + ", " + ss + ")"
                                      : "random.uniform(" + key + ", " + shape_str(s) + ", " + dt(t) + ", " + ss +
                                            ", " + num_text(lo) + ", " + num_text(hi) + ")";
@@ -431,6 +438,7 @@ class Gen {
                   [=](const Mesh& m, const Args&) {
                     Key k = random::key(static_cast<std::uint64_t>(seed));
                     if (fold >= 0) k = random::fold_in(k, static_cast<std::uint32_t>(fold));
+                    if (split >= 0) k = random::split(k, 3)[static_cast<std::size_t>(split)];
                     const NamedSharding sh(m, sp);
                     return normal_dist ? random::normal(k, s, t, sh) : random::uniform(k, s, t, sh, lo, hi);
                   });
@@ -959,6 +967,15 @@ class Gen {
       }
       default: {  // reshard / with_sharding_constraint / device_put
         const PartitionSpec sp = spec(r);
+        if (coin(0.05)) {
+          // Operands on different meshes: every layout must refuse.
+          return done(emit("device_put.other_mesh",
+                           "add(device_put(" + vn(x) + ", NamedSharding(other devices, " + spec_text(sp) + ")), " +
+                               vn(x) + ")",
+                           {x}, [sp](const Mesh& m, const Args& a) {
+                             return add(device_put(a[0], NamedSharding(shifted_mesh(m), sp)), a[0]);
+                           }));
+        }
         if (coin(0.25)) {
           // Through a mesh of other devices (moved via the host) and back.
           const PartitionSpec there = spec(r);
@@ -990,7 +1007,7 @@ class Gen {
     if (x < 0) return false;
     const Shape sx = shape(x);
     const int r = rank(x);
-    const Step& s = st(x);
+    const Stats s = stats(x);
     const int ax = r == 0 ? 0 : uni(-r, r - 1);
     const int ad = r == 0 ? 0 : (ax + r) % r;
     const std::int64_t len = r == 0 ? 1 : sx[static_cast<std::size_t>(ad)];
@@ -1189,7 +1206,7 @@ class Gen {
     if (x < 0) return false;
     const Shape sx = shape(x);
     const int r = rank(x);
-    const Step& s = st(x);
+    const Stats s = stats(x);
     PartitionSpec in = testing::random_spec(rng_, p_.mesh, r);
     const auto axes = spec_axes(in, r);
     switch (kind) {
