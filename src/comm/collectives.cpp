@@ -15,6 +15,7 @@
 
 #include "core/array_impl.hpp"
 #include "core/dispatch.hpp"
+#include "core/wrapping.hpp"
 
 namespace tessera::detail {
 
@@ -42,7 +43,7 @@ template <class T>
 void combine(ReduceOp op, T* acc, const T* x, std::int64_t n) {
   switch (op) {
     case ReduceOp::Sum:
-      for (std::int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + x[i]);
+      for (std::int64_t i = 0; i < n; ++i) acc[i] = detail::wrapping_add(acc[i], x[i]);  // integers wrap, no UB
       return;
     case ReduceOp::Max:
       for (std::int64_t i = 0; i < n; ++i) {

@@ -37,6 +37,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/wrapping.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -54,7 +55,7 @@ inline void accumulate(T& acc, T v) {
   if constexpr (std::is_same_v<T, std::uint8_t>)
     acc = static_cast<std::uint8_t>(acc | v);  // bool: logical or
   else
-    acc += v;
+    acc = detail::wrapping_add(acc, v);  // integers wrap like XLA instead of UB
 }
 
 /// Calls f(I{}) with I the C++ type of an index dtype (i32 or i64).

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/wrapping.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -47,8 +48,8 @@ using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
 template <Red r, class A>
 inline A combine1(A acc, A v) {
   switch (r) {
-    case Red::Sum: return acc + v;
-    case Red::Prod: return acc * v;
+    case Red::Sum: return detail::wrapping_add(acc, v);  // integers wrap like XLA instead of UB
+    case Red::Prod: return detail::wrapping_mul(acc, v);
     case Red::Max:
       if constexpr (std::is_floating_point_v<A>)
         if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
@@ -115,8 +116,10 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
           // still deterministic) let the compiler vectorise a contiguous sum.
           A lane[8] = {};
           for (; j + 8 <= inner; j += 8)
-            for (int k = 0; k < 8; ++k) lane[k] += static_cast<A>(p[j + k]);
-          v += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+            for (int k = 0; k < 8; ++k) lane[k] = detail::wrapping_add(lane[k], static_cast<A>(p[j + k]));
+          using detail::wrapping_add;
+          v = wrapping_add(v, wrapping_add(wrapping_add(wrapping_add(lane[0], lane[1]), wrapping_add(lane[2], lane[3])),
+                                           wrapping_add(wrapping_add(lane[4], lane[5]), wrapping_add(lane[6], lane[7]))));
         }
         for (; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(p[j]));
         acc[o] = v;

@@ -4,6 +4,7 @@
 // all dims but the last and run a strided inner loop.
 #include "backend/cpu/elementwise.hpp"
 #include "core/dispatch.hpp"
+#include "core/wrapping.hpp"
 
 #include <bit>
 #include <cmath>
@@ -112,16 +113,19 @@ void unary_loop(const T* x, R* y, std::int64_t n, F f) {
 
 template <class T>
 void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
+  // An empty block may have no buffer at all, and memcpy/memset below must
+  // not see a null pointer even for zero bytes.
+  if (n == 0) return;
   T* y = static_cast<T*>(out);
   u8* yb = static_cast<u8*>(out);
   switch (op) {
     case UnaryOp::Neg:
       if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
-      else unary_loop(x, y, n, [](T v) { return static_cast<T>(-v); });
+      else unary_loop(x, y, n, [](T v) { return detail::wrapping_neg(v); });  // -INT_MIN wraps
       return;
     case UnaryOp::Abs:
       if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
-      else unary_loop(x, y, n, [](T v) { return v < 0 ? static_cast<T>(-v) : v; });
+      else unary_loop(x, y, n, [](T v) { return v < 0 ? detail::wrapping_neg(v) : v; });
       return;
     case UnaryOp::Sign:
       if constexpr (std::is_same_v<T, u8>) unary_loop(x, y, n, [](T v) { return v; });
@@ -195,7 +199,7 @@ template <class T>
 struct Ops {
   static T add(T a, T b) {
     if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a | b);
-    else return a + b;
+    else return detail::wrapping_add(a, b);  // wraps like XLA instead of UB
   }
   static T sub(T a, T b) {
     if constexpr (std::is_same_v<T, u8>) return static_cast<T>(a ^ b);
