@@ -21,10 +21,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,12 +43,13 @@ struct OpCount {
   long ran, ok, raised;
 };
 
-// Written by the child, read by the parent after the child ends.
+// Written by the child, read by the parent after the child ends (and by
+// the child's watchdog thread while it runs, hence the atomics).
 struct Shared {
-  std::uint64_t next;     // first seed not yet started
-  std::uint64_t running;  // the seed of the program in progress
-  bool in_program;
-  bool hung;
+  std::uint64_t next;                  // first seed not yet started
+  std::atomic<std::uint64_t> running;  // the seed of the program in progress
+  std::atomic<bool> in_program;
+  std::atomic<bool> hung;
   long programs, steps;
   int nops;
   OpCount ops[256];
@@ -232,6 +235,10 @@ std::string end_text(int status) {
 
 }  // namespace
 
+// Under ThreadSanitizer a data race stops the child, so the parent can name
+// the seed (by default TSan reports and carries on). Unused in other builds.
+extern "C" const char* __tsan_default_options() { return "halt_on_error=1"; }
+
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -239,8 +246,7 @@ int main(int argc, char** argv) {
     std::perror("tessera_fuzz: mmap");
     return 2;
   }
-  g = static_cast<Shared*>(mem);
-  *g = Shared{};
+  g = new (mem) Shared{};
   g->next = opt.start;
   const std::uint64_t end = opt.start + opt.seeds;
   const double t0 = now_s();
