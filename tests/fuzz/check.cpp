@@ -211,6 +211,7 @@ std::string compare_with_reference(const Program& p, const std::vector<Outcome>&
     const Outcome& o = run[i];
     if (!s.ok() && !s.ref.tessera_error) return "reference run raised a non-tessera exception: " + outcome_text(s.ref);
     if (!s.ref_problem.empty()) return s.ref_problem;
+    if (s.must_raise && s.ok()) return "the step is invalid, but the reference run raised no error";
     if (o.skipped) continue;  // an earlier step already disagreed
     if (!o.value && !o.tessera_error) return "sharded run raised a non-tessera exception: " + outcome_text(o);
     if (!s.ok()) {

@@ -217,6 +217,7 @@ class Gen {
   bool shard_map_two_inputs(int x, const PartitionSpec& in);
   bool shard_map_op();
 
+  bool huge_shape();
   void step_once();
 };
 

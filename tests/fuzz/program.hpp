@@ -58,6 +58,7 @@ struct Step {
   StepFn fn;
   Outcome ref;             // the reference run's outcome
   std::string ref_problem; // what was wrong with the reference run, if anything
+  bool must_raise = false; // an invalid step: every run must raise a tessera::Error
   // When the reference produced a value:
   double err = 0;          // allowed absolute difference from the reference
   double maxabs = 0;       // largest finite |element|
