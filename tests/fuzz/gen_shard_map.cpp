@@ -1,13 +1,15 @@
-// Generating shard_map bodies with collectives.
+// Generating shard_map bodies with collectives. Every body's global result
+// is independent of the mesh, so the one-device run is the reference: each
+// undoes its own distribution (psum of local sums, all_gather of the blocks,
+// ppermute there and back, psum_scatter of x and zeros, ...), and collectives
+// that need equal shapes only see layouts that give them.
 #include <numeric>
 
 #include "fuzz/generator.hpp"
 
 namespace tessera::fuzz::gen {
 
-// -------------------------------------------------------------- shard_map
-// Bodies whose global result does not depend on the mesh, so the
-// one-device run is the reference: each undoes its own distribution.
+// Number of parts dim `d` is split into on the sharded mesh.
 int Gen::parts(const PartitionSpec& sp, int d) const {
   int n = 1;
   for (const auto& a : sp[d].axes()) n *= p_.mesh.axis_size(a);

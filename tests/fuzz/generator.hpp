@@ -1,4 +1,4 @@
-// The random program generator: its state and helpers, shared by the files
+// The random program generator: its state and utilities, shared by the files
 // that build each op family (generate.cpp: sources and the main loop;
 // gen_math.cpp: elementwise, reductions, linear algebra; gen_shape.cpp:
 // shape ops, stencils, indexing; gen_shard_map.cpp: shard_map bodies).
