@@ -160,6 +160,42 @@ inline std::vector<Device> first_devices(int n) {
   return std::vector<Device>(d.begin(), d.begin() + n);
 }
 
+// A random mesh of 1 to 3 axes named x, y, z over 1 to `max_devices` devices
+// (the first ones in order, or a shuffled subset); axis sizes may be 1. Each
+// axis is Explicit with probability `explicit_prob`, else Auto.
+inline Mesh random_mesh(std::mt19937& rng, int max_devices, double explicit_prob = 0.0) {
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int n = uni(1, std::max(1, std::min(max_devices, device_count())));
+  const int naxes = uni(1, 3);
+  std::vector<int> shape(naxes, 1);
+  int rest = n;
+  for (int i = 0; i + 1 < naxes; ++i) {
+    std::vector<int> divs;
+    for (int d = 1; d <= rest; ++d)
+      if (rest % d == 0) divs.push_back(d);
+    shape[i] = divs[uni(0, static_cast<int>(divs.size()) - 1)];
+    rest /= shape[i];
+  }
+  shape[naxes - 1] = rest;
+  std::shuffle(shape.begin(), shape.end(), rng);
+  std::vector<Device> devs = devices();
+  if (uni(0, 1)) std::shuffle(devs.begin(), devs.end(), rng);
+  devs.resize(n);
+  const std::vector<std::string> all_names{"x", "y", "z"};
+  std::vector<std::string> names(all_names.begin(), all_names.begin() + naxes);
+  std::vector<AxisType> types;
+  for (int i = 0; i < naxes; ++i)
+    types.push_back(std::uniform_real_distribution<double>(0, 1)(rng) < explicit_prob ? AxisType::Explicit
+                                                                                     : AxisType::Auto);
+  return Mesh(devs, shape, names, types);
+}
+
+// A one-device mesh with the same axis names and types as `mesh` (every axis
+// of size 1): any spec valid on `mesh` is valid here, and every array is whole.
+inline Mesh one_device_like(const Mesh& mesh) {
+  return Mesh({devices()[0]}, std::vector<int>(mesh.axis_names().size(), 1), mesh.axis_names(), mesh.axis_types());
+}
+
 // Number of elements of a shape.
 inline std::int64_t numel(const Shape& s) {
   std::int64_t n = 1;

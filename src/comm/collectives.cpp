@@ -15,6 +15,7 @@
 
 #include "core/array_impl.hpp"
 #include "core/dispatch.hpp"
+#include "core/wrapping.hpp"
 
 namespace tessera::detail {
 
@@ -42,12 +43,7 @@ template <class T>
 void combine(ReduceOp op, T* acc, const T* x, std::int64_t n) {
   switch (op) {
     case ReduceOp::Sum:
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        using U = std::make_unsigned_t<T>;  // wraps like XLA's psum, without UB
-        for (std::int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(static_cast<U>(acc[i]) + static_cast<U>(x[i]));
-      } else {
-        for (std::int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + x[i]);
-      }
+      for (std::int64_t i = 0; i < n; ++i) acc[i] = detail::wrapping_add(acc[i], x[i]);  // integers wrap, no UB
       return;
     case ReduceOp::Max:
       for (std::int64_t i = 0; i < n; ++i) {

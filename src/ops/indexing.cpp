@@ -38,6 +38,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/wrapping.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -54,10 +55,8 @@ template <class T>
 inline void accumulate(T& acc, T v) {
   if constexpr (std::is_same_v<T, bool>)
     acc = acc || v;  // bool: logical or
-  else if constexpr (std::is_integral_v<T>)  // wraps like XLA, without UB
-    acc = static_cast<T>(static_cast<std::make_unsigned_t<T>>(acc) + static_cast<std::make_unsigned_t<T>>(v));
   else
-    acc += v;
+    acc = detail::wrapping_add(acc, v);  // integers wrap like XLA instead of UB
 }
 
 /// Calls f(I{}) with I the C++ type of an integer dtype (the index dtypes).

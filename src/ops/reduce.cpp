@@ -14,6 +14,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/wrapping.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -59,13 +60,9 @@ template <Red r, class A>
 inline A combine1(A acc, A v) {
   if constexpr (r == Red::Sum) {
     // Integers wrap like XLA's (signed overflow is undefined in C++).
-    if constexpr (std::is_integral_v<A>)
-      return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) + static_cast<std::make_unsigned_t<A>>(v));
-    else return acc + v;
+    return detail::wrapping_add(acc, v);
   } else if constexpr (r == Red::Prod) {
-    if constexpr (std::is_integral_v<A>)
-      return static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) * static_cast<std::make_unsigned_t<A>>(v));
-    else return acc * v;
+    return detail::wrapping_mul(acc, v);
   } else if constexpr (r == Red::Max) {
     if constexpr (std::is_floating_point_v<A>)
       if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();

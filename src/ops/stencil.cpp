@@ -29,6 +29,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/wrapping.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -110,11 +111,8 @@ template <class T>
 inline T sub(T hi, T lo) {
   if constexpr (std::is_same_v<T, bool>) {
     return hi != lo;  // jnp.diff uses not_equal on bool
-  } else if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;  // wraps like XLA, without UB
-    return static_cast<T>(static_cast<U>(hi) - static_cast<U>(lo));
   } else {
-    return hi - lo;
+    return detail::wrapping_sub(hi, lo);  // integers wrap like XLA, without UB
   }
 }
 
@@ -183,12 +181,7 @@ void diff_block(const std::vector<Segment>& segs, T* out, const Lines& ol, int n
 
 template <class T>
 inline T add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {  // wraps like XLA, without UB
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
+  return detail::wrapping_add(a, b);  // integers wrap like XLA, without UB
 }
 
 /// Line totals of a block (outer, len, inner) into tot (outer, inner), summed

@@ -272,6 +272,16 @@ TEST_F(Collectives, JaxDocPsumF1) {
   EXPECT_TRUE(y.sharding().is_fully_replicated());
 }
 
+// Found by tessera_fuzz (under UBSan): integer psum overflowed (undefined in
+// C++) instead of wrapping as XLA does.
+TEST_F(Collectives, IntegerPsumWraps) {
+  const auto m = mesh1d(4);
+  constexpr std::int32_t mx = std::numeric_limits<std::int32_t>::max();
+  auto a = ts::device_put(std::vector<std::int32_t>(4, mx), {4}, ts::NamedSharding(m, ts::P("i")));
+  auto f = ts::shard_map([](ts::Array xb) { return ts::psum(xb, "i"); }, m, {ts::P("i")}, ts::P(ts::none));
+  EXPECT_EQ(f(a).item<std::int32_t>(), -4);  // 4 * mx mod 2^32
+}
+
 // Tutorial, "psum", f2 and f3 on mesh2d = (2, 2) ('i', 'j'), x = arange(16)
 // reshaped (4, 4), in_specs P('i', 'j'): psum over 'i' with out_specs
 // P(None, 'j') -> [[8 10 12 14] [16 18 20 22]]; psum over ('i', 'j') with

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <functional>
 
 #include "test_util.hpp"
@@ -405,6 +406,22 @@ TEST(ElementwiseErrors, ShapesMeshesEmpty) {
   expect_error<ts::ShardingError>([&] { (void)ts::add(a, a, {.out_sharding = ts::P("z")}); }, "[add]", {"'z'"});
   expect_error<ts::ShardingError>([&] { (void)ts::add(a, a, {.out_sharding = ts::P("x", ts::none)}); }, "[add]",
                                   {"rank 1"});
+}
+
+// Found by tessera_fuzz (under UBSan): integer add/negative/abs overflowed
+// (undefined in C++) instead of wrapping as XLA does, and unary ops on an
+// empty integer block passed a null buffer to memcpy/memset.
+TEST(ElementwiseGolden, IntegerOverflowWrapsAndEmptyBlocks) {
+  constexpr std::int32_t mx = std::numeric_limits<std::int32_t>::max(), mn = std::numeric_limits<std::int32_t>::min();
+  for_each_layout(1, [&](const ts::NamedSharding& s) {
+    auto a = ts::device_put(std::vector<std::int32_t>{mx, mn, -5}, {3}, s);
+    EXPECT_EQ((a + a).to_vector<std::int32_t>(), (std::vector<std::int32_t>{-2, 0, -10})) << s.str();
+    EXPECT_EQ((a + 1).to_vector<std::int32_t>(), (std::vector<std::int32_t>{mn, mn + 1, -4})) << s.str();
+    EXPECT_EQ(ts::negative(a).to_vector<std::int32_t>(), (std::vector<std::int32_t>{-mx, mn, 5})) << s.str();
+    EXPECT_EQ(ts::abs(a).to_vector<std::int32_t>(), (std::vector<std::int32_t>{mx, mn, 5})) << s.str();
+    auto e = ts::device_put(std::vector<std::int64_t>{}, {0}, s);
+    for (auto f : {&ts::isnan, &ts::isfinite, &ts::floor, &ts::ceil, &ts::negative}) EXPECT_EQ(f(e).size(), 0);
+  });
 }
 
 TEST(ElementwiseDeterminism, BitwiseEqualAcrossRuns) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -456,6 +457,21 @@ TEST(ScatterAdd, Errors) {
   auto other = ts::device_put(ts::testing::iota_data<float>(6), {2, 3}, ts::NamedSharding(mesh1d(2), P()));
   expect_error<ts::ShardingError>([&] { ts::scatter_add(x, idx, other); }, "[scatter_add]", {"different meshes"});
   expect_error<ts::Error>([&] { ts::scatter_add(x, idx, ts::Array()); }, "[scatter_add]", {"updates"});
+}
+
+// Found by tessera_fuzz (under UBSan): integer accumulation overflowed
+// (undefined in C++) instead of wrapping as XLA does.
+TEST(ScatterAdd, IntegerSumsWrap) {
+  constexpr std::int32_t mx = std::numeric_limits<std::int32_t>::max();
+  ts::testing::for_each_layout(1, [&](const ts::NamedSharding& s) {
+    auto x = ts::device_put(std::vector<std::int32_t>{mx, 0, 0}, {3}, s);
+    auto idx = ts::device_put(std::vector<std::int32_t>{0, 0, 2}, {3}, s);
+    auto upd = ts::device_put(std::vector<std::int32_t>{1, mx, 5}, {3}, s);
+    EXPECT_EQ(ts::scatter_add(x, idx, upd).to_vector<std::int32_t>(), (std::vector<std::int32_t>{-1, 0, 5})) << s.str();
+    EXPECT_EQ(ts::segment_sum(upd, idx, 3).to_vector<std::int32_t>(),
+              (std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min(), 0, 5}))
+        << s.str();
+  });
 }
 
 // ============================================================ segment_sum

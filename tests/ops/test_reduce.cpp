@@ -163,6 +163,19 @@ TEST(ReduceSharding, ReduceScatterWhenOutputIsSharded) {
   EXPECT_EQ(y2.to_vector<double>(), ref_reduce(h, {16, 24}, {0}, 0, std::plus<double>()));
 }
 
+// Found by tessera_fuzz (under UBSan): integer sums and products overflowed
+// (undefined in C++) instead of wrapping as XLA does; 11 elements take both
+// the eight-lane path and the tail.
+TEST(ReduceGolden, IntegerSumsAndProductsWrap) {
+  constexpr std::int32_t mx = std::numeric_limits<std::int32_t>::max();
+  for_each_layout(1, [&](const ts::NamedSharding& s) {
+    auto a = ts::device_put(std::vector<std::int32_t>{mx, mx, 3, 1, 1, 1, 1, 1, 1, 1, 1}, {11}, s);
+    EXPECT_EQ(ts::sum(a).item<std::int32_t>(), 9) << s.str();  // 2 * mx + 11 mod 2^32
+    auto b = ts::device_put(std::vector<std::int64_t>{1 << 30, 1 << 30, 5, 3}, {4}, s);
+    EXPECT_EQ(ts::prod(b).item<std::int64_t>(), -(std::int64_t{1} << 60)) << s.str();  // 15 * 2^60 mod 2^64
+  });
+}
+
 TEST(ReduceGolden, DtypesAndArgReductions) {
   ts::Mesh m = ts::make_mesh({8}, {"x"});
   ts::NamedSharding s(m, ts::P("x"));

@@ -4,6 +4,7 @@
 // all dims but the last and run a strided inner loop.
 #include "backend/cpu/elementwise.hpp"
 #include "core/dispatch.hpp"
+#include "core/wrapping.hpp"
 
 #include <bit>
 #include <cmath>
@@ -35,8 +36,6 @@ template <class T>
 constexpr bool kSignedInt = std::is_integral_v<T> && std::is_signed_v<T>;
 template <class T>
 constexpr bool kUnsignedInt = std::is_integral_v<T> && !std::is_signed_v<T> && !kBool<T>;
-template <class T>
-using Wrap = std::make_unsigned_t<std::conditional_t<kBool<T>, unsigned char, T>>;
 
 // ------------------------------------------------------------------ unary
 
@@ -120,6 +119,9 @@ void unary_loop(const T* x, R* y, std::int64_t n, F f) {
 
 template <class T>
 void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
+  // An empty block may have no buffer at all, and memcpy/memset below must
+  // not see a null pointer even for zero bytes.
+  if (n == 0) return;
   T* y = static_cast<T*>(out);
   bool* yb = static_cast<bool*>(out);
   switch (op) {
@@ -127,13 +129,11 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
       // Unsigned negation wraps (jnp.negative(u8 1) is 255), as does the
       // signed minimum.
       if constexpr (kBool<T>) unary_loop(x, y, n, [](T v) { return v; });
-      else if constexpr (kFloat<T>) unary_loop(x, y, n, [](T v) { return -v; });
-      else unary_loop(x, y, n, [](T v) { return static_cast<T>(Wrap<T>(0) - static_cast<Wrap<T>>(v)); });
+      else unary_loop(x, y, n, [](T v) { return detail::wrapping_neg(v); });
       return;
     case UnaryOp::Abs:
       if constexpr (kBool<T> || kUnsignedInt<T>) unary_loop(x, y, n, [](T v) { return v; });
-      else if constexpr (kFloat<T>) unary_loop(x, y, n, [](T v) { return v < 0 ? -v : v; });
-      else unary_loop(x, y, n, [](T v) { return v < 0 ? static_cast<T>(Wrap<T>(0) - static_cast<Wrap<T>>(v)) : v; });
+      else unary_loop(x, y, n, [](T v) { return v < 0 ? detail::wrapping_neg(v) : v; });
       return;
     case UnaryOp::Sign:
       if constexpr (kBool<T>) unary_loop(x, y, n, [](T v) { return v; });
@@ -210,17 +210,16 @@ template <class T>
 struct Ops {
   static T add(T a, T b) {
     if constexpr (kBool<T>) return a || b;
-    else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<Wrap<T>>(a) + static_cast<Wrap<T>>(b));
-    else return a + b;
+    else return detail::wrapping_add(a, b);  // integers wrap like XLA instead of UB
   }
   static T sub(T a, T b) {
     if constexpr (kBool<T>) return a != b;
-    else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<Wrap<T>>(a) - static_cast<Wrap<T>>(b));
+    else if constexpr (std::is_integral_v<T>) return detail::wrapping_sub(a, b);
     else return a - b;
   }
   static T mul(T a, T b) {
     if constexpr (kBool<T>) return a && b;
-    else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<Wrap<T>>(a) * static_cast<Wrap<T>>(b));
+    else if constexpr (std::is_integral_v<T>) return detail::wrapping_mul(a, b);
     else return a * b;
   }
   // Integer division rounds toward minus infinity for signed types (jnp's

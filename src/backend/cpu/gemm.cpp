@@ -1,6 +1,7 @@
 // CPU kernels of the linear-algebra family (see gemm.hpp).
 #include "backend/cpu/gemm.hpp"
 #include "core/dispatch.hpp"
+#include "core/wrapping.hpp"
 
 #include <cblas.h>
 
@@ -23,23 +24,15 @@ namespace {
 // JAX's int matmul wraps), plain arithmetic for floats.
 template <class T>
 T mul_add(T acc, T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(acc) + static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return acc + a * b;
-  }
+  return detail::wrapping_add(acc, detail::wrapping_mul(a, b));
 }
 
 template <class T>
 T add(T a, T b) {
   if constexpr (std::is_same_v<T, bool>) {
     return static_cast<T>((a != 0) || (b != 0));
-  } else if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
   } else {
-    return a + b;
+    return detail::wrapping_add(a, b);
   }
 }
 

@@ -1,0 +1,101 @@
+// Random sharded programs for differential testing.
+//
+// A program is a list of steps; each step applies one public op to earlier
+// steps' values with parameters fixed at generation time, so the same program
+// can run on any mesh whose axis names match. The generator builds a program
+// while running it on the reference mesh (one device, every axis of size 1):
+// the reference results give the shapes, dtypes and magnitudes the next steps
+// are chosen from, and are what the sharded runs are compared with.
+//
+// A value's `err` is the largest difference from the reference a correct
+// implementation may show. It is 0 (values must be equal) for everything whose
+// arithmetic does not depend on the layout: elementwise ops, shape ops,
+// gathers, random numbers, and sums whose terms lie on a grid coarse enough
+// that every partial sum is exact. Other float sums (reductions, matmul,
+// scans, scatter-adds, psum) get a bound from their length and magnitudes,
+// and ops that would turn a small difference into a large one (comparisons,
+// rounding, casts to integers, ...) never read a value with err > 0.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/tessera.hpp"
+
+namespace tessera::fuzz {
+
+/// The element types programs draw from. A new dtype joins here; host data
+/// for it comes from host_values() in generate.cpp.
+inline const std::vector<DType>& fuzz_dtypes() {
+  static const std::vector<DType> kDTypes = {DType::bool_, DType::i32, DType::i64, DType::f32, DType::f64};
+  return kDTypes;
+}
+inline bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+/// Unit roundoff of a float dtype; 0 for exact (integer and bool) dtypes.
+double unit_roundoff(DType t);
+/// Bits of significand, for deciding when integer-valued float sums are exact.
+int significand_bits(DType t);
+
+/// What happened when a step ran on one mesh.
+struct Outcome {
+  std::optional<Array> value;
+  std::string error_type;  // the exception's dynamic type, when one was raised
+  std::string message;
+  bool tessera_error = false;  // raised a tessera::Error (an allowed outcome)
+  bool skipped = false;        // an argument was missing (an earlier step failed)
+};
+
+using StepFn = std::function<Array(const Mesh& mesh, const std::vector<Array>& args)>;
+
+struct Step {
+  std::string op;          // coverage key
+  std::string text;        // listing line: "sum(v1, axes={0}, keepdims=1)"
+  std::vector<int> args;   // ids of earlier steps
+  StepFn fn;
+  Outcome ref;             // the reference run's outcome
+  std::string ref_problem; // what was wrong with the reference run, if anything
+  bool must_raise = false; // an invalid step: every run must raise a tessera::Error
+  // When the reference produced a value:
+  double err = 0;          // allowed absolute difference from the reference
+  double maxabs = 0;       // largest finite |element|
+  double minabs = 0;       // smallest nonzero finite |element| (0: none)
+  int grid = -1;           // every finite element is a multiple of 2^-grid (-1: none <= 10)
+  bool finite = true;      // no NaN or infinity
+  bool ok() const { return ref.value.has_value(); }
+};
+
+struct Program {
+  Program(Mesh m, Mesh ref) : mesh(std::move(m)), ref_mesh(std::move(ref)) {}
+  std::uint64_t seed = 0;
+  Mesh mesh;      // the sharded mesh
+  Mesh ref_mesh;  // one device, same axis names and types
+  std::vector<Step> steps;
+  /// Readable listing; with `sharded`, each line also shows the sharded type
+  /// and outcome. `mark` flags one step.
+  std::string listing(const std::vector<Outcome>* sharded = nullptr, int mark = -1) const;
+};
+
+/// Runs `fn` and records its outcome (value, tessera::Error or other exception).
+Outcome run_step(const StepFn& fn, const Mesh& mesh, const std::vector<Array>& args);
+
+/// Builds a program for `seed` on `mesh`, running it on `ref_mesh` as it
+/// goes. With `trace`, each step is printed before it runs.
+Program generate(std::uint64_t seed, const Mesh& mesh, const Mesh& ref_mesh, bool trace = false);
+
+/// Runs every step of `p` on `mesh`.
+std::vector<Outcome> run_program(const Program& p, const Mesh& mesh, bool trace = false);
+
+/// First disagreement between the reference and a sharded run, as text
+/// ("" when they agree); `step` receives the step's index.
+std::string compare_with_reference(const Program& p, const std::vector<Outcome>& run, int& step);
+/// First difference between two runs on the same mesh (bitwise, layouts included).
+std::string compare_runs(const Program& p, const std::vector<Outcome>& a, const std::vector<Outcome>& b, int& step);
+
+/// Short text of a spec: "P('x', None)".
+std::string spec_text(const PartitionSpec& s);
+
+}  // namespace tessera::fuzz
