@@ -130,6 +130,7 @@ Array binary_op(BinaryOp op, const char* name, const Array& a, const Array& b, c
   detail::check_same_mesh({&a, &b}, name);
   const Shape out = detail::broadcast_shapes(a.shape(), b.shape(), name);
   const auto [compute, result] = binary_dtypes(op, detail::promote(a.dtype(), b.dtype()));
+  detail::checked_nbytes(out, itemsize(compute) > itemsize(result) ? compute : result, name);
   const NamedSharding s = elementwise_sharding({&a, &b}, out, opt, name);
   const Array la = detail::cast(detail::reshard_for(a, operand_target(a, s, out), name), compute);
   const Array lb = detail::cast(detail::reshard_for(b, operand_target(b, s, out), name), compute);
@@ -221,6 +222,7 @@ TESSERA_UNARY(isfinite, UnaryOp::IsFinite, false)
 
 Array astype(const Array& x, DType dtype) {
   detail::check_valid(x, "astype");
+  detail::checked_nbytes(x.shape(), dtype, "astype");
   return detail::cast(x, dtype);
 }
 
@@ -232,6 +234,7 @@ Array where(const Array& cond, const Array& x, const Array& y, const OutOptions&
   detail::check_same_mesh({&cond, &x, &y}, name);
   const Shape out = detail::broadcast_shapes(detail::broadcast_shapes(cond.shape(), x.shape(), name), y.shape(), name);
   const DType t = detail::promote(x.dtype(), y.dtype());
+  detail::checked_nbytes(out, t, name);
   const NamedSharding s = elementwise_sharding({&cond, &x, &y}, out, opt, name);
   const Array lc = detail::cast(detail::reshard_for(cond, operand_target(cond, s, out), name), DType::bool_);
   const Array lx = detail::cast(detail::reshard_for(x, operand_target(x, s, out), name), t);
@@ -251,6 +254,7 @@ Array where_scalar(const Array& cond, const Array& arr, const Scalar& sc, bool s
   detail::check_same_mesh({&cond, &arr}, name);
   const Shape out = detail::broadcast_shapes(cond.shape(), arr.shape(), name);
   const DType t = detail::promote_scalar(arr.dtype(), sc);
+  detail::checked_nbytes(out, t, name);
   const NamedSharding s = elementwise_sharding({&cond, &arr}, out, {}, name);
   const Array lc = detail::cast(detail::reshard_for(cond, operand_target(cond, s, out), name), DType::bool_);
   const Array la = detail::cast(detail::reshard_for(arr, operand_target(arr, s, out), name), t);

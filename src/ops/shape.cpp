@@ -804,7 +804,7 @@ Array concat_impl(const std::vector<Array>& xs, int axis, const char* op) {
     });
     dtype = detail::promote(dtype, xs[k].dtype());
   }
-  detail::checked_numel(out, op);
+  detail::checked_nbytes(out, dtype, op);
   for (size_t k = 1; k < xs.size(); ++k)
     if ((detail::has_explicit_axes(xs[0].sharding()) || detail::has_explicit_axes(xs[k].sharding())) &&
         !(xs[k].sharding().spec() == xs[0].sharding().spec()))
@@ -968,7 +968,7 @@ Array broadcast_to(const Array& x, const Shape& shape) {
   if (ro < ri) fail("the target has fewer dims");
   for (auto s : shape)
     if (s < 0) fail("dims must be >= 0");
-  detail::checked_numel(shape, "broadcast_to");
+  detail::checked_nbytes(shape, x.dtype(), "broadcast_to");
   const int lead = ro - ri;
   std::vector<Entry> e(ro);
   Affine m;
@@ -1130,7 +1130,7 @@ Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t
     m.offset[d] = -lo;
     none_added = none_added && lo == 0 && hi == 0;
   }
-  detail::checked_numel(out, "pad");
+  detail::checked_nbytes(out, x.dtype(), "pad");
   if (none_added) return x;
   const NamedSharding& s = x.sharding();
   Part part{x, m, regions(s, out, limit)};

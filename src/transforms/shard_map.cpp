@@ -341,7 +341,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
           if (outs[pos][k].shape()[d] != shape[d])
             throw ShapeError(msg(op, "output " + std::to_string(k) + " is replicated along dim " + std::to_string(d) +
                                          " but its local sizes differ between devices"));
-    checked_numel(shape, op);
+    checked_nbytes(shape, first.dtype(), op);
     // Buffers: each position takes the block of the replica at coordinate 0
     // on the mesh axes the spec leaves out.
     std::vector<Buffer> bufs(n);

@@ -320,10 +320,6 @@ bool Gen::linalg() {
     if (swap) ps.back() = r == 1 ? sx[0] : sx[static_cast<std::size_t>(r - 2)];
     const Shape& lhs = swap ? ps : sx;
     const Shape& rhs = swap ? sx : ps;
-    // known: matmul with a zero-size batch dim crashes in cblas (gemm.cpp);
-    // re-enable zero-size batch dims once that fix is merged.
-    if (form == 0 && lhs.size() >= 3 && std::find(lhs.begin(), lhs.end() - 2, 0) != lhs.end() - 2) return false;
-    if (form == 0 && rhs.size() >= 3 && std::find(rhs.begin(), rhs.end() - 2, 0) != rhs.end() - 2) return false;
     std::int64_t out = 1;
     for (auto d : lhs) out *= std::max<std::int64_t>(d, 1);
     for (auto d : rhs) out *= std::max<std::int64_t>(d, 1);

@@ -267,10 +267,10 @@ int Gen::source(const Shape& s, DType t, bool exact_shape, std::optional<Partiti
 }
 
 // ------------------------------------------------------------------ steps
-// known: element counts of huge shapes overflow int64, so zeros({2^31, 2^31,
-// 2^31}) gives an array without storage instead of raising; re-enable once
-// that fix is merged. Then every layout must raise, and raise alike.
-constexpr bool kHugeShapes = false;
+// Shapes whose sizes overflow int64 must raise ShapeError on every layout,
+// alike. As in NumPy, a zero dim does not excuse the others: the product of
+// the nonzero dims (and its bytes) must fit, so every shape made here raises.
+constexpr bool kHugeShapes = true;
 
 bool Gen::huge_shape() {
   const std::int64_t h = std::int64_t{1} << uni(31, 62);
@@ -283,8 +283,7 @@ bool Gen::huge_shape() {
        {}, [how, s, sp](const Mesh& m, const Args&) {
          return how == 0 ? zeros(s, DType::f32, NamedSharding(m, sp)) : broadcast_to(scalar(1, DType::f32, m), s);
        });
-  // With a zero dim the array is empty and valid, as in NumPy.
-  p_.steps.back().must_raise = std::find(s.begin(), s.end(), 0) == s.end();
+  p_.steps.back().must_raise = true;
   return true;
 }
 

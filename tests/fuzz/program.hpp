@@ -31,7 +31,8 @@ namespace tessera::fuzz {
 /// The element types programs draw from. A new dtype joins here; host data
 /// for it comes from host_values() in generate.cpp.
 inline const std::vector<DType>& fuzz_dtypes() {
-  static const std::vector<DType> kDTypes = {DType::bool_, DType::i32, DType::i64, DType::f32, DType::f64};
+  static const std::vector<DType> kDTypes = {DType::bool_, DType::u8,  DType::i8,  DType::u32, DType::i32,
+                                             DType::u64,   DType::i64, DType::f32, DType::f64};
   return kDTypes;
 }
 inline bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
