@@ -5,6 +5,7 @@
 // and a sweep of invalid meshes, specs, shapes, dtypes and axes across the op
 // families. After every row a small sharded computation must still give the
 // right answer: a failed call leaves the runtime usable.
+#include <cmath>
 #include <climits>
 #include <cstdint>
 #include <functional>
@@ -369,6 +370,30 @@ std::vector<Row> make_rows() {
                                 f(f32({16}, rows8()));
                               },
                               "[reshape] ", {"(2,)", "(3,)"}));
+
+  // ------------------------------------------------- host values and keys
+  r.push_back(row<DTypeError>("to_vector_3e9_to_i32",
+                              [] { (void)ts::device_put(std::vector<float>{3e9f}, {1}, rep()).to_vector<std::int32_t>(); },
+                              "[to_vector] ", {"3e+09", "i32"}));
+  r.push_back(row<DTypeError>("item_nan_to_i64",
+                              [] { (void)ts::device_put(std::vector<double>{NAN}, {}, rep()).item<std::int64_t>(); },
+                              "[item] ", {"nan", "i64"}));
+  r.push_back(row<DTypeError>("to_vector_negative_to_u32",
+                              [] { (void)ts::device_put(std::vector<std::int32_t>{-1}, {1}, rep()).to_vector<std::uint32_t>(); },
+                              "[to_vector] ", {"-1", "u32"}));
+  r.push_back(row<DTypeError>("split_float_keys", [] { ts::random::split(f32({2})); }, "[split] ", {"u32", "f32[2]"}));
+  r.push_back(row<ShapeError>("fold_in_keys_last_dim_3",
+                              [] { ts::random::fold_in(ts::zeros({4, 3}, ts::u32, rep()), 1u); }, "[fold_in] ",
+                              {"size 2", "(4, 3)"}));
+  r.push_back(row<ShapeError>("wrap_key_data_of_many_keys",
+                              [] { ts::random::wrap_key_data(ts::zeros({3, 2}, ts::u32, rep())); }, "[wrap_key_data] ",
+                              {"one key", "(3, 2)"}));
+  r.push_back(row<ShapeError>("normal_from_many_keys",
+                              [] { ts::random::normal(ts::zeros({5, 2}, ts::u32, rows8()), {4}); }, "[normal] ",
+                              {"one key", "(5, 2)"}));
+  r.push_back(row<DTypeError>("fold_in_float_data",
+                              [] { ts::random::fold_in(ts::zeros({2}, ts::u32, rep()), f32({})); }, "[fold_in] ",
+                              {"integer", "f32"}));
   return r;
 }
 
