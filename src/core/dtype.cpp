@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/convert.hpp"
 #include "core/dispatch.hpp"
 #include "tessera/array.hpp"
 
@@ -30,28 +31,6 @@ namespace detail {
 
 namespace {
 
-// One element, with the in-graph (astype) semantics of XLA's
-// ConvertElementType: to bool, nonzero (and NaN) is true; float to integer
-// truncates toward zero and saturates at the target's range, NaN giving 0
-// (a plain static_cast is undefined there); integer to integer wraps
-// modulo 2^bits; to float rounds to nearest (overflow gives inf).
-template <class To, class From>
-inline To convert_one(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
-    return v != From(0);
-  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
-    // Both ends are powers of two, exact in every float type.
-    constexpr From lo = static_cast<From>(std::numeric_limits<To>::min());
-    constexpr From end = From(2) * static_cast<From>(std::numeric_limits<To>::max() / 2 + 1);
-    if (!(v == v)) return To(0);
-    if (v <= lo) return std::numeric_limits<To>::min();
-    if (v >= end) return std::numeric_limits<To>::max();
-    return static_cast<To>(v);
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
 template <class To, class From>
 void convert_typed(const From* src, To* dst, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) dst[i] = convert_one<To>(src[i]);
@@ -72,10 +51,7 @@ bool fits(From v) {
     else
       return true;
   } else if constexpr (std::is_floating_point_v<From>) {
-    constexpr From lo = static_cast<From>(std::numeric_limits<To>::min());
-    constexpr From end = From(2) * static_cast<From>(std::numeric_limits<To>::max() / 2 + 1);
-    const From t = std::trunc(v);  // NaN and inf fail both tests
-    return t >= lo && t < end;
+    return trunc_fits<To>(v);
   } else {
     return std::in_range<To>(v);
   }

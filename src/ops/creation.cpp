@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "core/convert.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -32,40 +33,12 @@ void check_output(const Shape& shape, DType dtype, const NamedSharding& sharding
         msg(op, "expected a sharding without unreduced axes for a created array, got " + sharding.spec().str()));
 }
 
-// The integer range of T as doubles: [lo, end). Both are 0 or powers of
-// two, exact in double; end is the first value past the maximum.
-template <class T>
-constexpr double kLo = static_cast<double>(std::numeric_limits<T>::min());
-template <class T>
-constexpr double kEnd = 2.0 * static_cast<double>(std::numeric_limits<T>::max() / 2 + 1);
-
-/// True when the integer part of `v` fits T (an integer type).
-template <class T>
-bool fits_int(double v) {
-  return std::isfinite(v) && std::trunc(v) >= kLo<T> && std::trunc(v) < kEnd<T>;
-}
-
-/// Converts a double to T: truncation toward zero for integers (saturating,
-/// the front ends have checked the range), nonzero -> true for bool.
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return v != 0.0;
-  } else if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) return 0;
-    if (v <= kLo<T>) return std::numeric_limits<T>::min();
-    if (v >= kEnd<T>) return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-/// fits_int for the integer dtype `dtype` (true for bool and floats).
+/// True when the integer part of `v` fits the integer dtype `dtype` (always
+/// for bool and floats).
 bool fits_dtype(double v, DType dtype) {
   return detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return fits_int<T>(v);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return detail::trunc_fits<T>(v);
     else return true;
   });
 }
@@ -78,10 +51,10 @@ T element_of(const Scalar& v, DType dtype, const char* op) {
     return DTypeError(msg(op, "value " + text + " does not fit dtype " + dtype_name(dtype)));
   };
   if constexpr (std::is_same_v<T, bool>) {
-    return v.kind() == Scalar::Kind::Float ? from_double<T>(v.as_double()) : v.as_int() != 0;
+    return v.kind() == Scalar::Kind::Float ? detail::convert_one<T>(v.as_double()) : v.as_int() != 0;
   } else if constexpr (std::is_integral_v<T>) {
     if (v.kind() == Scalar::Kind::Float) {
-      if (!fits_int<T>(v.as_double())) throw too_big(detail::number_str(v.as_double()));
+      if (!detail::trunc_fits<T>(v.as_double())) throw too_big(detail::number_str(v.as_double()));
       return static_cast<T>(v.as_double());
     }
     if (!detail::scalar_fits(v, dtype)) throw too_big(detail::scalar_str(v));
@@ -111,7 +84,7 @@ void fill_kernel(T* out, std::int64_t n, T value) {
 template <class T>
 void arange_kernel(T* out, Slice index, double start, double step) {
   for (std::int64_t i = index.start; i < index.stop; ++i)
-    out[i - index.start] = from_double<T>(start + static_cast<double>(i) * step);
+    out[i - index.start] = detail::convert_one<T>(start + static_cast<double>(i) * step);
 }
 
 /// numpy.linspace's formula, element by element.
@@ -138,7 +111,7 @@ void linspace_kernel(T* out, Slice index, const LinspaceParams& p) {
   for (std::int64_t i = index.start; i < index.stop; ++i) {
     double y = linspace_value(p, i);
     if constexpr (std::is_integral_v<T>) y = std::floor(y);  // numpy >= 2 and JAX floor for integers
-    out[i - index.start] = from_double<T>(y);
+    out[i - index.start] = detail::convert_one<T>(y);
   }
 }
 

@@ -100,21 +100,30 @@ Array split(const Array& keys, int num) {
   });
 }
 
-Array fold_in(const Array& keys, std::uint32_t data) {
-  const char* op = "fold_in";
-  check_keys(keys, op);
-  const Array k = key_dim_whole(keys, op);
-  detail::record_none(k.sharding().mesh(), op);
+namespace {
+/// Keys k (key dim whole) each folded with word(pos, j), j the key's index
+/// in the block at mesh position pos.
+template <class Word>
+Array fold_keys(const Array& k, Word&& word) {
   return detail::make_array(k.shape(), DType::u32, k.sharding(), [&](int pos, detail::Buffer& b) {
     const std::uint32_t* in = key_words(k, pos);
     auto* o = static_cast<std::uint32_t*>(b.data());
     const std::int64_t n = detail::num_elements(detail::local_shape(k, pos)) / 2;
     for (std::int64_t j = 0; j < n; ++j) {
-      const auto w = detail::threefry2x32(in[2 * j], in[2 * j + 1], 0u, data);
+      const auto w = detail::threefry2x32(in[2 * j], in[2 * j + 1], 0u, word(pos, j));
       o[2 * j] = w[0];
       o[2 * j + 1] = w[1];
     }
   });
+}
+}  // namespace
+
+Array fold_in(const Array& keys, std::uint32_t data) {
+  const char* op = "fold_in";
+  check_keys(keys, op);
+  const Array k = key_dim_whole(keys, op);
+  detail::record_none(k.sharding().mesh(), op);
+  return fold_keys(k, [data](int, std::int64_t) { return data; });
 }
 
 Array fold_in(const Array& keys, const Array& data) {
@@ -137,16 +146,8 @@ Array fold_in(const Array& keys, const Array& data) {
   const NamedSharding ds(mesh, scalar ? P() : batch_spec(k, 0));
   const Array d = detail::cast(detail::reshard_for(data, ds, op), DType::u32);
   detail::record_none(mesh, op);
-  return detail::make_array(k.shape(), DType::u32, k.sharding(), [&](int pos, detail::Buffer& b) {
-    const std::uint32_t* in = key_words(k, pos);
-    const auto* dw = static_cast<const std::uint32_t*>(detail::local_data(d, pos));
-    auto* o = static_cast<std::uint32_t*>(b.data());
-    const std::int64_t n = detail::num_elements(detail::local_shape(k, pos)) / 2;
-    for (std::int64_t j = 0; j < n; ++j) {
-      const auto w = detail::threefry2x32(in[2 * j], in[2 * j + 1], 0u, dw[scalar ? 0 : j]);
-      o[2 * j] = w[0];
-      o[2 * j + 1] = w[1];
-    }
+  return fold_keys(k, [&](int pos, std::int64_t j) {
+    return static_cast<const std::uint32_t*>(detail::local_data(d, pos))[scalar ? 0 : j];
   });
 }
 

@@ -29,23 +29,28 @@ inline void check_block_args(const char* op, std::int64_t n, std::int64_t k, std
     bad_block_args(op, n, k, c);
 }
 
+// The rule itself, on arguments already checked.
+inline std::int64_t size_of_block(std::int64_t n, std::int64_t k, std::int64_t c) { return n / k + (c < n % k ? 1 : 0); }
+inline std::int64_t start_of_block(std::int64_t n, std::int64_t k, std::int64_t c) {
+  return c * (n / k) + std::min(c, n % k);
+}
+
 }  // namespace
 
 std::int64_t block_size(std::int64_t n, std::int64_t k, std::int64_t c) {
   check_block_args("block_size", n, k, c);
-  return n / k + (c < n % k ? 1 : 0);
+  return size_of_block(n, k, c);
 }
 
 std::int64_t block_start(std::int64_t n, std::int64_t k, std::int64_t c) {
   check_block_args("block_start", n, k, c);
-  return c * (n / k) + std::min(c, n % k);
+  return start_of_block(n, k, c);
 }
 
 Slice block_slice(std::int64_t n, std::int64_t k, std::int64_t c) {
   check_block_args("block_slice", n, k, c);
-  const std::int64_t q = n / k, r = n % k;
-  const std::int64_t s = c * q + std::min(c, r);
-  return {s, s + q + (c < r ? 1 : 0)};
+  const std::int64_t s = start_of_block(n, k, c);
+  return {s, s + size_of_block(n, k, c)};
 }
 
 std::string shape_str(const Shape& shape) {
