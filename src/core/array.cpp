@@ -178,13 +178,14 @@ Array device_put(const Array& array, const NamedSharding& sharding) {
   return device_put_raw(host.data(), array.dtype(), array.shape(), sharding);
 }
 
-std::string typeof(const Array& array) {
-  const auto& spec = array.sharding().spec();
-  std::string s = dtype_name(array.dtype()) + "[";
-  for (int d = 0; d < array.ndim(); ++d) {
+namespace detail {
+std::string type_text(const Shape& shape, DType dtype, const NamedSharding& sharding) {
+  const auto& spec = sharding.spec();
+  std::string s = dtype_name(dtype) + "[";
+  for (size_t d = 0; d < shape.size(); ++d) {
     if (d) s += ",";
-    s += std::to_string(array.shape()[d]);
-    const auto& axes = spec[d].axes();
+    s += std::to_string(shape[d]);
+    const auto& axes = spec[static_cast<int>(d)].axes();
     if (axes.size() == 1) {
       s += "@" + axes[0];
     } else if (axes.size() > 1) {
@@ -193,7 +194,12 @@ std::string typeof(const Array& array) {
       s += ")";
     }
   }
-  s += "]";
+  return s + "]";
+}
+}  // namespace detail
+
+std::string typeof(const Array& array) {
+  std::string s = detail::type_text(array.shape(), array.dtype(), array.sharding());
   const auto& vma = array.peek().vma;
   if (!vma.empty()) {
     s += "{V:";

@@ -20,6 +20,11 @@ struct ArrayImpl {
   /// Inside shard_map bodies: the manual mesh axes this local value varies
   /// over (sorted). Set once when the value is made; empty elsewhere.
   mutable std::vector<std::string> vma;
+  /// A value being traced by jit: the trace that owns it (compared by
+  /// address, never dereferenced outside src/transforms) and its value
+  /// number there. Traced values have no buffers.
+  const void* trace = nullptr;
+  int value = -1;
 
   ArrayImpl(Shape s, DType t, NamedSharding sh) : shape(std::move(s)), dtype(t), sharding(std::move(sh)) {}
 };

@@ -1,5 +1,7 @@
 #include "ops/common.hpp"
 
+#include "primitives/elementwise.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <utility>
@@ -11,8 +13,15 @@ namespace tessera::detail {
 
 std::string msg(const char* op, const std::string& text) { return std::string("[") + op + "] " + text; }
 
-void check_valid(const Array& a, const char* op, const char* name) {
+void check_operand(const Array& a, const char* op, const char* name) {
   if (!a.valid()) throw Error(msg(op, std::string(name) + " is an empty (default-constructed) array"));
+}
+
+void check_valid(const Array& a, const char* op, const char* name) {
+  check_operand(a, op, name);
+  if (a.impl()->trace)
+    throw Error(msg(op, "cannot be traced by jit yet (" + std::string(name) + " is a traced value " + describe(a) +
+                            "); call it outside the jitted function"));
 }
 
 int normalize_axis(int axis, int rank, const char* op) {
@@ -184,9 +193,7 @@ Array reshard_for(const Array& a, const NamedSharding& s, const char* op) {
 
 Array cast(const Array& a, DType dtype) {
   if (a.dtype() == dtype) return a;
-  return make_array(a.shape(), dtype, a.sharding(), [&](int pos, Buffer& b) {
-    convert(local_data(a, pos), a.dtype(), b.data(), dtype, num_elements(local_shape(a, pos)));
-  });
+  return bind1(make_convert(a.dtype(), dtype), {a});
 }
 
 std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<Slice>>& boxes, const char* op) {

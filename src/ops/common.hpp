@@ -20,6 +20,10 @@ namespace tessera::detail {
 /// "[op] " + msg.
 std::string msg(const char* op, const std::string& text);
 /// Raises Error "[op] the array is empty" for a default-constructed Array.
+/// Accepts values traced by jit (ops built on primitives).
+void check_operand(const Array& a, const char* op, const char* name = "operand");
+/// check_operand, and an Error for a value traced by jit: ops not yet built
+/// on primitives run eagerly only.
 void check_valid(const Array& a, const char* op, const char* name = "operand");
 /// Axis in [-rank, rank) -> [0, rank); ShapeError otherwise.
 int normalize_axis(int axis, int rank, const char* op);

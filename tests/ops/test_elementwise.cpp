@@ -367,12 +367,21 @@ TEST(ElementwiseSharding, MergesCompatibleShardingsWithoutMovingData) {
   EXPECT_EQ(ex2.bytes_moved(), 0);
 }
 
-TEST(ElementwiseSharding, AutoConflictTakesLargestOperand) {
+TEST(ElementwiseSharding, AutoConflictMovesFewestBytes) {
   ts::Mesh m = ts::make_mesh({8}, {"x"});
+  // Equal sizes: either layout moves as much; the first operand's wins.
+  auto p = ts::device_put(iota_data<float>(64), {16, 4}, ts::NamedSharding(m, ts::P("x")));
+  auto q = ts::device_put(iota_data<float>(64), {16, 4}, ts::NamedSharding(m, ts::P(ts::none, "x")));
+  EXPECT_EQ((p + q).sharding().spec(), ts::P("x"));
+  EXPECT_EQ((q + p).sharding().spec(), ts::P(ts::none, "x"));
+  // a (16,1) on rows, b (16,4) on columns. Keeping a's layout, each device
+  // receives b's 2x4 block (28 bytes it lacks); keeping b's, each device
+  // would need all 16 values of a (56 bytes): a's layout wins although b is
+  // the larger operand.
   auto a = ts::device_put(iota_data<float>(16), {16, 1}, ts::NamedSharding(m, ts::P("x")));
   auto b = ts::device_put(iota_data<float>(16 * 4), {16, 4}, ts::NamedSharding(m, ts::P(ts::none, "x")));
-  auto y = a + b;  // b is larger: its layout wins
-  EXPECT_EQ(y.sharding().spec(), ts::P(ts::none, "x"));
+  auto y = a + b;
+  EXPECT_EQ(y.sharding().spec(), ts::P("x"));
   auto ha = a.to_vector<float>(), hb = b.to_vector<float>(), hy = y.to_vector<float>();
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 4; ++j) EXPECT_EQ(hy[i * 4 + j], ha[i] + hb[i * 4 + j]);

@@ -1,0 +1,129 @@
+// The Primitive: the one surface every op presents to the traces.
+//
+// A front end (src/ops/) checks its arguments, builds a Primitive and binds
+// it. Whatever trace is innermost then decides what binding means: run it
+// now (eager), record it (jit), evaluate it per device (shard_map bodies).
+// All of them read the same four things from the primitive:
+//   - infer: result shapes and dtypes from the operands' abstract values;
+//   - rule: how operand dims and result dims share factors (sharding rule as
+//     data; src/sharding/propagate.hpp turns it into the communication);
+//   - eval_cpu: the per-device kernel, which sees local blocks only;
+//   - params: printable parameters (IR text and the jit cache key).
+// Fusable primitives (elementwise) also evaluate on contiguous tiles so a
+// compiled program can run a chain of them in one pass.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/array.hpp"
+
+namespace tessera::detail {
+
+/// An array as the rules see it: no data.
+struct AbstractArray {
+  Shape shape;
+  DType dtype = DType::f32;
+  NamedSharding sharding;
+};
+
+/// "f32[8@x,4]".
+std::string type_str(const AbstractArray& a);
+
+/// Result shape and dtype (the sharding comes from the rule).
+struct TypeInfo {
+  Shape shape;
+  DType dtype = DType::f32;
+};
+
+/// What a factor's mesh axes mean for the computation (Shardy's factor
+/// kinds). A factor is one iteration dimension shared by operand and result
+/// dims of the same size.
+enum class FactorKind {
+  PassThrough,      // sharded alike everywhere it appears; no communication
+  Reduction,        // in operands only: sharding it leaves partial results, summed over its axes
+  NeedReplication,  // must be whole on every device
+  Permutation,      // data moves along it (flip, roll): replicated here
+  Halo,             // sharded with neighbours' edges (stencils)
+};
+
+struct Factor {
+  std::int64_t size = 0;
+  FactorKind kind = FactorKind::PassThrough;
+  std::int64_t halo_lo = 0, halo_hi = 0;  // Halo: elements needed before / after each block
+};
+
+/// Operand and result dims mapped to factors; -1 marks a dim outside every
+/// factor (a size-1 dim broadcast against a larger one), which is never
+/// sharded.
+struct ShardingRule {
+  std::vector<Factor> factors;
+  std::vector<std::vector<int>> operands;
+  std::vector<std::vector<int>> results;
+  /// "([i,j],[j])->([i,j]) {i=8,j=4}", with " reduction={k}" and the like
+  /// for factors that are not pass-through.
+  std::string str() const;
+};
+
+/// The elementwise rule over `operands` broadcast to `out` (right-aligned;
+/// a size-1 dim against a larger one maps to no factor).
+ShardingRule elementwise_rule(const std::vector<Shape>& operands, const Shape& out, int num_results = 1);
+
+/// One block of one array on one device.
+struct LocalIn {
+  const void* data = nullptr;
+  Shape shape;
+  DType dtype = DType::f32;
+  std::vector<Slice> box;  // global indices of the block
+};
+struct LocalOut {
+  void* data = nullptr;
+  Shape shape;
+  DType dtype = DType::f32;
+  std::vector<Slice> box;
+};
+using LocalArgs = std::vector<LocalIn>;
+using LocalOuts = std::vector<LocalOut>;
+
+class Primitive {
+ public:
+  virtual ~Primitive() = default;
+  virtual std::string_view name() const = 0;
+  /// Result shapes and dtypes; raises the op's ShapeError/DTypeError.
+  virtual std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const = 0;
+  /// Operand and result dims as factors.
+  virtual ShardingRule rule(std::span<const AbstractArray> in) const = 0;
+  /// A result sharding the caller asked for (out_sharding); the engine lays
+  /// the result out so, whatever the rule prefers.
+  virtual std::optional<PartitionSpec> out_spec() const { return std::nullopt; }
+  /// Message for operands whose shardings conflict on Explicit axes.
+  virtual std::string conflict_message(std::span<const AbstractArray> in) const;
+  /// Per-device kernel over local blocks (mesh-agnostic).
+  virtual void eval_cpu(const LocalArgs& in, LocalOuts& out) const = 0;
+  /// Whole-array work in flops-like units, for the cost model.
+  virtual double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const;
+  /// True when eval_tile works: results are elementwise in operands of the
+  /// result's shape, so a chain can run tile by tile.
+  virtual bool fusable() const { return false; }
+  /// out[0..n) = f(in[k][0..n)) for contiguous tiles of operands and result.
+  virtual void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const;
+  /// True when the single result is the single operand itself, laid out as
+  /// out_spec() says: no kernel runs, only the reshard.
+  virtual bool identity() const { return false; }
+  /// "op=add" style text; part of the IR and of the jit cache key.
+  virtual std::string params() const { return ""; }
+};
+
+using PrimitivePtr = std::shared_ptr<const Primitive>;
+
+/// Applies `prim` to `args` in the innermost trace (src/transforms/trace.cpp).
+std::vector<Array> bind(PrimitivePtr prim, std::vector<Array> args);
+/// bind() for single-result primitives.
+Array bind1(PrimitivePtr prim, std::vector<Array> args);
+
+}  // namespace tessera::detail

@@ -1,0 +1,232 @@
+// The sharding propagation engine.
+//
+// A rule maps every operand dim and result dim to a factor (or to none, for
+// a broadcast size-1 dim). Partitioning one application of a primitive means
+// giving each factor a list of mesh axes (possibly empty), with no mesh axis
+// used by two factors. From an assignment everything follows:
+//   - operand i is brought to the layout whose dim d has the axes of its
+//     factor (a dim mapped to none is whole);
+//   - each device computes its block of every result, laid out by the axes
+//     of the result dims' factors;
+//   - the axes of sharded reduction factors leave the results partial: they
+//     are combined over those axes (all-reduce, or reduce-scatter straight
+//     into a requested layout).
+//
+// Candidates for a factor are the axes its operand dims already carry (and
+// those of a requested out_spec), plus none. Every combination is scored:
+//   cost = kWorkPerByte * bytes one device receives (operand reshards, the
+//          reduction, the final reshard to out_spec)
+//        + the primitive's work divided by the number of devices that share
+//          it (the product of the sizes of all assigned axes),
+// and the cheapest wins; ties go to the combination that leaves the most
+// sharded dims of the first operand (then the second, ...) as they are.
+// So sharded work stays sharded, a replicated operand is sliced locally
+// rather than its sharded partner gathered, and a sharded contracting dim
+// becomes local partial products plus a small all-reduce when that moves
+// fewer bytes than gathering.
+//
+// Explicit axes are part of the user's types: they are never moved by a cost
+// decision. When the natural assignment is valid it is taken; when operands
+// conflict on Explicit axes the caller must say what it wants (out_spec) or
+// the primitive's conflict message is raised.
+#include "sharding/propagate.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "ops/common.hpp"
+
+namespace tessera::detail {
+
+namespace {
+
+using AxisList = std::vector<std::string>;
+
+// Bytes moved count this many units of work each: a copied byte costs about
+// as much as a few arithmetic operations on one core.
+constexpr double kWorkPerByte = 4.0;
+// Past this many combinations only the natural assignment (greedily repaired)
+// is considered.
+constexpr std::size_t kMaxCombinations = 4096;
+
+bool is_prefix(const AxisList& p, const AxisList& a) {
+  return p.size() <= a.size() && std::equal(p.begin(), p.end(), a.begin());
+}
+
+std::int64_t axes_size(const Mesh& mesh, const AxisList& axes) {
+  std::int64_t n = 1;
+  for (const auto& a : axes) n *= mesh.axis_size(a);
+  return n;
+}
+
+NamedSharding layout(const Mesh& mesh, const std::vector<int>& dims, const std::vector<AxisList>& assign,
+                     const std::vector<Factor>& factors) {
+  std::vector<AxisList> axes(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) {
+    const int f = dims[d];
+    if (f >= 0 && factors[f].kind != FactorKind::Reduction) axes[d] = assign[f];
+  }
+  return NamedSharding(mesh, make_spec(axes));
+}
+
+bool any_explicit(const NamedSharding& s) { return has_explicit_axes(s); }
+
+}  // namespace
+
+double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from, const NamedSharding& to) {
+  if (from == to) return 0;
+  const Mesh& mesh = to.mesh();
+  double elems = 1, local = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const AxisList& f = from.spec()[static_cast<int>(d)].axes();
+    const AxisList& t = to.spec()[static_cast<int>(d)].axes();
+    elems *= static_cast<double>(shape[d]) / static_cast<double>(axes_size(mesh, t));
+    if (!is_prefix(f, t)) {
+      // Only the blocks sharing the common leading axes overlap.
+      size_t common = 0;
+      while (common < f.size() && common < t.size() && f[common] == t[common]) ++common;
+      const AxisList head(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(common));
+      local *= static_cast<double>(axes_size(mesh, head)) / static_cast<double>(axes_size(mesh, f));
+    }
+  }
+  return elems * (1.0 - local) * static_cast<double>(itemsize(dtype));
+}
+
+Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) {
+  const ShardingRule rule = prim.rule(in);
+  const Mesh& mesh = in.front().sharding.mesh();
+  const int nf = static_cast<int>(rule.factors.size());
+  const std::optional<PartitionSpec> want = prim.out_spec();
+
+  // Candidates per factor, in operand order (the natural choice first).
+  std::vector<std::vector<AxisList>> cand(nf);
+  auto shardable = [&](int f) {
+    const FactorKind k = rule.factors[f].kind;
+    return k != FactorKind::NeedReplication && k != FactorKind::Permutation;
+  };
+  auto add = [&](int f, const AxisList& axes) {
+    if (f < 0 || axes.empty() || !shardable(f)) return;
+    if (std::find(cand[f].begin(), cand[f].end(), axes) == cand[f].end()) cand[f].push_back(axes);
+  };
+  bool is_explicit = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    is_explicit = is_explicit || any_explicit(in[i].sharding);
+    for (size_t d = 0; d < rule.operands[i].size(); ++d)
+      add(rule.operands[i][d], in[i].sharding.spec()[static_cast<int>(d)].axes());
+  }
+  std::vector<bool> natural_ok_f(nf);
+  bool natural_ok = true;
+  {
+    std::set<std::string> used;
+    for (int f = 0; f < nf; ++f) {
+      if (cand[f].size() > 1) natural_ok = false;
+      if (!cand[f].empty())
+        for (const auto& a : cand[f][0]) natural_ok = natural_ok && used.insert(a).second;
+    }
+  }
+  std::optional<NamedSharding> want_s;
+  if (want) {
+    want_s = resolve_spec(mesh, *want, static_cast<int>(out.front().shape.size()), std::string(prim.name()).c_str());
+    is_explicit = is_explicit || any_explicit(*want_s);
+    for (size_t d = 0; d < rule.results.front().size(); ++d)
+      add(rule.results.front()[d], (*want)[static_cast<int>(d)].axes());
+  }
+  if (is_explicit && !natural_ok && !want) throw ShardingError(prim.conflict_message(in));
+
+  std::vector<std::vector<AxisList>> choices(nf);
+  std::size_t combos = 1;
+  for (int f = 0; f < nf; ++f) {
+    choices[f] = cand[f];
+    if (is_explicit && natural_ok && !want) {
+      // Explicit axes stay where the user put them.
+      if (choices[f].empty()) choices[f].push_back({});
+    } else {
+      choices[f].push_back({});
+    }
+    combos *= choices[f].size();
+    if (combos > kMaxCombinations) break;
+  }
+  if (combos > kMaxCombinations) {
+    // Greedy: each factor keeps its first candidate whose axes are free.
+    std::set<std::string> used;
+    for (int f = 0; f < nf; ++f) {
+      AxisList pick;
+      for (const auto& c : cand[f]) {
+        bool free = true;
+        for (const auto& a : c) free = free && !used.count(a);
+        if (free) {
+          pick = c;
+          break;
+        }
+      }
+      for (const auto& a : pick) used.insert(a);
+      choices[f] = {pick};
+    }
+  }
+
+  const double work = prim.work(in, out);
+  Partition best;
+  std::vector<int> best_kept;
+  bool have = false;
+  std::vector<size_t> idx(nf, 0);
+  std::vector<AxisList> assign(nf);
+  while (true) {
+    std::set<std::string> used;
+    bool valid = true;
+    for (int f = 0; f < nf && valid; ++f) {
+      assign[f] = choices[f][idx[f]];
+      for (const auto& a : assign[f]) valid = valid && used.insert(a).second;
+    }
+    if (valid) {
+      Partition p;
+      double bytes = 0;
+      std::vector<int> kept;  // per operand: sharded dims left as they are
+      for (size_t i = 0; i < in.size(); ++i) {
+        p.operands.push_back(layout(mesh, rule.operands[i], assign, rule.factors));
+        bytes += reshard_bytes(in[i].shape, in[i].dtype, in[i].sharding, p.operands.back());
+        int k = 0;
+        for (int d = 0; d < static_cast<int>(in[i].shape.size()); ++d)
+          k += !in[i].sharding.spec()[d].axes().empty() &&
+               in[i].sharding.spec()[d].axes() == p.operands.back().spec()[d].axes();
+        kept.push_back(k);
+      }
+      AxisList red;
+      for (const auto& axis : mesh.axis_names())
+        for (int f = 0; f < nf; ++f)
+          if (rule.factors[f].kind == FactorKind::Reduction &&
+              std::find(assign[f].begin(), assign[f].end(), axis) != assign[f].end())
+            red.push_back(axis);
+      const double group = static_cast<double>(axes_size(mesh, red));
+      for (size_t r = 0; r < out.size(); ++r) {
+        p.local.push_back(layout(mesh, rule.results[r], assign, rule.factors));
+        p.results.push_back(r == 0 && want_s ? *want_s : p.local.back());
+        double local_bytes = static_cast<double>(itemsize(out[r].dtype));
+        for (size_t d = 0; d < out[r].shape.size(); ++d)
+          local_bytes *= static_cast<double>(out[r].shape[d]) /
+                         static_cast<double>(p.local.back().num_parts(static_cast<int>(d)));
+        bytes += local_bytes * (group - 1);
+        bytes += reshard_bytes(out[r].shape, out[r].dtype, p.local.back(), p.results.back());
+      }
+      p.reduce_axes = red;
+      used.clear();
+      double par = 1;
+      for (int f = 0; f < nf; ++f) par *= static_cast<double>(axes_size(mesh, assign[f]));
+      p.bytes = bytes;
+      p.cost = bytes * kWorkPerByte + work / par;
+      // Ties go to the layout that keeps the earliest operands as they are.
+      const double eps = 1e-9 * std::max(1.0, best.cost);
+      if (!have || p.cost < best.cost - eps || (p.cost <= best.cost + eps && kept > best_kept)) {
+        best = std::move(p);
+        best_kept = kept;
+        have = true;
+      }
+    }
+    int f = nf - 1;
+    while (f >= 0 && ++idx[f] == choices[f].size()) idx[f--] = 0;
+    if (f < 0) break;
+  }
+  if (!have) throw ShardingError("[" + std::string(prim.name()) + "] no valid sharding for " + rule.str());
+  return best;
+}
+
+}  // namespace tessera::detail

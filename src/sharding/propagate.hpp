@@ -1,0 +1,39 @@
+// The sharding propagation engine: from a primitive's factor rule and its
+// operands' shardings to the layout every operand must take, the layout of
+// every result, and the reduction the results still need.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "primitives/primitive.hpp"
+
+namespace tessera::detail {
+
+/// How one application of a primitive runs on the mesh.
+struct Partition {
+  /// The layout each operand is brought to before the kernel runs.
+  std::vector<NamedSharding> operands;
+  /// The layout of each result as the per-device kernel produces it.
+  std::vector<NamedSharding> local;
+  /// Mesh axes of the reduction factors that were sharded: the kernel's
+  /// results are partial over them and must be combined (empty: none).
+  std::vector<std::string> reduce_axes;
+  /// The layout of each result once combined (and resharded to out_spec).
+  std::vector<NamedSharding> results;
+  /// Estimated cost, and the bytes moved per device (for `explain`-like text).
+  double cost = 0;
+  double bytes = 0;
+};
+
+/// Chooses the factor-to-axes assignment for `prim` over `in` (see
+/// propagate.cpp for the algorithm and the cost model). Raises ShardingError
+/// (the primitive's conflict message) when Explicit axes conflict and no
+/// out_spec resolves it.
+Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out);
+
+/// Estimated bytes one device receives to go from layout `from` to `to`.
+double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from, const NamedSharding& to);
+
+}  // namespace tessera::detail

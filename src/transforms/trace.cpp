@@ -1,0 +1,98 @@
+// The trace stack and eager evaluation of primitives.
+#include "transforms/trace.hpp"
+
+#include "backend/cpu/gemm.hpp"
+#include "ops/common.hpp"
+
+namespace tessera::detail {
+
+namespace {
+thread_local Trace* t_trace = nullptr;
+
+// True when every device's block of `inner` lies inside its block of
+// `outer`, so a reduction can write `inner` blocks straight away.
+bool blocks_inside(const Shape& shape, const NamedSharding& inner, const NamedSharding& outer) {
+  for (int pos = 0; pos < inner.mesh().size(); ++pos) {
+    const auto a = inner.shard_index(shape, pos), b = outer.shard_index(shape, pos);
+    for (size_t d = 0; d < a.size(); ++d)
+      if (a[d].size() > 0 && (a[d].start < b[d].start || a[d].stop > b[d].stop)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+TraceScope::TraceScope(Trace* t) : prev_(t_trace) { t_trace = t; }
+TraceScope::~TraceScope() { t_trace = prev_; }
+Trace* current_trace() { return t_trace; }
+
+std::vector<AbstractArray> abstract_of(const std::vector<Array>& args) {
+  std::vector<AbstractArray> out;
+  out.reserve(args.size());
+  for (const Array& a : args) out.push_back(AbstractArray{a.shape(), a.dtype(), a.sharding()});
+  return out;
+}
+
+std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Array>& args,
+                                    const std::vector<TypeInfo>& types, const Partition& part) {
+  const std::string name(prim.name());
+  const char* op = name.c_str();
+  if (prim.identity()) return {reshard_for(args[0], part.results[0], op)};
+  std::vector<Array> ops(args.size());
+  for (size_t i = 0; i < args.size(); ++i) ops[i] = reshard_for(args[i], part.operands[i], op);
+  const Mesh& mesh = part.local.front().mesh();
+  const size_t nr = types.size();
+  std::vector<std::vector<Buffer>> bufs(nr, std::vector<Buffer>(mesh.size()));
+  for_each_device(mesh, [&](int pos) {
+    LocalArgs in;
+    in.reserve(ops.size());
+    for (const Array& a : ops)
+      in.push_back(LocalIn{local_data(a, pos), local_shape(a, pos), a.dtype(), local_index(a, pos)});
+    LocalOuts out;
+    out.reserve(nr);
+    for (size_t r = 0; r < nr; ++r) {
+      auto box = part.local[r].shard_index(types[r].shape, pos);
+      Shape shape = box_shape(box);
+      Buffer b(mesh.devices()[pos].id(), static_cast<std::size_t>(num_elements(shape)) * itemsize(types[r].dtype));
+      out.push_back(LocalOut{b.data(), std::move(shape), types[r].dtype, std::move(box)});
+      bufs[r][pos] = std::move(b);
+    }
+    prim.eval_cpu(in, out);
+  });
+  std::vector<Array> results;
+  results.reserve(nr);
+  for (size_t r = 0; r < nr; ++r) {
+    const TypeInfo& t = types[r];
+    Array res;
+    if (!part.reduce_axes.empty()) {
+      // Partial results: combine over the reduction axes, straight into the
+      // requested blocks when they lie inside the local ones.
+      const NamedSharding& into =
+          blocks_inside(t.shape, part.results[r], part.local[r]) ? part.results[r] : part.local[r];
+      std::vector<std::vector<Slice>> pboxes(mesh.size()), oboxes(mesh.size());
+      for (int pos = 0; pos < mesh.size(); ++pos) {
+        pboxes[pos] = part.local[r].shard_index(t.shape, pos);
+        oboxes[pos] = into.shard_index(t.shape, pos);
+      }
+      const DType dt = t.dtype;
+      auto combine = [dt](void* acc, const void* in, std::int64_t n) { cpu::accumulate(dt, acc, in, n); };
+      res = wrap(t.shape, t.dtype, into, reduce_over(mesh, part.reduce_axes, itemsize(dt), combine, bufs[r], pboxes, oboxes, op));
+    } else {
+      res = wrap(t.shape, t.dtype, part.local[r], std::move(bufs[r]));
+    }
+    results.push_back(reshard_for(res, part.results[r], op));
+  }
+  return results;
+}
+
+std::vector<Array> eval_eager(const Primitive& prim, const std::vector<Array>& args) {
+  const auto in = abstract_of(args);
+  const auto types = prim.infer(in);
+  return eval_partitioned(prim, args, types, partition(prim, in, types));
+}
+
+std::vector<Array> bind(PrimitivePtr prim, std::vector<Array> args) {
+  if (Trace* t = t_trace) return t->process(prim, args);
+  return eval_eager(*prim, args);
+}
+
+}  // namespace tessera::detail
