@@ -74,6 +74,8 @@ class Array {
 
  private:
   const detail::ArrayImpl& checked(const char* op) const;
+  // checked(), and an Error for a value traced by jit (no data to read).
+  const detail::ArrayImpl& concrete(const char* op) const;
   std::shared_ptr<const detail::ArrayImpl> impl_;
 };
 

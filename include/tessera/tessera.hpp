@@ -6,6 +6,7 @@
 #include "tessera/dtype.hpp"
 #include "tessera/error.hpp"
 #include "tessera/explain.hpp"
+#include "tessera/jit.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"

@@ -21,6 +21,15 @@ const std::shared_ptr<const detail::ArrayImpl>& Array::impl() const {
   return impl_;
 }
 
+const ArrayImpl& Array::concrete(const char* op) const {
+  const ArrayImpl& a = checked(op);
+  if (a.trace)
+    throw Error(std::string("[") + op + "] cannot read " + typeof(*this) +
+                ": it is a value traced by jit (its contents exist only when the compiled program runs); "
+                "return it from the jitted function instead");
+  return a;
+}
+
 const ArrayImpl& Array::checked(const char* op) const {
   if (!impl_) throw Error(std::string("[") + op + "] the array is empty (default-constructed)");
   if (detail::in_manual_body()) return *detail::manual_read(impl_, false);
@@ -42,7 +51,7 @@ const Array& Array::block_until_ready() const {
 }
 
 std::vector<Shard> Array::addressable_shards() const {
-  const ArrayImpl& a = checked("addressable_shards");
+  const ArrayImpl& a = concrete("addressable_shards");
   const Mesh& mesh = a.sharding.mesh();
   std::vector<Shard> out;
   out.reserve(mesh.size());
@@ -70,7 +79,7 @@ std::vector<Shard> Array::addressable_shards() const {
 }
 
 void Array::copy_to_host(void* out, DType as, const char* op) const {
-  const ArrayImpl& a = checked(op);
+  const ArrayImpl& a = concrete(op);
   const std::vector<Slice> whole = detail::whole_box(a.shape);
   const std::size_t isz = itemsize(a.dtype);
   // Gather straight into `out` when no conversion is needed, otherwise into a

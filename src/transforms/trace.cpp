@@ -85,6 +85,11 @@ std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Arr
 }
 
 std::vector<Array> eval_eager(const Primitive& prim, const std::vector<Array>& args) {
+  for (const Array& a : args)
+    if (a.impl()->trace)
+      throw Error(msg(std::string(prim.name()).c_str(),
+                      describe(a) + " is a value traced by jit that escaped its function; return it from the "
+                                    "jitted function instead"));
   const auto in = abstract_of(args);
   const auto types = prim.infer(in);
   return eval_partitioned(prim, args, types, partition(prim, in, types));

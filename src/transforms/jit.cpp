@@ -1,0 +1,655 @@
+// jit: tracing into a Program, compiling it, running it.
+//
+// Tracing. A JitTrace is pushed and the user's function is called with
+// traced values (arrays with a shape, dtype and sharding but no buffers).
+// Every primitive bound meanwhile is recorded as an equation; its result
+// shardings come from the same propagation engine as eager execution, so a
+// jitted function lays out and computes every value exactly as the eager
+// one does (the jit == eager property the tests check bitwise). Concrete
+// arrays the function captures become constants.
+//
+// Compiling turns the equations into steps:
+//   - kernel: one primitive on every device's local blocks;
+//   - reshard: an operand brought to the layout the engine chose (through
+//     the one planner), or a result to its final layout;
+//   - reduce: partial results combined over the reduction axes;
+//   - fused: a run of fusable kernels whose operands and results all share
+//     one shape and layout, executed tile by tile (kTile elements) so the
+//     intermediates stay in cache: one pass over memory for the chain.
+// Values used only inside a fused run are never materialised.
+//
+// Running: consecutive local steps (kernels and fused runs) form a segment
+// that runs as one task per device; communication steps run between
+// segments. Buffers die after their last use, so the caching allocator
+// reuses them within the call.
+#include "tessera/jit.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <optional>
+
+#include "backend/cpu/gemm.hpp"
+#include "ops/common.hpp"
+#include "transforms/trace.hpp"
+
+namespace tessera {
+namespace detail {
+
+namespace {
+
+// Elements per tile of a fused loop: 8 KiB of f32, so a chain of a dozen
+// intermediates stays in L1/L2.
+constexpr std::int64_t kTile = 2048;
+
+struct Eqn {
+  PrimitivePtr prim;
+  std::vector<int> in, out;
+  std::vector<TypeInfo> types;
+  Partition part;
+};
+
+struct Program {
+  std::vector<AbstractArray> values;
+  std::vector<int> inputs, outputs;
+  std::vector<std::pair<int, Array>> constants;
+  std::vector<Eqn> eqns;
+};
+
+class JitTrace final : public Trace {
+ public:
+  explicit JitTrace(std::string name) : name_(std::move(name)) {}
+  Program prog;
+
+  Array new_value(const AbstractArray& a) {
+    const int id = static_cast<int>(prog.values.size());
+    prog.values.push_back(a);
+    auto impl = std::make_shared<ArrayImpl>(a.shape, a.dtype, a.sharding);
+    impl->trace = this;
+    impl->value = id;
+    return Array(std::move(impl));
+  }
+
+  int value_of(const Array& a) {
+    const auto& impl = a.impl();
+    if (impl->trace == this) return impl->value;
+    if (impl->trace)
+      throw Error(msg(name_.c_str(), "a value traced by another jit call (" + describe(a) +
+                                         ") was used here; return it from that function instead"));
+    for (const auto& [id, arr] : prog.constants)
+      if (arr.impl() == impl) return id;
+    const int id = static_cast<int>(prog.values.size());
+    prog.values.push_back(AbstractArray{a.shape(), a.dtype(), a.sharding()});
+    prog.constants.emplace_back(id, a);
+    return id;
+  }
+
+  std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
+    Eqn e;
+    e.prim = prim;
+    for (const Array& a : args) e.in.push_back(value_of(a));
+    const auto in = abstract_of(args);
+    e.types = prim->infer(in);
+    e.part = partition(*prim, in, e.types);
+    std::vector<Array> outs;
+    for (size_t r = 0; r < e.types.size(); ++r) {
+      outs.push_back(new_value(AbstractArray{e.types[r].shape, e.types[r].dtype, e.part.results[r]}));
+      e.out.push_back(outs.back().impl()->value);
+    }
+    prog.eqns.push_back(std::move(e));
+    return outs;
+  }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------ compiled form
+
+struct Step {
+  enum Kind { Kernel, Fused, Reshard, Reduce } kind = Kernel;
+  std::vector<int> eqns;       // Kernel: one; Fused: the run, in order
+  std::vector<int> in, out;    // slots read and written (Fused: external inputs, materialised outputs)
+  std::optional<NamedSharding> target;  // Reshard / Reduce: layout of `out[0]`
+  std::vector<std::string> axes;  // Reduce
+  std::string what;            // Reshard / Reduce: the op it serves
+  std::int64_t bytes = 0;      // communication: most bytes one device receives
+  std::string kind_text;       // communication: planner's form
+};
+
+struct Slot {
+  Shape shape;
+  DType dtype = DType::f32;
+  NamedSharding sharding;
+  std::vector<Shape> local;  // per mesh position
+};
+
+struct Compiled {
+  std::string name;
+  Program prog;
+  Mesh mesh;
+  std::vector<Slot> slots;   // program values first, then temporaries
+  std::vector<Step> steps;
+  std::vector<int> outputs;  // slots returned
+  // slot -> index of the last step reading it (-1: never read; outputs live on)
+  std::vector<int> last_use;
+  // slot of each equation input/output after operand reshards
+  std::vector<std::vector<int>> eqn_in, eqn_out;
+
+  explicit Compiled(Mesh m) : mesh(std::move(m)) {}
+};
+
+namespace {
+
+int add_slot(Compiled& c, const Shape& shape, DType dtype, const NamedSharding& s) {
+  Slot sl{shape, dtype, s, {}};
+  for (int pos = 0; pos < c.mesh.size(); ++pos) sl.local.push_back(s.shard_shape(shape, pos));
+  c.slots.push_back(std::move(sl));
+  return static_cast<int>(c.slots.size()) - 1;
+}
+
+std::int64_t max_received(const std::vector<std::int64_t>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
+
+// A communication step moving `src` to layout `s` into slot `dst` (a new
+// one when -1); returns the slot.
+int add_reshard(Compiled& c, int src, const NamedSharding& s, const std::string& what, int dst = -1) {
+  const Slot& from = c.slots[src];
+  const ReshardPlan plan = plan_reshard(from.shape, from.dtype, from.sharding, s);
+  Step st;
+  st.kind = Step::Reshard;
+  st.in = {src};
+  st.target = s;
+  st.what = what;
+  st.bytes = max_received(plan.bytes_received);
+  st.kind_text = plan.kind;
+  const Shape shape = from.shape;
+  const DType dtype = from.dtype;
+  st.out = {dst >= 0 ? dst : add_slot(c, shape, dtype, s)};
+  c.steps.push_back(std::move(st));
+  return c.steps.back().out[0];
+}
+
+bool tile_compatible(const Slot& a, const Slot& b) { return a.shape == b.shape && a.sharding == b.sharding; }
+
+void fuse(Compiled& c) {
+  // Slots read by each step, to know which fused values escape their run.
+  std::vector<Step> out;
+  size_t i = 0;
+  while (i < c.steps.size()) {
+    const Step& s = c.steps[i];
+    auto fusable_at = [&](size_t k, int ref) {
+      const Step& t = c.steps[k];
+      if (t.kind != Step::Kernel || !c.prog.eqns[t.eqns[0]].prim->fusable() || t.out.size() != 1) return false;
+      const Slot& o = c.slots[t.out[0]];
+      if (ref >= 0 && !tile_compatible(o, c.slots[ref])) return false;
+      for (int in : t.in)
+        if (!tile_compatible(c.slots[in], o)) return false;
+      return true;
+    };
+    if (!fusable_at(i, -1)) {
+      out.push_back(s);
+      ++i;
+      continue;
+    }
+    const int ref = s.out[0];
+    size_t j = i + 1;
+    while (j < c.steps.size() && fusable_at(j, ref)) ++j;
+    if (j - i < 2) {
+      out.push_back(s);
+      ++i;
+      continue;
+    }
+    Step f;
+    f.kind = Step::Fused;
+    std::vector<int> made;
+    for (size_t k = i; k < j; ++k) {
+      f.eqns.push_back(c.steps[k].eqns[0]);
+      for (int in : c.steps[k].in)
+        if (std::find(made.begin(), made.end(), in) == made.end() &&
+            std::find(f.in.begin(), f.in.end(), in) == f.in.end())
+          f.in.push_back(in);
+      made.push_back(c.steps[k].out[0]);
+    }
+    // A value made in the run escapes when a later step or the result reads it.
+    for (int m : made) {
+      bool escapes = std::find(c.outputs.begin(), c.outputs.end(), m) != c.outputs.end();
+      for (size_t k = j; k < c.steps.size() && !escapes; ++k)
+        escapes = std::find(c.steps[k].in.begin(), c.steps[k].in.end(), m) != c.steps[k].in.end();
+      if (escapes) f.out.push_back(m);
+    }
+    out.push_back(std::move(f));
+    i = j;
+  }
+  c.steps = std::move(out);
+}
+
+std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& mesh) {
+  auto c = std::make_shared<Compiled>(mesh);
+  c->name = std::move(name);
+  for (const auto& v : prog.values) {
+    if (!(v.sharding.mesh() == mesh))
+      throw ShardingError(msg(c->name.c_str(), "values on different meshes in one program (" + mesh.str() + " and " +
+                                                   v.sharding.mesh().str() + ") are not supported"));
+    add_slot(*c, v.shape, v.dtype, v.sharding);
+  }
+  c->eqn_in.resize(prog.eqns.size());
+  c->eqn_out.resize(prog.eqns.size());
+  for (size_t e = 0; e < prog.eqns.size(); ++e) {
+    const Eqn& q = prog.eqns[e];
+    const std::string op(q.prim->name());
+    std::vector<int> ins;
+    for (size_t i = 0; i < q.in.size(); ++i) {
+      int s = q.in[i];
+      if (!q.prim->identity() && !(c->slots[s].sharding == q.part.operands[i])) s = add_reshard(*c, s, q.part.operands[i], op);
+      ins.push_back(s);
+    }
+    c->eqn_in[e] = ins;
+    if (q.prim->identity()) {
+      // The value itself, laid out anew: a reshard into the result's slot.
+      const int dst = q.out[0];
+      if (c->slots[ins[0]].sharding == c->slots[dst].sharding) {
+        Step st;
+        st.kind = Step::Reshard;
+        st.in = {ins[0]};
+        st.out = {dst};
+        st.target = c->slots[dst].sharding;
+        st.what = op;
+        st.kind_text = "none";
+        c->steps.push_back(std::move(st));
+      } else {
+        add_reshard(*c, ins[0], c->slots[dst].sharding, op, dst);
+      }
+      c->eqn_out[e] = {dst};
+      continue;
+    }
+    Step k;
+    k.kind = Step::Kernel;
+    k.eqns = {static_cast<int>(e)};
+    k.in = ins;
+    std::vector<int> outs;
+    const bool direct = q.part.reduce_axes.empty();
+    for (size_t r = 0; r < q.out.size(); ++r) {
+      const bool as_is = direct && q.part.local[r] == q.part.results[r];
+      outs.push_back(as_is ? q.out[r] : add_slot(*c, q.types[r].shape, q.types[r].dtype, q.part.local[r]));
+    }
+    k.out = outs;
+    c->eqn_out[e] = outs;
+    c->steps.push_back(k);
+    for (size_t r = 0; r < q.out.size(); ++r) {
+      int s = outs[r];
+      if (s == q.out[r]) continue;
+      if (!direct) {
+        // Combine the partial results, into the final blocks when they lie
+        // inside the local ones (reduce-scatter), else all-reduce.
+        const Shape& shape = q.types[r].shape;
+        bool inside = true;
+        for (int pos = 0; pos < mesh.size() && inside; ++pos) {
+          const auto a = q.part.results[r].shard_index(shape, pos), b = q.part.local[r].shard_index(shape, pos);
+          for (size_t d = 0; d < a.size(); ++d)
+            inside = inside && (a[d].size() == 0 || (a[d].start >= b[d].start && a[d].stop <= b[d].stop));
+        }
+        const NamedSharding into = inside ? q.part.results[r] : q.part.local[r];
+        Step red;
+        red.kind = Step::Reduce;
+        red.in = {s};
+        red.target = into;
+        red.axes = q.part.reduce_axes;
+        red.what = op;
+        red.kind_text = inside && !(into == q.part.local[r]) ? "reduce-scatter" : "all-reduce";
+        std::int64_t group = 1;
+        for (const auto& a : red.axes) group *= mesh.axis_size(a);
+        std::int64_t most = 0;
+        for (int pos = 0; pos < mesh.size(); ++pos)
+          most = std::max(most, num_elements(into.shard_shape(shape, pos)) * (group - 1) *
+                                    static_cast<std::int64_t>(itemsize(q.types[r].dtype)));
+        red.bytes = most;
+        const bool final_here = into == q.part.results[r];
+        red.out = {final_here ? q.out[r] : add_slot(*c, shape, q.types[r].dtype, into)};
+        c->steps.push_back(red);
+        s = red.out[0];
+        if (final_here) continue;
+      }
+      add_reshard(*c, s, q.part.results[r], op, q.out[r]);
+    }
+  }
+  c->outputs = prog.outputs;
+  c->prog = std::move(prog);
+  fuse(*c);
+  c->last_use.assign(c->slots.size(), -1);
+  for (size_t k = 0; k < c->steps.size(); ++k)
+    for (int s : c->steps[k].in) c->last_use[s] = static_cast<int>(k);
+  for (int s : c->outputs) c->last_use[s] = static_cast<int>(c->steps.size());
+  return c;
+}
+
+// ------------------------------------------------------------------ running
+
+using Buffers = std::vector<std::vector<Buffer>>;  // [slot][position]
+
+void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
+  const Eqn& q = c.prog.eqns[st.eqns[0]];
+  const int dev = c.mesh.devices()[pos].id();
+  LocalArgs in;
+  in.reserve(st.in.size());
+  for (int s : st.in) {
+    const Slot& sl = c.slots[s];
+    in.push_back(LocalIn{bufs[s][pos].data(), sl.local[pos], sl.dtype, sl.sharding.shard_index(sl.shape, pos)});
+  }
+  LocalOuts out;
+  out.reserve(st.out.size());
+  for (int s : st.out) {
+    const Slot& sl = c.slots[s];
+    Buffer b(dev, static_cast<std::size_t>(num_elements(sl.local[pos])) * itemsize(sl.dtype));
+    out.push_back(LocalOut{b.data(), sl.local[pos], sl.dtype, sl.sharding.shard_index(sl.shape, pos)});
+    bufs[s][pos] = std::move(b);
+  }
+  q.prim->eval_cpu(in, out);
+}
+
+void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
+  const int dev = c.mesh.devices()[pos].id();
+  const std::int64_t n = num_elements(c.slots[st.out.empty() ? st.in[0] : st.out[0]].local[pos]);
+  for (int s : st.out)
+    bufs[s][pos] = Buffer(dev, static_cast<std::size_t>(n) * itemsize(c.slots[s].dtype));
+  if (n == 0) return;
+  // Per member: where its operands and result live (a base pointer into a
+  // full buffer, advanced per tile, or a scratch tile).
+  struct Ref {
+    unsigned char* base = nullptr;  // full buffer, or nullptr for scratch
+    int scratch = -1;
+    std::size_t isz = 0;
+  };
+  const size_t m = st.eqns.size();
+  thread_local std::vector<std::vector<unsigned char>> scratch;
+  if (scratch.size() < m) scratch.resize(m);
+  std::vector<std::vector<Ref>> ins(m);
+  std::vector<Ref> outs(m);
+  std::vector<int> made;
+  for (size_t k = 0; k < m; ++k) {
+    const int e = st.eqns[k];
+    const int so = c.eqn_out[e][0];
+    for (int s : c.eqn_in[e]) {
+      Ref r;
+      r.isz = itemsize(c.slots[s].dtype);
+      auto it = std::find(made.begin(), made.end(), s);
+      if (it != made.end() && outs[it - made.begin()].base == nullptr)
+        r.scratch = static_cast<int>(it - made.begin());
+      else
+        r.base = static_cast<unsigned char*>(bufs[s][pos].data());
+      ins[k].push_back(r);
+    }
+    Ref o;
+    o.isz = itemsize(c.slots[so].dtype);
+    if (std::find(st.out.begin(), st.out.end(), so) != st.out.end()) {
+      o.base = static_cast<unsigned char*>(bufs[so][pos].data());
+    } else {
+      o.scratch = static_cast<int>(k);
+      if (scratch[k].size() < static_cast<std::size_t>(kTile) * o.isz) scratch[k].resize(kTile * o.isz);
+    }
+    outs[k] = o;
+    made.push_back(so);
+  }
+  std::vector<const void*> args;
+  for (std::int64_t t0 = 0; t0 < n; t0 += kTile) {
+    const std::int64_t len = std::min(kTile, n - t0);
+    for (size_t k = 0; k < m; ++k) {
+      args.clear();
+      for (const Ref& r : ins[k])
+        args.push_back(r.base ? static_cast<const void*>(r.base + t0 * static_cast<std::int64_t>(r.isz))
+                              : static_cast<const void*>(scratch[r.scratch].data()));
+      void* o = outs[k].base ? static_cast<void*>(outs[k].base + t0 * static_cast<std::int64_t>(outs[k].isz))
+                             : static_cast<void*>(scratch[k].data());
+      c.prog.eqns[st.eqns[k]].prim->eval_tile(args, o, len);
+    }
+  }
+}
+
+Array slot_array(const Compiled& c, int s, const Buffers& bufs) {
+  const Slot& sl = c.slots[s];
+  return wrap(sl.shape, sl.dtype, sl.sharding, bufs[s]);
+}
+
+void run_comm(const Compiled& c, const Step& st, Buffers& bufs) {
+  const Slot& from = c.slots[st.in[0]];
+  if (st.kind == Step::Reshard) {
+    if (from.sharding == *st.target) {
+      bufs[st.out[0]] = bufs[st.in[0]];
+      return;
+    }
+    bufs[st.out[0]] = reshard_for(slot_array(c, st.in[0], bufs), *st.target, st.what.c_str()).impl()->buffers;
+    return;
+  }
+  std::vector<std::vector<Slice>> pboxes(c.mesh.size()), oboxes(c.mesh.size());
+  for (int pos = 0; pos < c.mesh.size(); ++pos) {
+    pboxes[pos] = from.sharding.shard_index(from.shape, pos);
+    oboxes[pos] = st.target->shard_index(from.shape, pos);
+  }
+  const DType dt = from.dtype;
+  // Sums are the only partial results the rules produce.
+  auto combine = [dt](void* acc, const void* in, std::int64_t n) { cpu::accumulate(dt, acc, in, n); };
+  bufs[st.out[0]] = reduce_over(c.mesh, st.axes, itemsize(dt), combine, bufs[st.in[0]], pboxes, oboxes, st.what.c_str());
+}
+
+std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
+  Buffers bufs(c.slots.size(), std::vector<Buffer>(c.mesh.size()));
+  for (size_t i = 0; i < c.prog.inputs.size(); ++i) bufs[c.prog.inputs[i]] = args[i].impl()->buffers;
+  for (const auto& [id, arr] : c.prog.constants) bufs[id] = arr.impl()->buffers;
+  size_t k = 0;
+  while (k < c.steps.size()) {
+    const Step& st = c.steps[k];
+    if (st.kind == Step::Reshard || st.kind == Step::Reduce) {
+      run_comm(c, st, bufs);
+      for (int s : st.in)
+        if (c.last_use[s] == static_cast<int>(k)) bufs[s].assign(c.mesh.size(), Buffer());
+      ++k;
+      continue;
+    }
+    size_t end = k;
+    while (end < c.steps.size() && (c.steps[end].kind == Step::Kernel || c.steps[end].kind == Step::Fused)) ++end;
+    for_each_device(c.mesh, [&](int pos) {
+      for (size_t j = k; j < end; ++j) {
+        const Step& s = c.steps[j];
+        if (s.kind == Step::Kernel)
+          run_kernel(c, s, pos, bufs);
+        else
+          run_fused(c, s, pos, bufs);
+        for (int in : s.in)
+          if (c.last_use[in] == static_cast<int>(j)) bufs[in][pos] = Buffer();
+      }
+    });
+    k = end;
+  }
+  std::vector<Array> outs;
+  for (int s : c.outputs) outs.push_back(slot_array(c, s, bufs));
+  return outs;
+}
+
+// -------------------------------------------------------------------- text
+
+std::string slot_name(int s) { return "%" + std::to_string(s); }
+
+std::string slot_type(const Compiled& c, int s) {
+  const Slot& sl = c.slots[s];
+  return type_str(AbstractArray{sl.shape, sl.dtype, sl.sharding});
+}
+
+// "%4: f32[8@x] = add(%3, %2)" over the given slots.
+std::string eqn_text(const Compiled& c, int e, const std::vector<int>& in, const std::vector<int>& out) {
+  const Eqn& q = c.prog.eqns[e];
+  std::string s;
+  for (size_t r = 0; r < out.size(); ++r) s += (r ? ", " : "") + slot_name(out[r]) + ": " + slot_type(c, out[r]);
+  s += " = " + std::string(q.prim->name());
+  const std::string p = q.prim->params();
+  if (!p.empty()) s += "[" + p + "]";
+  s += "(";
+  for (size_t i = 0; i < in.size(); ++i) s += (i ? ", " : "") + slot_name(in[i]);
+  return s + ")";
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------- cache
+
+struct JitCache::State {
+  std::string name;
+  JitOptions opt;
+  std::mutex mu;
+  struct Entry {
+    std::vector<AbstractArray> sig;
+    std::string statics;
+    std::shared_ptr<Compiled> compiled;
+  };
+  std::vector<Entry> entries;
+};
+
+namespace {
+
+bool same_sig(const std::vector<AbstractArray>& a, const std::vector<Array>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto& impl = b[i].peek();
+    if (a[i].dtype != impl.dtype || a[i].shape != impl.shape || !(a[i].sharding == impl.sharding)) return false;
+  }
+  return true;
+}
+
+bool tracing_jit() { return dynamic_cast<JitTrace*>(current_trace()) != nullptr; }
+
+}  // namespace
+
+JitCache::JitCache(std::string name, JitOptions opt) : st_(std::make_unique<State>()) {
+  st_->name = std::move(name);
+  st_->opt = std::move(opt);
+}
+JitCache::~JitCache() = default;
+
+int JitCache::size() const {
+  std::lock_guard<std::mutex> lock(st_->mu);
+  return static_cast<int>(st_->entries.size());
+}
+
+namespace {
+
+std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& args, const std::string& statics,
+                                       const TraceFn& f);
+
+}  // namespace
+
+std::vector<Array> JitCache::call(std::vector<Array> args, const std::string& statics, const TraceFn& f) {
+  // Inside another jit's trace the function is traced inline.
+  if (tracing_jit()) return f(args);
+  auto c = get_compiled(*st_, args, statics, f);
+  return execute(*c, args);
+}
+
+Lowered JitCache::lower(std::vector<Array> args, const std::string& statics, const TraceFn& f) {
+  if (tracing_jit()) throw Error(msg(st_->name.c_str(), "lower() cannot be called while tracing another jit"));
+  return Lowered(get_compiled(*st_, args, statics, f));
+}
+
+namespace {
+
+std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& args, const std::string& statics,
+                                       const TraceFn& f) {
+  const char* name = st.name.c_str();
+  if (args.empty()) throw Error(msg(name, "the function takes no arrays; jit needs at least one array argument"));
+  for (size_t i = 0; i < args.size(); ++i) {
+    check_operand(args[i], name, ("argument " + std::to_string(i)).c_str());
+    if (args[i].impl()->trace) throw Error(msg(name, "argument " + std::to_string(i) + " is a traced value of another trace"));
+  }
+  if (!st.opt.in_shardings.empty()) {
+    if (st.opt.in_shardings.size() != args.size())
+      throw ShardingError(msg(name, "in_shardings has " + std::to_string(st.opt.in_shardings.size()) +
+                                        " entries for " + std::to_string(args.size()) + " array arguments"));
+    for (size_t i = 0; i < args.size(); ++i)
+      if (!(args[i].sharding() == st.opt.in_shardings[i])) args[i] = device_put(args[i], st.opt.in_shardings[i]);
+  }
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    for (const auto& e : st.entries)
+      if (e.statics == statics && same_sig(e.sig, args)) return e.compiled;
+  }
+  const Mesh mesh = args[0].sharding().mesh();
+  JitTrace trace(st.name);
+  std::vector<Array> tracers;
+  for (const Array& a : args) {
+    trace.prog.inputs.push_back(static_cast<int>(trace.prog.values.size()));
+    tracers.push_back(trace.new_value(AbstractArray{a.shape(), a.dtype(), a.sharding()}));
+  }
+  std::vector<Array> outs;
+  {
+    TraceScope scope(&trace);
+    outs = f(tracers);
+    if (!st.opt.out_shardings.empty()) {
+      if (st.opt.out_shardings.size() != outs.size())
+        throw ShardingError(msg(name, "out_shardings has " + std::to_string(st.opt.out_shardings.size()) +
+                                          " entries for " + std::to_string(outs.size()) + " results"));
+      for (size_t i = 0; i < outs.size(); ++i) outs[i] = with_sharding_constraint(outs[i], st.opt.out_shardings[i]);
+    }
+  }
+  for (const Array& o : outs) {
+    check_operand(o, name, "result");
+    trace.prog.outputs.push_back(trace.value_of(o));
+  }
+  auto c = compile(st.name, std::move(trace.prog), mesh);
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.entries.push_back({abstract_of(args), statics, c});
+  return c;
+}
+
+}  // namespace
+}  // namespace detail
+
+std::string Lowered::as_text() const {
+  using namespace detail;
+  const Compiled& c = *c_;
+  std::string s = c.name + " on " + c.mesh.str() + "\n  program(";
+  for (size_t i = 0; i < c.prog.inputs.size(); ++i)
+    s += (i ? ", " : "") + slot_name(c.prog.inputs[i]) + ": " + slot_type(c, c.prog.inputs[i]);
+  s += ")\n";
+  for (const auto& [id, arr] : c.prog.constants) s += "  " + slot_name(id) + ": " + slot_type(c, id) + " = constant\n";
+  for (size_t e = 0; e < c.prog.eqns.size(); ++e) {
+    const Eqn& q = c.prog.eqns[e];
+    s += "  " + eqn_text(c, static_cast<int>(e), q.in, q.out) + "\n";
+  }
+  s += "  return ";
+  for (size_t i = 0; i < c.outputs.size(); ++i) s += (i ? ", " : "") + slot_name(c.outputs[i]);
+  s += "\ncompiled: " + std::to_string(c.steps.size()) + " steps\n";
+  for (const Step& st : c.steps) {
+    switch (st.kind) {
+      case Step::Kernel:
+        s += "  kernel " + eqn_text(c, st.eqns[0], st.in, st.out) + "\n";
+        break;
+      case Step::Fused: {
+        s += "  fused loop [";
+        for (size_t k = 0; k < st.eqns.size(); ++k)
+          s += (k ? ", " : "") + std::string(c.prog.eqns[st.eqns[k]].prim->name());
+        s += "] reads";
+        for (int in : st.in) s += " " + slot_name(in);
+        s += ", writes";
+        for (int o : st.out) s += " " + slot_name(o) + ": " + slot_type(c, o);
+        s += "\n";
+        break;
+      }
+      case Step::Reshard:
+        s += "  " + slot_name(st.out[0]) + ": " + slot_type(c, st.out[0]) + " = reshard " + slot_name(st.in[0]) + " (" +
+             st.kind_text + ", " + format_bytes(st.bytes) + " per device) for " + st.what + "\n";
+        break;
+      case Step::Reduce: {
+        std::string axes;
+        for (size_t i = 0; i < st.axes.size(); ++i) axes += (i ? "," : "") + st.axes[i];
+        s += "  " + slot_name(st.out[0]) + ": " + slot_type(c, st.out[0]) + " = " + st.kind_text + " " +
+             slot_name(st.in[0]) + " over (" + axes + ") (" + format_bytes(st.bytes) + " per device) for " + st.what +
+             "\n";
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace tessera

@@ -1,0 +1,269 @@
+// jit: results bitwise equal to eager execution on every test mesh and
+// layout (including uneven ones and random programs), the cache (one
+// compilation per signature), the program text, fusion, in/out shardings,
+// static arguments, captured constants, nesting, and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace ts = tessera;
+using ts::testing::expect_error;
+using ts::testing::for_each_layout;
+using ts::testing::iota_data;
+using ts::testing::random_spec;
+using ts::testing::test_meshes;
+
+namespace {
+
+// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
+void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
+  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
+  a.copy_to_host(ha.data(), a.dtype());
+  b.copy_to_host(hb.data(), b.dtype());
+  EXPECT_TRUE(ha == hb) << what;
+}
+
+ts::Array layer(ts::Array x) { return 2.0f * ts::sin(x) + 1.0f; }
+
+// A 1-d mesh over the first n devices.
+ts::Mesh line(int n, const char* axis = "x") { return ts::Mesh(ts::testing::first_devices(n), {n}, {axis}); }
+
+}  // namespace
+
+TEST(Jit, MatchesEagerOnEveryLayout) {
+  auto f = ts::jit(layer);
+  int layouts = 0;
+  for (ts::Shape shape : {ts::Shape{13, 5}, ts::Shape{3, 2}, ts::Shape{1, 9}}) {
+    for_each_layout(2, [&](const ts::NamedSharding& s) {
+      auto x = ts::device_put(iota_data<float>(shape[0] * shape[1]), shape, s);
+      expect_same(f(x), layer(x), ts::typeof(x));
+      ++layouts;
+    });
+  }
+  // One compilation per distinct (shape, sharding).
+  EXPECT_EQ(f.cache_size(), layouts);
+}
+
+TEST(Jit, CachesPerSignature) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  int traces = 0;
+  auto f = ts::jit([&](ts::Array x) {
+    ++traces;
+    return ts::exp(x) * 3.0f;
+  });
+  auto x = ts::device_put(iota_data<float>(100), {100}, ts::NamedSharding(m, ts::P("x")));
+  auto y1 = f(x);
+  auto y2 = f(x);
+  auto x2 = ts::device_put(iota_data<float>(100, 1), {100}, ts::NamedSharding(m, ts::P("x")));
+  auto y3 = f(x2);  // same signature, new data
+  EXPECT_EQ(traces, 1);
+  EXPECT_EQ(f.cache_size(), 1);
+  expect_same(y3, ts::exp(x2) * 3.0f, "new data");
+  f(ts::device_put(x, ts::NamedSharding(m, ts::P())));  // new sharding
+  f(ts::device_put(iota_data<float>(101), {101}, ts::NamedSharding(m, ts::P("x"))));  // new shape
+  f(ts::astype(x, ts::f64));                                                            // new dtype
+  EXPECT_EQ(traces, 4);
+  EXPECT_EQ(f.cache_size(), 4);
+  expect_same(y1, y2, "cached call");
+}
+
+TEST(Jit, FusesElementwiseChainsIntoOneLoop) {
+  ts::Mesh m = line(4);
+  auto x = ts::device_put(iota_data<float>(4099), {4099}, ts::NamedSharding(m, ts::P("x")));
+  auto f = ts::jit(layer);
+  const std::string ir = f.lower(x).as_text();
+  EXPECT_NE(ir.find("%0: f32[4099@x]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("sin(%0)"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("multiply[lhs=2]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("fused loop [sin, multiply, add]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("compiled: 1 steps"), std::string::npos) << ir;
+  EXPECT_EQ(f.cache_size(), 1);  // lower() compiles and caches
+  expect_same(f(x), layer(x), "fused");
+}
+
+TEST(Jit, LongChainsAndIntermediatesUsedTwice) {
+  // Values made inside a fused run and read again later (and returned) are
+  // materialised; the rest stay in tiles.
+  auto g = [](ts::Array x) {
+    ts::Array a = ts::tanh(x);
+    ts::Array b = a * a + 0.5f;
+    ts::Array c = ts::where(ts::greater(b, a), b, a) - ts::sqrt(ts::abs(a));
+    for (int i = 0; i < 16; ++i) c = c * 0.99f + a;
+    return std::make_tuple(c, a);
+  };
+  auto f = ts::jit(g);
+  for (const ts::Mesh& m : test_meshes()) {
+    auto x = ts::device_put(iota_data<double>(5000), {50, 100}, ts::NamedSharding(m, ts::P(m.axis_names()[0])));
+    auto [c1, a1] = f(x);
+    auto [c2, a2] = g(x);
+    expect_same(c1, c2, m.str());
+    expect_same(a1, a2, m.str());
+  }
+}
+
+TEST(Jit, ConflictingShardingsReshardAsEagerDoes) {
+  for (const ts::Mesh& m : test_meshes()) {
+    if (m.size() == 1) continue;
+    const auto ax = m.axis_names()[0];
+    auto a = ts::device_put(iota_data<float>(7 * 6), {7, 6}, ts::NamedSharding(m, ts::P(ax)));
+    auto b = ts::device_put(iota_data<float>(7 * 6, 3), {7, 6}, ts::NamedSharding(m, ts::P(ts::none, ax)));
+    auto f = ts::jit([](ts::Array p, ts::Array q) { return ts::sin(p) + q * 2.0f; });
+    expect_same(f(a, b), ts::sin(a) + b * 2.0f, m.str());
+    const std::string ir = f.lower(a, b).as_text();
+    EXPECT_NE(ir.find("= reshard %"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("per device) for add"), std::string::npos) << ir;
+  }
+}
+
+TEST(Jit, InAndOutShardings) {
+  ts::Mesh m = ts::make_mesh({2, 4}, {"x", "y"});
+  ts::NamedSharding rows(m, ts::P("x")), cols(m, ts::P(ts::none, "y")), rep(m, ts::P());
+  auto f = ts::jit([](ts::Array a, ts::Array b) { return std::make_tuple(a + b, ts::cos(a)); },
+                   {.in_shardings = {rows, rows}, .out_shardings = {cols, rep}});
+  auto a = ts::device_put(iota_data<float>(30), {5, 6}, rep);
+  auto b = ts::device_put(iota_data<float>(30, 2), {5, 6}, cols);
+  auto [s, c] = f(a, b);
+  EXPECT_EQ(s.sharding(), cols);
+  EXPECT_EQ(c.sharding(), rep);
+  auto hs = s.to_vector<float>(), hc = c.to_vector<float>(), ha = a.to_vector<float>(), hb = b.to_vector<float>();
+  for (size_t i = 0; i < ha.size(); ++i) {
+    EXPECT_EQ(hs[i], ha[i] + hb[i]);
+    EXPECT_EQ(hc[i], ts::cos(a).to_vector<float>()[i]);
+  }
+  auto bad = ts::jit([](ts::Array x) { return x + 1.0f; }, {.in_shardings = {rows, rows}});
+  expect_error<ts::ShardingError>([&] { bad(a); }, "[jit]", {"in_shardings has 2 entries for 1 array arguments"});
+  auto bad_out = ts::jit([](ts::Array x) { return x + 1.0f; }, {.out_shardings = {rows, rows}});
+  expect_error<ts::ShardingError>([&] { bad_out(a); }, "[jit]", {"out_shardings has 2 entries for 1 results"});
+}
+
+TEST(Jit, StaticArgumentsAreCacheKeys) {
+  ts::Mesh m = line(3);
+  auto x = ts::device_put(iota_data<float>(10), {10}, ts::NamedSharding(m, ts::P("x")));
+  auto f = ts::jit([](ts::Array a, double scale, int power) {
+    ts::Array r = a;
+    for (int i = 1; i < power; ++i) r = r * a;
+    return r * scale;
+  });
+  expect_same(f(x, 0.5, 2), x * x * 0.5, "0.5, 2");
+  expect_same(f(x, 0.5, 3), x * x * x * 0.5, "0.5, 3");
+  expect_same(f(x, 0.25, 2), x * x * 0.25, "0.25, 2");
+  f(x, 0.5, 2);
+  EXPECT_EQ(f.cache_size(), 3);
+  // Vectors of arrays are flattened.
+  auto total = ts::jit([](std::vector<ts::Array> xs) {
+    ts::Array s = xs[0];
+    for (size_t i = 1; i < xs.size(); ++i) s = s + xs[i];
+    return s;
+  });
+  expect_same(total(std::vector<ts::Array>{x, x, x}), x + x + x, "vector");
+}
+
+TEST(Jit, CapturedArraysBecomeConstants) {
+  ts::Mesh m = line(4);
+  auto w = ts::device_put(iota_data<float>(12), {12}, ts::NamedSharding(m, ts::P()));
+  auto f = ts::jit([&](ts::Array x) { return x * w + w; });
+  auto x = ts::device_put(iota_data<float>(12, 5), {12}, ts::NamedSharding(m, ts::P("x")));
+  expect_same(f(x), x * w + w, "constant");
+  EXPECT_NE(f.lower(x).as_text().find("= constant"), std::string::npos);
+}
+
+TEST(Jit, NestedJitAndJitInsideShardMap) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto inner = ts::jit([](ts::Array x) { return ts::exp(x) - 1.0f; });
+  auto outer = ts::jit([&](ts::Array x) { return inner(x) * 2.0f; });
+  auto x = ts::device_put(iota_data<float>(20), {20}, ts::NamedSharding(m, ts::P("x")));
+  expect_same(outer(x), (ts::exp(x) - 1.0f) * 2.0f, "nested");
+  EXPECT_EQ(inner.cache_size(), 0);  // traced inline into the outer program
+  auto body = ts::shard_map([&](ts::Array xl) { return inner(xl); }, m, {ts::P("x")}, ts::P("x"));
+  expect_same(body(x), ts::exp(x) - 1.0f, "jit in shard_map");
+}
+
+TEST(Jit, Errors) {
+  ts::Mesh m = line(2);
+  auto x = ts::device_put(iota_data<float>(6), {6}, ts::NamedSharding(m, ts::P("x")));
+  auto reads = ts::jit([](ts::Array a) {
+    (void)a.to_vector<float>();
+    return a;
+  });
+  expect_error<ts::Error>([&] { reads(x); }, "[to_vector]", {"cannot read f32[6@x]", "traced by jit"});
+  ts::Array leaked;
+  auto leak = ts::jit([&](ts::Array a) {
+    leaked = a + 1.0f;
+    return a;
+  });
+  leak(x);
+  expect_error<ts::Error>([&] { (void)(leaked * 2.0f); }, "[multiply]", {"f32[6@x]", "escaped its function"});
+  // Shape errors raised while tracing name the op.
+  auto bad = ts::jit([](ts::Array a, ts::Array b) { return a + b; });
+  auto y = ts::device_put(iota_data<float>(4), {4}, ts::NamedSharding(m, ts::P()));
+  expect_error<ts::ShapeError>([&] { bad(x, y); }, "[add]", {"(6,)", "(4,)"});
+  EXPECT_EQ(bad.cache_size(), 0);
+  // The function still works afterwards.
+  expect_same(bad(x, x), x + x, "after error");
+}
+
+// Random programs of elementwise ops on random meshes and layouts (uneven,
+// smaller than the mesh, two operands laid out differently): jit equals
+// eager bitwise, values and shardings.
+TEST(Jit, RandomProgramsMatchEagerBitwise) {
+  std::mt19937 rng(1234);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 60; ++trial) {
+    const ts::Mesh mesh = ts::testing::random_mesh(rng, 8);
+    const int rank = uni(0, 3);
+    ts::Shape shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(1, 9));
+    const ts::DType dt = uni(0, 1) ? ts::f32 : ts::f64;
+    std::vector<int> ops;
+    for (int k = uni(1, 12); k > 0; --k) ops.push_back(uni(0, 9));
+    auto prog = [&](ts::Array a, ts::Array b) {
+      std::vector<ts::Array> vals{a, b};
+      for (int op : ops) {
+        const ts::Array& p = vals[vals.size() - 1];
+        const ts::Array& q = vals[static_cast<size_t>(uni(0, static_cast<int>(vals.size()) - 1))];
+        switch (op) {
+          case 0: vals.push_back(p + q); break;
+          case 1: vals.push_back(p * q); break;
+          case 2: vals.push_back(ts::sin(p)); break;
+          case 3: vals.push_back(ts::tanh(p) * 0.5); break;
+          case 4: vals.push_back(ts::maximum(p, q)); break;
+          case 5: vals.push_back(ts::where(ts::less(p, q), p, 1.5)); break;
+          case 6: vals.push_back(ts::astype(ts::astype(p, ts::f32), dt)); break;
+          case 7: vals.push_back(1.0 - p); break;
+          case 8: vals.push_back(ts::exp(ts::negative(ts::abs(p)))); break;
+          default: vals.push_back(p / (ts::abs(q) + 1.0)); break;
+        }
+      }
+      return vals.back();
+    };
+    auto a = ts::astype(ts::device_put(iota_data<float>(ts::testing::numel(shape), trial), shape,
+                                       ts::NamedSharding(mesh, random_spec(rng, mesh, rank))),
+                        dt);
+    auto b = ts::astype(ts::device_put(iota_data<float>(ts::testing::numel(shape), trial + 1), shape,
+                                       ts::NamedSharding(mesh, random_spec(rng, mesh, rank))),
+                        dt);
+    const auto seed = rng();
+    rng.seed(seed);
+    ts::Array eager = prog(a, b);
+    rng.seed(seed);
+    auto f = ts::jit(prog);
+    ts::Array jitted = f(a, b);
+    std::string what = "trial ";
+    what += std::to_string(trial);
+    what += ' ';
+    what += ts::typeof(a);
+    what += ' ';
+    what += ts::typeof(b);
+    expect_same(jitted, eager, what);
+  }
+}
