@@ -1,62 +1,29 @@
-// The collectives interface. Ops reach other devices only through a
-// Communicator; each backend lives in its own directory (threads/ now; mpi/
-// and nccl/ later).
+// The communication backend of a mesh: whole-mesh redistribution and
+// reduction for the op front ends, and the factory of per-member Groups for
+// code that runs one task per device (shard_map bodies, executors). Each
+// backend lives in its own directory (threads/ now; mpi/ and nccl/ later).
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/group.hpp"
+#include "core/reduce_op.hpp"
 #include "runtime/runtime.hpp"
 #include "tessera/explain.hpp"
 
 namespace tessera::detail {
 
-/// One member's contribution to a collective inside a shard_map body.
-struct Deposit {
-  Buffer data;
-  Shape shape;
-  DType dtype = DType::f32;
-  /// Everything that must agree across members (op, axes, parameters, dtype
-  /// and the shape where it must match), e.g. "psum(f32[4])".
-  std::string signature;
-};
-
-/// The state of one shard_map call that its collectives share: where members
-/// meet, the timeout, and whether a member has failed.
+/// The state of one shard_map call (or one executor run) that its
+/// collectives share: where members meet, the timeout, and whether a member
+/// has failed.
 class Session {
  public:
   virtual ~Session() = default;
   /// Marks the session failed: every waiting and later collective raises
   /// CollectiveError naming `device_id` and `what`.
   virtual void abort(int device_id, const std::string& what) = 0;
-};
-
-/// The members of one collective and how they find each other.
-struct Group {
-  Session* session = nullptr;
-  std::string key;               // same for every member of the group
-  long seq = 0;                  // per member: how many collectives it ran on `key` before
-  std::string op;                // "psum", for messages
-  std::string axes;              // "'x'" or "('x', 'y')", for messages
-  std::vector<int> device_ids;   // device id of each member, in member order
-  int rank = 0;                  // this device's index among the members
-  int size() const { return static_cast<int>(device_ids.size()); }
-};
-
-/// The meeting of a group's members for one collective. Deposits stay alive
-/// (and immutable) while any member holds the Rendezvous.
-class Rendezvous {
- public:
-  virtual ~Rendezvous() = default;
-  /// Every member's deposit, in member order.
-  virtual const std::vector<Deposit>& deposits() const = 0;
-  /// A buffer shared by all members. Member 0 allocates it on its own device
-  /// (so repeated calls reuse that device's cached block); the others wait.
-  virtual Buffer shared(std::size_t nbytes, int rank, int device_id) = 0;
-  /// Returns once every member has called it.
-  virtual void barrier() = 0;
 };
 
 /// Raised in a member whose collective was cut short because another device
@@ -81,28 +48,37 @@ class Communicator {
   /// Reduction over mesh axes (all-reduce, or reduce-scatter when each
   /// device asks for part of the result). Position t's group is every
   /// position that shares its coordinates on the mesh axes not in `axes`.
-  /// partial[t] holds a row-major block covering `partial_boxes[t]` (equal
-  /// within a group); dst[t] receives the box `out_boxes[t]` (inside the
-  /// partial box) of the group's partials combined elementwise by
-  /// combine(acc, in, count), always in group order (mesh position), so every
-  /// run and every member gets bitwise the same result.
-  /// A session for one shard_map call over `mesh`; collectives wait at most
-  /// `timeout_s` seconds for their group.
-  virtual std::shared_ptr<Session> open_session(const Mesh& mesh, double timeout_s) = 0;
-  /// Deposits `mine` and blocks until every member of `g` has deposited.
-  /// Raises CollectiveError when the members' signatures differ, when the
-  /// group is incomplete after the timeout (naming who arrived), or when the
-  /// session was aborted (PeerFailed).
-  virtual std::shared_ptr<Rendezvous> meet(const Group& g, Deposit mine) = 0;
-
-  virtual void reduce(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,
-                      const std::function<void(void*, const void*, std::int64_t)>& combine,
+  /// partial[t] holds a row-major block of `dtype` covering
+  /// `partial_boxes[t]` (equal within a group); dst[t] receives the box
+  /// `out_boxes[t]` (inside the partial box) of the group's partials combined
+  /// elementwise by `op`, always in group order (mesh position), so every run
+  /// and every member gets bitwise the same result.
+  virtual void reduce(const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp op, DType dtype,
                       const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
                       const std::vector<std::vector<Slice>>& out_boxes, std::vector<Buffer>& dst) = 0;
+
+  /// A session for one shard_map call (or executor run) over `mesh`;
+  /// collectives wait at most `timeout_s` seconds for their group.
+  virtual std::shared_ptr<Session> open_session(const Mesh& mesh, double timeout_s) = 0;
+  /// Mesh position `pos`'s view of its group over mesh `axes` in `session`:
+  /// the positions that share its coordinates on the other axes, ranked by
+  /// their index on `axes` (the first named axis major). With every axis in
+  /// mesh order the group is the whole mesh and ranks are positions. `axes`
+  /// must be distinct names of mesh axes; `op` names the collective in
+  /// messages ("psum"). The group may be used for any number of collectives.
+  virtual std::unique_ptr<Group> group(Session& session, const Mesh& mesh, const std::vector<std::string>& axes,
+                                       int pos, const std::string& op) = 0;
 };
 
 /// Positions of the group of `pos` for a reduction over `axes`, in mesh order.
 std::vector<int> group_of(const Mesh& mesh, const std::vector<std::string>& axes, int pos);
+
+/// Positions of the group of `pos` over `axes`, ranked as Communicator::group
+/// ranks them (by index on `axes`, the first named axis major).
+std::vector<int> members_of(const Mesh& mesh, const std::vector<std::string>& axes, int pos);
+
+/// Mesh axes as messages name them: "'x'" or "('x', 'y')".
+std::string axes_text(const std::vector<std::string>& axes);
 
 /// The communicator for a mesh's devices (threads backend for CPU devices).
 Communicator& communicator_for(const Mesh& mesh);

@@ -222,11 +222,12 @@ void record_none(const Mesh& mesh, const char* op) {
   record_comm(CommRecord{op, "none", 0, std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)});
 }
 
-std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,
-                                const std::function<void(void*, const void*, std::int64_t)>& combine,
-                                const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
+std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp reduction, DType dtype,
+                                const std::vector<Buffer>& partial,
+                                const std::vector<std::vector<Slice>>& partial_boxes,
                                 const std::vector<std::vector<Slice>>& out_boxes, const char* op) {
   const int n = mesh.size();
+  const std::size_t isz = itemsize(dtype);
   CommRecord rec;
   rec.op = op;
   rec.kind = "all-reduce";
@@ -234,7 +235,7 @@ std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>
   rec.bytes_local.assign(n, 0);
   bool scatter = false;
   for (int t = 0; t < n; ++t) {
-    const auto obytes = num_elements(box_shape(out_boxes[t])) * static_cast<std::int64_t>(itemsize);
+    const auto obytes = num_elements(box_shape(out_boxes[t])) * static_cast<std::int64_t>(isz);
     const auto group = group_of(mesh, axes, t);
     rec.bytes_received[t] = obytes * static_cast<std::int64_t>(group.size() - 1);
     rec.bytes_local[t] = obytes;
@@ -247,7 +248,7 @@ std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>
   for (const auto& a : axes) trivial = trivial && mesh.axis_size(a) == 1;
   if (trivial) rec.kind = "none";
   record_comm(rec);
-  communicator_for(mesh).reduce(mesh, axes, itemsize, combine, partial, partial_boxes, out_boxes, out);
+  communicator_for(mesh).reduce(mesh, axes, reduction, dtype, partial, partial_boxes, out_boxes, out);
   return out;
 }
 

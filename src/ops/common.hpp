@@ -10,6 +10,7 @@
 #include "core/array_impl.hpp"
 #include "core/checked.hpp"
 #include "core/dispatch.hpp"
+#include "core/reduce_op.hpp"
 #include "tessera/explain.hpp"
 #include "tessera/ops.hpp"
 
@@ -107,11 +108,11 @@ std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<S
 /// Records that `op` ran on `mesh` without moving anything (for explain).
 void record_none(const Mesh& mesh, const char* op);
 
-/// Combines per-position partials over mesh `axes` (see
-/// Communicator::reduce); records the traffic under `op`.
-std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,
-                                const std::function<void(void*, const void*, std::int64_t)>& combine,
-                                const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
+/// Combines per-position partials of dtype `dtype` by `reduction` over mesh
+/// `axes` (see Communicator::reduce); records the traffic under `op`.
+std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp reduction, DType dtype,
+                                const std::vector<Buffer>& partial,
+                                const std::vector<std::vector<Slice>>& partial_boxes,
                                 const std::vector<std::vector<Slice>>& out_boxes, const char* op);
 
 /// Shortest text that reads back as `v` ("0.1", "1e+300", "inf").

@@ -237,14 +237,8 @@ Array scatter_rows(const char* op, const Array* base, const Array& ids, const Ar
     partial[t] = std::move(b);
   });
 
-  const auto combine = [dtype](void* acc, const void* in, std::int64_t count) {
-    detail::dispatch(dtype, [&](auto tag) {
-      using T = decltype(tag);
-      add_kernel(static_cast<const T*>(acc), static_cast<const T*>(in), static_cast<T*>(acc), count);
-    });
-  };
   std::vector<Buffer> reduced =
-      detail::reduce_over(mesh, row_axes, isz, combine, partial, partial_boxes, out_boxes, op);
+      detail::reduce_over(mesh, row_axes, detail::ReduceOp::Sum, dtype, partial, partial_boxes, out_boxes, op);
   if (!base) return detail::wrap(out_shape, dtype, out_s, std::move(reduced));
 
   const Array xb = detail::reshard_for(*base, out_s, op);

@@ -379,8 +379,7 @@ Array contract(const Array& a, const Array& b, const Contraction& c, const OutOp
         scatter = scatter && pboxes[t][d].start <= oboxes[t][d].start && oboxes[t][d].stop <= pboxes[t][d].stop;
     }
     if (!scatter) oboxes = pboxes;
-    auto combine = [dtype](void* acc, const void* in, std::int64_t n) { detail::cpu::accumulate(dtype, acc, in, n); };
-    auto bufs = detail::reduce_over(mesh, reduce_axes, isz, combine, partial, pboxes, oboxes, op);
+    auto bufs = detail::reduce_over(mesh, reduce_axes, detail::ReduceOp::Sum, dtype, partial, pboxes, oboxes, op);
     result = detail::wrap(out_shape, dtype, scatter ? *out : natural, std::move(bufs));
   } else {
     result = detail::wrap(out_shape, dtype, natural, std::move(partial));

@@ -14,29 +14,29 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/wrapping.hpp"
+#include "core/reduce_op.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
 
 using detail::Buffer;
+using detail::combine1;
 using detail::msg;
+using detail::ReduceOp;
 
 namespace {
 
-enum class Red { Sum, Prod, Max, Min, Any, All };
-
 template <class T>
-T identity(Red r) {
+T identity(ReduceOp r) {
   switch (r) {
-    case Red::Sum: return T(0);
-    case Red::Prod: return T(1);
-    case Red::Max:
+    case ReduceOp::Sum: return T(0);
+    case ReduceOp::Prod: return T(1);
+    case ReduceOp::Max:
       return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
-    case Red::Min:
+    case ReduceOp::Min:
       return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
-    case Red::Any: return T(0);
-    case Red::All: return T(1);
+    case ReduceOp::Any: return T(0);
+    case ReduceOp::All: return T(1);
   }
   return T(0);
 }
@@ -51,53 +51,16 @@ using Acc = std::conditional_t<std::is_same_v<T, float>, double,
 // Which kinds run in which dtype: sums and products in the promoted dtype
 // (i32, u32, i64, u64, floats; never bool or 8-bit), any/all in bool,
 // max/min in every dtype. Only these are instantiated.
-template <Red r, class T>
-constexpr bool kRuns = (r == Red::Max || r == Red::Min) ? true
-                       : (r == Red::Any || r == Red::All) ? std::is_same_v<T, bool>
-                                                          : !std::is_same_v<T, bool> && sizeof(T) >= 4;
-
-template <Red r, class A>
-inline A combine1(A acc, A v) {
-  if constexpr (r == Red::Sum) {
-    // Integers wrap like XLA's (signed overflow is undefined in C++).
-    return detail::wrapping_add(acc, v);
-  } else if constexpr (r == Red::Prod) {
-    return detail::wrapping_mul(acc, v);
-  } else if constexpr (r == Red::Max) {
-    if constexpr (std::is_floating_point_v<A>)
-      if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
-    return v > acc ? v : acc;
-  } else if constexpr (r == Red::Min) {
-    if constexpr (std::is_floating_point_v<A>)
-      if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
-    return v < acc ? v : acc;
-  } else if constexpr (r == Red::Any) {
-    return static_cast<A>(acc != A(0) || v != A(0));
-  } else {
-    return static_cast<A>(acc != A(0) && v != A(0));
-  }
-}
-
-// The kind as a template argument, so the inner loops carry no switch and
-// vectorise.
-template <class F>
-decltype(auto) with_red(Red r, F&& f) {
-  switch (r) {
-    case Red::Sum: return f(std::integral_constant<Red, Red::Sum>{});
-    case Red::Prod: return f(std::integral_constant<Red, Red::Prod>{});
-    case Red::Max: return f(std::integral_constant<Red, Red::Max>{});
-    case Red::Min: return f(std::integral_constant<Red, Red::Min>{});
-    case Red::Any: return f(std::integral_constant<Red, Red::Any>{});
-    case Red::All: return f(std::integral_constant<Red, Red::All>{});
-  }
-  return f(std::integral_constant<Red, Red::Sum>{});
-}
+template <ReduceOp r, class T>
+constexpr bool kRuns = (r == ReduceOp::Max || r == ReduceOp::Min) ? true
+                       : (r == ReduceOp::Any || r == ReduceOp::All) ? std::is_same_v<T, bool>
+                                                                    : !std::is_same_v<T, bool> && sizeof(T) >= 4;
 
 // Reduces a row-major block of shape `shape` over dims with reduced[d] into
 // `out` (keepdims layout). Walks the input in order with an odometer over all
 // dims but the last; the last dim is either summed into one value or
 // accumulated elementwise into an output row.
-template <Red r, class T>
+template <ReduceOp r, class T>
 void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out) {
   using A = Acc<T>;
   const int rank = static_cast<int>(shape.size());
@@ -125,7 +88,7 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
       if (reduced[rank - 1]) {
         A v = acc[o];
         std::int64_t j = 0;
-        if constexpr (r == Red::Sum) {
+        if constexpr (r == ReduceOp::Sum) {
           // Eight independent partial sums (combined in a fixed order, so
           // still deterministic) let the compiler vectorise a contiguous sum.
           A lane[8] = {};
@@ -152,10 +115,10 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
   for (std::int64_t i = 0; i < nout; ++i) out[i] = static_cast<T>(acc[i]);
 }
 
-DType result_dtype(Red r, DType in) {
+DType result_dtype(ReduceOp r, DType in) {
   switch (r) {
-    case Red::Sum: case Red::Prod: return detail::sum_dtype(in);
-    case Red::Any: case Red::All: return DType::bool_;
+    case ReduceOp::Sum: case ReduceOp::Prod: return detail::sum_dtype(in);
+    case ReduceOp::Any: case ReduceOp::All: return DType::bool_;
     default: return in;
   }
 }
@@ -186,12 +149,12 @@ PartitionSpec keepdims_spec(const PartitionSpec& spec, int rank, const std::vect
   return detail::make_spec(dims);
 }
 
-Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const ReduceOptions& opt) {
+Array reduce(ReduceOp r, const char* op, const Array& x0, const Axes& axes_in, const ReduceOptions& opt) {
   detail::check_valid(x0, op);
   const int rank = x0.ndim();
   const std::vector<int> axes = detail::normalize_axes(axes_in, rank, op);
   const DType t = result_dtype(r, x0.dtype());
-  const Array x = detail::cast(x0, (r == Red::Any || r == Red::All) ? DType::bool_ : t);
+  const Array x = detail::cast(x0, (r == ReduceOp::Any || r == ReduceOp::All) ? DType::bool_ : t);
   const Mesh& mesh = x.sharding().mesh();
 
   std::vector<bool> reduced(rank, false);
@@ -229,7 +192,7 @@ Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const 
     Buffer b(mesh.devices()[pos].id(), static_cast<size_t>(detail::num_elements(lk)) * itemsize(t));
     detail::dispatch(t, [&](auto tag) {
       using T = decltype(tag);
-      with_red(r, [&](auto kind) {
+      detail::with_op(r, [&](auto kind) {
         if constexpr (kRuns<decltype(kind)::value, T>)
           local_reduce<decltype(kind)::value, T>(static_cast<const T*>(detail::local_data(x, pos)), local, reduced,
                                                  static_cast<T*>(b.data()));
@@ -245,18 +208,7 @@ Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const 
     direct = direct && inter == obox[pos];
   }
   if (!direct) obox = pbox;
-  auto combine = [&](void* acc, const void* in, std::int64_t cnt) {
-    detail::dispatch(t, [&](auto tag) {
-      using T = decltype(tag);
-      T* a = static_cast<T*>(acc);
-      const T* b = static_cast<const T*>(in);
-      with_red(r, [&](auto kind) {
-        if constexpr (kRuns<decltype(kind)::value, T>)
-          for (std::int64_t i = 0; i < cnt; ++i) a[i] = combine1<decltype(kind)::value, T>(a[i], b[i]);
-      });
-    });
-  };
-  std::vector<Buffer> out = detail::reduce_over(mesh, mesh_axes, itemsize(t), combine, partial, pbox, obox, op);
+  std::vector<Buffer> out = detail::reduce_over(mesh, mesh_axes, r, t, partial, pbox, obox, op);
   Array k = detail::wrap(kshape, t, direct && want ? *want : natural, std::move(out));
   if (want && !(k.sharding() == *want)) k = detail::reshard_for(k, *want, op);
   return opt.keepdims ? k : drop_dims(k, axes);
@@ -264,26 +216,32 @@ Array reduce(Red r, const char* op, const Array& x0, const Axes& axes_in, const 
 
 }  // namespace
 
-Array sum(const Array& x, const Axes& axes, const ReduceOptions& opt) { return reduce(Red::Sum, "sum", x, axes, opt); }
+Array sum(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+  return reduce(ReduceOp::Sum, "sum", x, axes, opt);
+}
 Array prod(const Array& x, const Axes& axes, const ReduceOptions& opt) {
-  return reduce(Red::Prod, "prod", x, axes, opt);
+  return reduce(ReduceOp::Prod, "prod", x, axes, opt);
 }
 Array max(const Array& x, const Axes& axes, const ReduceOptions& opt) {
   detail::check_valid(x, "max");
   for (int a : detail::normalize_axes(axes, x.ndim(), "max"))
     if (x.shape()[a] == 0)
       throw ShapeError(msg("max", "cannot reduce over axis " + std::to_string(a) + " of size 0 (no identity)"));
-  return reduce(Red::Max, "max", x, axes, opt);
+  return reduce(ReduceOp::Max, "max", x, axes, opt);
 }
 Array min(const Array& x, const Axes& axes, const ReduceOptions& opt) {
   detail::check_valid(x, "min");
   for (int a : detail::normalize_axes(axes, x.ndim(), "min"))
     if (x.shape()[a] == 0)
       throw ShapeError(msg("min", "cannot reduce over axis " + std::to_string(a) + " of size 0 (no identity)"));
-  return reduce(Red::Min, "min", x, axes, opt);
+  return reduce(ReduceOp::Min, "min", x, axes, opt);
 }
-Array any(const Array& x, const Axes& axes, const ReduceOptions& opt) { return reduce(Red::Any, "any", x, axes, opt); }
-Array all(const Array& x, const Axes& axes, const ReduceOptions& opt) { return reduce(Red::All, "all", x, axes, opt); }
+Array any(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+  return reduce(ReduceOp::Any, "any", x, axes, opt);
+}
+Array all(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+  return reduce(ReduceOp::All, "all", x, axes, opt);
+}
 
 Array mean(const Array& x, const Axes& axes, const ReduceOptions& opt) {
   detail::check_valid(x, "mean");
@@ -291,7 +249,7 @@ Array mean(const Array& x, const Axes& axes, const ReduceOptions& opt) {
   std::int64_t count = 1;
   for (int a : ax) count *= x.shape()[a];
   const DType t = detail::is_float(x.dtype()) ? x.dtype() : DType::f32;
-  Array s = reduce(Red::Sum, "mean", detail::cast(x, t), axes, opt);
+  Array s = reduce(ReduceOp::Sum, "mean", detail::cast(x, t), axes, opt);
   return divide(s, static_cast<double>(count));  // 0/0 gives NaN, like jnp.mean of nothing
 }
 
@@ -315,6 +273,14 @@ bool better(bool is_max, T v, std::int64_t i, T bv, std::int64_t bi) {
   }
   if (v == bv) return i < bi;
   return is_max ? v > bv : v < bv;
+}
+
+// True when a and b are in the same class for `better`: equal, or both NaN.
+template <class T>
+bool same_value(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>)
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b;
 }
 
 Array arg_reduce(bool is_max, const char* op, const Array& x, int axis_in, const ReduceOptions& opt) {
@@ -360,20 +326,42 @@ Array arg_reduce(bool is_max, const char* op, const Array& x, int axis_in, const
       partial[pos] = std::move(b);
     });
     for (int pos = 0; pos < n; ++pos) pbox[pos] = natural.shard_index(kshape, pos);
-    auto combine = [&](void* acc, const void* in, std::int64_t cnt) {
-      VI* a = static_cast<VI*>(acc);
-      const VI* b = static_cast<const VI*>(in);
+    // Across devices the best pair is found by two reductions: the best value
+    // (Max or Min, NaN winning), then the lowest index among the devices whose
+    // best value equals it. That is the order `better` defines (NaN first,
+    // then the value, ties to the lower index), and each device's pair is
+    // already the first best of its block. A device with nothing on the axis
+    // offers the worst value and no index.
+    const DType dt = x.dtype();
+    const ReduceOp best_op = is_max ? ReduceOp::Max : ReduceOp::Min;
+    std::vector<Buffer> vals(n), cands(n);
+    detail::for_each_device(mesh, [&](int pos) {
+      const std::int64_t cnt = detail::num_elements(detail::box_shape(pbox[pos]));
+      Buffer b(mesh.devices()[pos].id(), static_cast<size_t>(cnt) * sizeof(T));
+      const VI* s = static_cast<const VI*>(partial[pos].data());
+      T* v = static_cast<T*>(b.data());
+      for (std::int64_t k = 0; k < cnt; ++k) v[k] = s[k].i >= 0 ? s[k].v : identity<T>(best_op);
+      vals[pos] = std::move(b);
+    });
+    auto best = detail::reduce_over(mesh, mesh_axes, best_op, dt, vals, pbox, pbox, op);
+    detail::for_each_device(mesh, [&](int pos) {
+      const std::int64_t cnt = detail::num_elements(detail::box_shape(pbox[pos]));
+      Buffer b(mesh.devices()[pos].id(), static_cast<size_t>(cnt) * sizeof(std::int64_t));
+      const VI* s = static_cast<const VI*>(partial[pos].data());
+      const T* bv = static_cast<const T*>(best[pos].data());
+      auto* c = static_cast<std::int64_t*>(b.data());
       for (std::int64_t k = 0; k < cnt; ++k)
-        if (b[k].i >= 0 && (a[k].i < 0 || better(is_max, b[k].v, b[k].i, a[k].v, a[k].i))) a[k] = b[k];
-    };
-    auto reduced = detail::reduce_over(mesh, mesh_axes, sizeof(VI), combine, partial, pbox, pbox, op);
+        c[k] = s[k].i >= 0 && same_value(s[k].v, bv[k]) ? s[k].i : std::numeric_limits<std::int64_t>::max();
+      cands[pos] = std::move(b);
+    });
+    auto reduced = detail::reduce_over(mesh, mesh_axes, ReduceOp::Min, DType::i64, cands, pbox, pbox, op);
     // Keep the indices (i32, as jnp.argmax returns).
     detail::for_each_device(mesh, [&](int pos) {
       const std::int64_t cnt = detail::num_elements(detail::box_shape(pbox[pos]));
       Buffer b(mesh.devices()[pos].id(), static_cast<size_t>(cnt) * sizeof(std::int32_t));
-      const VI* s = static_cast<const VI*>(reduced[pos].data());
+      const auto* s = static_cast<const std::int64_t*>(reduced[pos].data());
       auto* d = static_cast<std::int32_t*>(b.data());
-      for (std::int64_t k = 0; k < cnt; ++k) d[k] = static_cast<std::int32_t>(s[k].i);
+      for (std::int64_t k = 0; k < cnt; ++k) d[k] = static_cast<std::int32_t>(s[k]);
       idx[pos] = std::move(b);
     });
   });

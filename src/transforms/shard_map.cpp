@@ -4,31 +4,33 @@
 //
 // A call reshards the inputs to in_specs, opens a communicator session, and
 // runs the body on every device's worker at once (one task per worker).
-// Calls run one at a time (a process-wide lock): bodies of two calls queued
-// in different orders on two workers would otherwise wait on each other. Each body sees single-device
+// Collectives reach the other devices through the communicator's per-member
+// Group, built for each call from the named axes. Calls run one at a time (a
+// process-wide lock): bodies of two calls queued in different orders on two
+// workers would otherwise wait on each other. Each body sees single-device
 // arrays; ops inside run inline on the worker. A thread-local context gives
-// collectives their device, mesh and per-group sequence numbers. If a body
-// throws, the session is aborted, which wakes every member waiting in a
-// collective (PeerFailed); the caller then gets the first error that was not
-// such an echo. Outputs are checked against out_specs and assembled without
-// copying: the global array's buffers are the local ones.
+// collectives their device, mesh and session. If a body throws, the session
+// is aborted, which wakes every member waiting in a collective (PeerFailed);
+// the caller then gets the first error that was not such an echo. Outputs
+// are checked against out_specs and assembled without copying: the global
+// array's buffers are the local ones.
 //
 // Varying axes (check_vma). Inputs vary over the axes their spec names. An op
 // reads its operands through Array::impl(), which adds their axes to the
 // context's pending set; the next value made (Array's constructor) takes the
 // pending set and clears it. Collectives then set their result's axes
 // explicitly.
+#include "transforms/shard_map.hpp"
+
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
 
-#include "comm/collectives.hpp"
+#include "comm/communicator.hpp"
 #include "ops/common.hpp"
 #include "sharding/check.hpp"
-#include "tessera/shard_map.hpp"
 
 namespace tessera {
 
@@ -41,7 +43,6 @@ struct ManualContext {
   int pos = 0;                // this device's position in it
   Mesh local_mesh;            // the single-device mesh of local values
   Session* session = nullptr;
-  std::map<std::string, long> seq;  // per group key
   std::vector<std::string> pending;  // axes read since the last value was made
   std::vector<std::pair<std::string, std::int64_t>> log;  // (collective, bytes received), for explain
   std::unordered_map<const ArrayImpl*, std::shared_ptr<const ArrayImpl>> localized;
@@ -78,15 +79,8 @@ ManualContext& context(const char* op) {
   return *t_ctx;
 }
 
-std::string axes_str(const std::vector<std::string>& axes) {
-  if (axes.size() == 1) return "'" + axes[0] + "'";
-  std::string s = "(";
-  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + axes[i] + "'";
-  return s + ")";
-}
-
-// The group of the current device for a collective over `axes`.
-Group group_for(ManualContext& c, const std::vector<std::string>& axes, const char* op) {
+// This device's view of its group for a collective over `axes`.
+std::unique_ptr<Group> group_for(ManualContext& c, const std::vector<std::string>& axes, const char* op) {
   const Mesh& m = c.mesh;
   if (axes.empty()) throw CollectiveError(std::string("[") + op + "] expected at least one axis name");
   std::vector<bool> named(m.ndim(), false);
@@ -96,36 +90,7 @@ Group group_for(ManualContext& c, const std::vector<std::string>& axes, const ch
     if (named[i]) throw ShardingError(std::string("[") + op + "] axis '" + a + "' is named twice");
     named[i] = true;
   }
-  const std::vector<int> me = m.coords(c.pos);
-  Group g;
-  g.session = c.session;
-  g.op = op;
-  g.axes = axes_str(axes);
-  g.key = g.axes + "|";
-  for (int i = 0; i < m.ndim(); ++i)
-    if (!named[i]) g.key += std::to_string(me[i]) + ",";
-  // Members: every device with my coordinates off the named axes, ordered by
-  // the mixed-radix index of their coordinates on the named axes.
-  std::vector<std::pair<int, int>> members;  // (index, position)
-  for (int q = 0; q < m.size(); ++q) {
-    const std::vector<int> cq = m.coords(q);
-    bool same = true;
-    for (int i = 0; i < m.ndim() && same; ++i) same = named[i] || cq[i] == me[i];
-    if (!same) continue;
-    int idx = 0;
-    for (const auto& a : axes) {
-      const int i = m.axis_index(a);
-      idx = idx * m.shape()[i] + cq[i];
-    }
-    members.emplace_back(idx, q);
-  }
-  std::sort(members.begin(), members.end());
-  for (const auto& [idx, q] : members) {
-    if (q == c.pos) g.rank = idx;
-    g.device_ids.push_back(m.devices()[q].id());
-  }
-  g.seq = c.seq[g.key]++;
-  return g;
+  return communicator_for(m).group(*c.session, m, axes, c.pos, op);
 }
 
 Local local_of(const Array& x) {
@@ -136,7 +101,7 @@ Local local_of(const Array& x) {
 // Records a collective for ts::explain: bytes this device received from the
 // others by the usual algorithmic count (all-reduce 2(n-1)/n of the data,
 // gathers and scatters (n-1)/n, a permute all of it when it receives).
-void log_comm(ManualContext& c, const Group& g, std::int64_t bytes) { c.log.emplace_back(g.op, bytes); }
+void log_comm(ManualContext& c, const char* op, std::int64_t bytes) { c.log.emplace_back(op, bytes); }
 
 std::int64_t nbytes(const Local& l) { return num_elements(l.shape) * static_cast<std::int64_t>(itemsize(l.dtype)); }
 
@@ -220,7 +185,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
   std::vector<char> echo(n, 0);  // the error only reports another device's failure (char: written concurrently)
   auto task = [&](int pos) {
     const Device dev = mesh.devices()[pos];
-    ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), session.get(), {}, {}, {}, {}};
+    ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), session.get(), {}, {}, {}};
     try {
       // The local blocks, made before the context is set (they read the
       // global inputs); each varies over the axes its spec names.
@@ -368,25 +333,29 @@ using detail::local_of;
 using detail::make_local;
 using detail::msg;
 
-namespace {
+namespace detail {
 
-Array reduce_collective(const Array& x0, const AxisNames& axes, detail::ReduceOp op, const char* name) {
+Array preduce(const Array& x0, const AxisNames& axes, ReduceOp op, const char* name) {
   auto& c = context(name);
-  detail::check_local(x0, name);
-  Array x = x0.dtype() == DType::bool_ && op == detail::ReduceOp::Sum ? astype(x0, DType::i32) : x0;
+  check_local(x0, name);
+  // As JAX's psum, booleans are summed as i32 (a product likewise); any and
+  // all read every value as nonzero or zero.
+  Array x = x0;
+  if ((op == ReduceOp::Sum || op == ReduceOp::Prod) && x0.dtype() == DType::bool_) x = astype(x0, DType::i32);
+  if ((op == ReduceOp::Any || op == ReduceOp::All) && x0.dtype() != DType::bool_) x = astype(x0, DType::bool_);
   const auto vma = x.peek().vma;
   auto g = group_for(c, axes.names(), name);
   auto in = local_of(x);
-  auto out = detail::all_reduce(detail::communicator_for(c.mesh), g, in, op);
-  detail::log_comm(c, g, 2 * (g.size() - 1) * detail::nbytes(in) / g.size());
-  return make_local(c, out, detail::without(vma, axes.names()));
+  auto out = g->all_reduce(in, op);
+  log_comm(c, name, 2 * (g->size() - 1) * nbytes(in) / g->size());
+  return make_local(c, out, without(vma, axes.names()));
 }
 
-}  // namespace
+}  // namespace detail
 
-Array psum(const Array& x, const AxisNames& axes) { return reduce_collective(x, axes, detail::ReduceOp::Sum, "psum"); }
-Array pmax(const Array& x, const AxisNames& axes) { return reduce_collective(x, axes, detail::ReduceOp::Max, "pmax"); }
-Array pmin(const Array& x, const AxisNames& axes) { return reduce_collective(x, axes, detail::ReduceOp::Min, "pmin"); }
+Array psum(const Array& x, const AxisNames& axes) { return detail::preduce(x, axes, detail::ReduceOp::Sum, "psum"); }
+Array pmax(const Array& x, const AxisNames& axes) { return detail::preduce(x, axes, detail::ReduceOp::Max, "pmax"); }
+Array pmin(const Array& x, const AxisNames& axes) { return detail::preduce(x, axes, detail::ReduceOp::Min, "pmin"); }
 
 Array pmean(const Array& x, const AxisNames& axes) {
   auto& c = context("pmean");
@@ -397,7 +366,7 @@ Array pmean(const Array& x, const AxisNames& axes) {
     size *= c.mesh.axis_size(a);
   }
   const Array xf = detail::is_float(x.dtype()) ? x : astype(x, DType::f32);
-  Array s = reduce_collective(xf, axes, detail::ReduceOp::Sum, "pmean");
+  Array s = detail::preduce(xf, axes, detail::ReduceOp::Sum, "pmean");
   auto vma = s.peek().vma;
   Array out = divide(s, static_cast<double>(size));
   out.peek().vma = vma;
@@ -413,8 +382,8 @@ Array all_gather(const Array& x, const AxisNames& axes, int axis, bool tiled) {
   const int a = detail::normalize_axis(axis, tiled ? rank : rank + 1, name);
   const auto vma = x.peek().vma;
   auto g = group_for(c, axes.names(), name);
-  auto out = detail::all_gather(detail::communicator_for(c.mesh), g, local_of(x), a, tiled);
-  detail::log_comm(c, g, (g.size() - 1) * detail::nbytes(out) / g.size());
+  auto out = g->all_gather(local_of(x), a, tiled);
+  detail::log_comm(c, name, (g->size() - 1) * detail::nbytes(out) / g->size());
   return make_local(c, out, detail::without(vma, axes.names()));
 }
 
@@ -425,14 +394,14 @@ Array psum_scatter(const Array& x, const AxisNames& axes, int scatter_dimension,
   const int d = detail::normalize_axis(scatter_dimension, x.ndim(), name);
   auto vma = x.peek().vma;
   auto g = group_for(c, axes.names(), name);
-  if (!tiled && x.shape()[d] != g.size())
+  if (!tiled && x.shape()[d] != g->size())
     throw ShapeError(msg("psum_scatter", "without tiled, dim " + std::to_string(d) + " must equal the number of "
-                                         "devices on " + g.axes + " (" + std::to_string(g.size()) + "), got shape " +
-                                         shape_str(x.shape())));
+                                         "devices on " + detail::axes_text(axes.names()) + " (" +
+                                         std::to_string(g->size()) + "), got shape " + shape_str(x.shape())));
   Array xi = x.dtype() == DType::bool_ ? astype(x, DType::i32) : x;
   auto in = local_of(xi);
-  auto out = detail::reduce_scatter(detail::communicator_for(c.mesh), g, in, d, tiled);
-  detail::log_comm(c, g, (g.size() - 1) * detail::nbytes(in) / g.size());
+  auto out = g->reduce_scatter(in, d, tiled, detail::ReduceOp::Sum);
+  detail::log_comm(c, name, (g->size() - 1) * detail::nbytes(in) / g->size());
   return make_local(c, out, detail::merged(vma, axes.names()));
 }
 
@@ -442,20 +411,22 @@ Array ppermute(const Array& x, const AxisNames& axes, const std::vector<std::pai
   detail::check_local(x, name);
   const auto vma = x.peek().vma;
   auto g = group_for(c, axes.names(), name);
-  std::vector<bool> src_seen(g.size(), false), dst_seen(g.size(), false);
+  const int size = g->size();
+  std::vector<bool> src_seen(size, false), dst_seen(size, false);
   for (const auto& [s, d] : perm) {
-    if (s < 0 || s >= g.size() || d < 0 || d >= g.size())
+    if (s < 0 || s >= size || d < 0 || d >= size)
       throw ShardingError(msg(name, "pair (" + std::to_string(s) + ", " + std::to_string(d) +
-                                        ") is out of range for " + std::to_string(g.size()) + " devices on " + g.axes));
+                                        ") is out of range for " + std::to_string(size) + " devices on " +
+                                        detail::axes_text(axes.names())));
     if (src_seen[s] || dst_seen[d])
       throw ShardingError(msg(name, "each device may send once and receive once; (" + std::to_string(s) + ", " +
                                         std::to_string(d) + ") repeats a source or destination"));
     src_seen[s] = dst_seen[d] = true;
   }
-  auto out = detail::permute(detail::communicator_for(c.mesh), g, local_of(x), perm);
+  auto out = g->permute(local_of(x), perm);
   bool receives = false;
-  for (const auto& [src, dst] : perm) receives = receives || (dst == g.rank && src != g.rank);
-  detail::log_comm(c, g, receives ? detail::nbytes(out) : 0);
+  for (const auto& [src, dst] : perm) receives = receives || (dst == g->rank() && src != g->rank());
+  detail::log_comm(c, name, receives ? detail::nbytes(out) : 0);
   // Varies over the permuted axes even when the input did not: devices that
   // receive nothing hold zeros.
   return make_local(c, out, detail::merged(vma, axes.names()));
@@ -474,10 +445,10 @@ Array all_to_all(const Array& x, const AxisNames& axes, int split_axis, int conc
   if (!tiled) {
     // As JAX: split_axis must equal the group size; a new axis of that size
     // appears at concat_axis and split_axis goes away.
-    if (x.shape()[split] != g.size())
+    if (x.shape()[split] != g->size())
       throw ShapeError(msg(name, "without tiled, split_axis " + std::to_string(split) + " must equal the number of "
-                                 "devices on " + g.axes + " (" + std::to_string(g.size()) + "), got shape " +
-                                 shape_str(x.shape())));
+                                 "devices on " + detail::axes_text(axes.names()) + " (" + std::to_string(g->size()) +
+                                 "), got shape " + shape_str(x.shape())));
     if (split < concat) {
       ++concat;
       in = expand_dims(x, concat);
@@ -486,8 +457,8 @@ Array all_to_all(const Array& x, const AxisNames& axes, int split_axis, int conc
       ++split;
     }
   }
-  auto out = detail::all_to_all(detail::communicator_for(c.mesh), g, local_of(in), split, concat);
-  detail::log_comm(c, g, (g.size() - 1) * detail::nbytes(out) / g.size());
+  auto out = g->all_to_all(local_of(in), split, concat);
+  detail::log_comm(c, name, (g->size() - 1) * detail::nbytes(out) / g->size());
   Array r = make_local(c, out, detail::merged(vma, axes.names()));
   if (!tiled && split != concat) {
     r = squeeze(r, {split});

@@ -2,8 +2,10 @@
 // psum_scatter, ppermute, all_to_all, axis_index, axis_size), each against a
 // plain host reference: JAX's documented examples with their numbers, every
 // collective on 1-d and 2-d meshes over every axis subset and dtype, uneven
-// local shapes, bitwise determinism, and the no-hang guarantees (timeouts,
-// failing bodies, mismatched collectives, the timeout setting).
+// local shapes, bitwise determinism, the Group interface used directly from
+// one task per device (every ReduceOp, the per-member reshard against the
+// global one), and the no-hang guarantees (timeouts, failing bodies,
+// mismatched collectives, the timeout setting).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <future>
 #include <limits>
@@ -21,7 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "comm/communicator.hpp"
+#include "ops/common.hpp"
 #include "test_util.hpp"
+#include "transforms/shard_map.hpp"
 
 namespace ts = tessera;
 using ts::testing::expect_error;
@@ -899,6 +905,298 @@ TEST_F(Collectives, FloatReductionsAreBitwiseReproducibleAndInMemberOrder) {
   check_deterministic_psum<float>(m2, {"y", "x"}, 1001);
   check_deterministic_psum<double>(m2, {"x", "y"}, 777);
   check_deterministic_psum<float>(m3, {"x"}, 333);
+}
+
+// =====================================================================
+// The Group interface itself, as an executor with one task per device uses
+// it: every ReduceOp, one group object for many collectives, the barrier,
+// and the per-member reshard (exchange) against the global one.
+// =====================================================================
+
+namespace {
+
+namespace td = ts::detail;
+
+// Runs fn(pos, group) on every device's worker, each with its own Group over
+// `axes` in one session, as an executor with one task per device does. A
+// failing task aborts the session so that the others stop waiting for it;
+// the first error that is not such an echo (PeerFailed) is rethrown.
+template <class Fn>
+void run_members(const ts::Mesh& mesh, const std::vector<std::string>& axes, const std::string& op, Fn fn) {
+  td::Communicator& comm = td::communicator_for(mesh);
+  auto session = comm.open_session(mesh, ts::config::collective_timeout());
+  std::vector<std::exception_ptr> errors(mesh.size());
+  std::vector<char> echo(mesh.size(), 0);
+  within(60, [&] {
+    td::run_on_devices(mesh.devices(), [&](int pos) {
+      try {
+        std::unique_ptr<td::Group> g = comm.group(*session, mesh, axes, pos, op);
+        fn(pos, *g);
+      } catch (const td::PeerFailed&) {
+        errors[pos] = std::current_exception();
+        echo[pos] = 1;
+      } catch (const std::exception& e) {
+        errors[pos] = std::current_exception();
+        session->abort(mesh.devices()[pos].id(), e.what());
+      }
+    });
+  });
+  for (int pos = 0; pos < mesh.size(); ++pos)
+    if (errors[pos] && !echo[pos]) std::rethrow_exception(errors[pos]);
+  for (int pos = 0; pos < mesh.size(); ++pos)
+    if (errors[pos]) std::rethrow_exception(errors[pos]);
+}
+
+td::Local local_f32(int device_id, const std::vector<float>& v) {
+  td::Buffer b(device_id, v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return {b, {static_cast<std::int64_t>(v.size())}, ts::f32};
+}
+
+std::vector<float> values_f32(const td::Local& l) {
+  const auto* p = static_cast<const float*>(l.data.data());
+  return std::vector<float>(p, p + numel(l.shape));
+}
+
+// Runs the per-member exchange of `plan` on every device and checks each
+// position's result against the global executor's (`want`): a kept buffer is
+// the very same buffer, a new one holds the same bytes on the same device.
+void expect_exchange_matches(const ts::ReshardPlan& plan, const std::vector<td::Buffer>& src,
+                             const std::vector<td::Buffer>& want) {
+  const ts::Mesh& mesh = plan.target.mesh();
+  std::vector<td::Buffer> got(mesh.size());
+  run_members(mesh, mesh.axis_names(), "reshard",
+              [&](int pos, td::Group& g) { got[pos] = g.exchange(plan, pos, src[pos]); });
+  for (int t = 0; t < mesh.size(); ++t) {
+    SCOPED_TRACE("position " + std::to_string(t));
+    if (want[t].data() == src[t].data()) {
+      EXPECT_EQ(got[t].data(), src[t].data());  // kept (or both empty)
+      continue;
+    }
+    EXPECT_NE(got[t].data(), src[t].data());
+    ASSERT_EQ(got[t].nbytes(), want[t].nbytes());
+    EXPECT_EQ(got[t].device_id(), want[t].device_id());
+    if (want[t].nbytes() > 0) {
+      EXPECT_EQ(std::memcmp(got[t].data(), want[t].data(), want[t].nbytes()), 0);
+    }
+  }
+}
+
+template <class T>
+void check_exchange(const ts::Shape& shape, const ts::NamedSharding& src, const ts::NamedSharding& dst) {
+  SCOPED_TRACE(ts::dtype_name(ts::dtype_of<T>()) + ts::shape_str(shape) + " " + src.str() + " -> " + dst.str());
+  const auto host = ts::testing::iota_data<T>(numel(shape), 3);
+  const ts::Array a = ts::device_put(host, shape, src);
+  const ts::ReshardPlan plan = ts::plan_reshard(a, dst);
+  const ts::Array want = ts::reshard(a, dst);
+  expect_exchange_matches(plan, a.impl()->buffers, want.impl()->buffers);
+}
+
+}  // namespace
+
+TEST_F(Collectives, EveryReduceOpThroughPreduce) {
+  using Op = td::ReduceOp;
+  int cases = 0;
+  for (const auto& mesh : test_meshes())
+    for (const auto& axes : axis_sets(mesh))
+      for (ts::DType dt : kDTypes)
+        for (Op op : {Op::Prod, Op::Any, Op::All, Op::Max, Op::Min}) {
+          SCOPED_TRACE(mesh.str() + " " + td::name(op) + " over " + join(axes) + " " + ts::dtype_name(dt));
+          const ts::Shape local{2, 3};
+          const auto blocks = make_blocks(mesh.size(), local, dt, cases);
+          const auto got =
+              run_each(mesh, blocks, dt, [&](const ts::Array& x) { return td::preduce(x, axes, op, "preduce"); });
+          const bool logical = op == Op::Any || op == Op::All;
+          for (int pos = 0; pos < mesh.size(); ++pos) {
+            const auto ms = members(mesh, axes, pos);
+            H ref = blocks[ms[0]];
+            if (logical)
+              for (auto& v : ref.v) v = v != 0;
+            for (size_t k = 1; k < ms.size(); ++k)
+              ref = zip(ref, blocks[ms[k]], [&](double a, double b) {
+                switch (op) {
+                  case Op::Prod: return a * b;
+                  case Op::Any: return static_cast<double>(a != 0 || b != 0);
+                  case Op::All: return static_cast<double>(a != 0 && b != 0);
+                  case Op::Max: return std::max(a, b);
+                  default: return std::min(a, b);
+                }
+              });
+            ts::DType want = dt;
+            if (op == Op::Prod && dt == ts::bool_) want = ts::i32;  // as psum
+            if (logical) want = ts::bool_;
+            EXPECT_EQ(got[pos].dtype, want);
+            EXPECT_EQ(got[pos].type, type_str(want, local, minus(mesh.axis_names(), axes)));
+            // Products of up to 8 values below 12 are exact in i32, f64 and
+            // (to 1e-6) f32.
+            expect_eq(got[pos], ref, op == Op::Prod && dt == ts::f32 ? 1e-6 : 0);
+            EXPECT_EQ(got[pos].v, got[ms[0]].v);
+          }
+          ++cases;
+        }
+  EXPECT_GT(cases, 300);
+}
+
+TEST_F(Collectives, ReduceOpCombineIsOneRulePerKind) {
+  using Op = td::ReduceOp;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto f32 = [](Op op, std::vector<float> acc, const std::vector<float>& in) {
+    td::combine(op, ts::f32, acc.data(), in.data(), static_cast<std::int64_t>(acc.size()));
+    return acc;
+  };
+  // NaN wins on either side; equal values keep the running one (its sign).
+  for (Op op : {Op::Max, Op::Min}) {
+    const auto r = f32(op, {nan, 1.0f, -0.0f, 2.0f}, {1.0f, nan, 0.0f, 3.0f});
+    EXPECT_TRUE(std::isnan(r[0]) && std::isnan(r[1])) << td::name(op);
+    EXPECT_TRUE(r[2] == 0.0f && std::signbit(r[2])) << td::name(op);
+    EXPECT_EQ(r[3], op == Op::Max ? 3.0f : 2.0f);
+  }
+  // Any and All read nonzero (NaN included) as true.
+  EXPECT_EQ(f32(Op::Any, {0.0f, 0.0f, nan}, {0.0f, -2.0f, 0.0f}), (std::vector<float>{0, 1, 1}));
+  EXPECT_EQ(f32(Op::All, {1.0f, 0.0f, nan}, {5.0f, 1.0f, -1.0f}), (std::vector<float>{1, 0, 1}));
+  // Integers wrap.
+  std::vector<std::int32_t> acc{std::numeric_limits<std::int32_t>::max(), 1 << 20}, in{1, 1 << 12};
+  td::combine(Op::Sum, ts::i32, acc.data(), in.data(), 1);
+  td::combine(Op::Prod, ts::i32, acc.data() + 1, in.data() + 1, 1);
+  EXPECT_EQ(acc, (std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min(), 0}));
+  // On bool a sum is a logical or, a product a logical and.
+  bool b[4] = {false, true, true, false};
+  const bool c[4] = {true, true, false, false};
+  td::combine(Op::Sum, ts::bool_, b, c, 2);
+  td::combine(Op::Prod, ts::bool_, b + 2, c + 2, 2);
+  EXPECT_EQ(std::vector<bool>(b, b + 4), (std::vector<bool>{true, true, false, false}));
+  EXPECT_STREQ(td::name(Op::Sum), "sum");
+  EXPECT_STREQ(td::name(Op::All), "all");
+}
+
+TEST_F(Collectives, OneGroupObjectServesManyCollectives) {
+  // 2x4 mesh, groups along 'y': member r of row x is position 4x + r.
+  const ts::Mesh mesh(ts::devices(), {2, 4}, {"x", "y"});
+  std::vector<std::vector<std::vector<float>>> got(mesh.size());
+  run_members(mesh, {"y"}, "test", [&](int pos, td::Group& g) {
+    EXPECT_EQ(g.size(), 4);
+    EXPECT_EQ(g.rank(), pos % 4);
+    const int dev = mesh.devices()[pos].id();
+    const td::Local in = local_f32(dev, {pos * 10.0f, pos * 10.0f + 1, pos * 10.0f + 2, pos * 10.0f + 3});
+    const td::Local mx = g.all_reduce(in, td::ReduceOp::Max);
+    g.barrier();
+    const td::Local mn = g.reduce_scatter(in, 0, true, td::ReduceOp::Min);
+    const td::Local sh = g.permute(in, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+    const td::Local ga = g.all_gather(in, 0, true);
+    const td::Local tr = g.all_to_all(in, 0, 0);
+    got[pos] = {values_f32(mx), values_f32(mn), values_f32(sh), values_f32(ga), values_f32(tr)};
+  });
+  for (int pos = 0; pos < mesh.size(); ++pos) {
+    const float row = static_cast<float>(pos / 4 * 4), r = static_cast<float>(pos % 4);
+    const float from = row + static_cast<float>((pos % 4 + 3) % 4);
+    EXPECT_EQ(got[pos][0],
+              (std::vector<float>{(row + 3) * 10, (row + 3) * 10 + 1, (row + 3) * 10 + 2, (row + 3) * 10 + 3}));
+    EXPECT_EQ(got[pos][1], (std::vector<float>{row * 10 + r}));
+    EXPECT_EQ(got[pos][2], (std::vector<float>{from * 10, from * 10 + 1, from * 10 + 2, from * 10 + 3}));
+    std::vector<float> all, col;
+    for (int m = 0; m < 4; ++m) {
+      for (int i = 0; i < 4; ++i) all.push_back((row + m) * 10 + i);
+      col.push_back((row + m) * 10 + r);
+    }
+    EXPECT_EQ(got[pos][3], all);
+    EXPECT_EQ(got[pos][4], col);
+  }
+}
+
+TEST_F(Collectives, GroupReduceScatterTakesAReduceOp) {
+  const ts::Mesh mesh(first(3), {3}, {"x"});
+  std::vector<std::vector<float>> got(3);
+  run_members(mesh, {"x"}, "test", [&](int pos, td::Group& g) {
+    // Member p holds p+1 in every element; blocks of 7 over 3: 3, 2, 2.
+    const td::Local in = local_f32(mesh.devices()[pos].id(), std::vector<float>(7, pos + 1.0f));
+    const td::Local out = g.reduce_scatter(in, 0, true, td::ReduceOp::Prod);
+    got[pos] = values_f32(out);
+  });
+  EXPECT_EQ(got[0], std::vector<float>(3, 6.0f));
+  EXPECT_EQ(got[1], std::vector<float>(2, 6.0f));
+  EXPECT_EQ(got[2], std::vector<float>(2, 6.0f));
+}
+
+TEST_F(Collectives, GroupBarrierMismatchIsReported) {
+  const ts::Mesh mesh(first(2), {2}, {"x"});
+  expect_error<ts::CollectiveError>(
+      [&] {
+        run_members(mesh, {"x"}, "test", [&](int pos, td::Group& g) {
+          if (pos == 0)
+            g.barrier();
+          else
+            g.all_reduce(local_f32(mesh.devices()[pos].id(), {1.0f}), td::ReduceOp::Sum);
+        });
+      },
+      "[barrier]", {"mismatched collectives on axis 'x'", "CPU 0 called barrier()", "test(f32[1], reduce=sum)"});
+}
+
+TEST_F(Collectives, PerDeviceExchangeEqualsGlobalReshard) {
+  using E = ts::PartitionSpec::Entry;
+  const auto d = ts::devices();
+  std::vector<ts::Mesh> meshes;
+  for (int n = 1; n <= 8; ++n) meshes.emplace_back(first(n), std::vector<int>{n}, std::vector<std::string>{"x"});
+  meshes.push_back(ts::Mesh({d[7], d[5], d[3], d[1]}, {4}, {"x"}));  // ids not in mesh order
+  meshes.push_back(ts::Mesh(first(8), {2, 4}, {"x", "y"}));
+  int cases = 0;
+  for (const auto& mesh : meshes) {
+    std::vector<ts::PartitionSpec> specs{ts::P(), ts::P("x"), ts::PartitionSpec({E(ts::none), E("x")})};
+    if (mesh.ndim() == 2) {
+      const std::vector<std::string> xy{"x", "y"}, yx{"y", "x"};
+      specs = {ts::P(),
+               ts::P("x"),
+               ts::PartitionSpec({E(ts::none), E("y")}),
+               ts::P("x", "y"),
+               ts::P("y", "x"),
+               ts::PartitionSpec({E(xy)}),
+               ts::PartitionSpec({E(ts::none), E(yx)})};
+    }
+    for (const auto& from : specs)
+      for (const auto& to : specs) {
+        const ts::NamedSharding src(mesh, from), dst(mesh, to);
+        for (const ts::Shape& shape : {ts::Shape{7, 5}, ts::Shape{3, 10}, ts::Shape{0, 4}}) {
+          check_exchange<float>(shape, src, dst);
+          ++cases;
+        }
+        check_exchange<std::int8_t>({5, 9}, src, dst);
+        check_exchange<bool>({9, 2}, src, dst);
+        check_exchange<double>({1, 1}, src, dst);
+      }
+  }
+  EXPECT_EQ(cases, 390);
+}
+
+TEST_F(Collectives, PerDeviceExchangeServesBoxPlans) {
+  // Blocks widened by a halo of one row (a stencil's plan), as gather_boxes
+  // serves them globally.
+  for (const auto& mesh : {mesh1d(1, "x"), mesh1d(3, "x"), mesh1d(8, "x"), ts::Mesh(first(8), {2, 4}, {"x", "y"})}) {
+    SCOPED_TRACE(mesh.str());
+    const ts::Shape shape{13, 3};
+    const ts::NamedSharding src(mesh, ts::P("x"));
+    const ts::Array a = ts::device_put(ts::testing::iota_data<float>(numel(shape)), shape, src);
+    std::vector<std::vector<ts::Slice>> boxes(mesh.size());
+    for (int t = 0; t < mesh.size(); ++t) {
+      boxes[t] = src.shard_index(shape, t);
+      boxes[t][0] = {std::max<std::int64_t>(0, boxes[t][0].start - 1),
+                     std::min<std::int64_t>(13, boxes[t][0].stop + 1)};
+    }
+    const ts::ReshardPlan plan = ts::plan_boxes(shape, ts::f32, src, boxes);
+    expect_exchange_matches(plan, a.impl()->buffers, td::gather_boxes(a, boxes, "halo"));
+  }
+}
+
+TEST_F(Collectives, PerDeviceExchangeNeedsTheWholeMeshInOrder) {
+  const ts::Mesh mesh(first(8), {2, 4}, {"x", "y"});
+  const ts::NamedSharding src(mesh, ts::P("x")), dst(mesh, ts::P("y"));
+  const ts::Array a = ts::device_put(std::vector<float>(16, 1.0f), {8, 2}, src);
+  const ts::ReshardPlan plan = ts::plan_reshard(a, dst);
+  for (const std::vector<std::string>& axes : {std::vector<std::string>{"y", "x"}, std::vector<std::string>{"y"}})
+    expect_error<ts::CollectiveError>(
+        [&] {
+          run_members(mesh, axes, "reshard",
+                      [&](int pos, td::Group& g) { g.exchange(plan, pos, a.impl()->buffers[pos]); });
+        },
+        "[reshard]", {"exchange needs the group of every device of", "in mesh order"});
 }
 
 // =====================================================================

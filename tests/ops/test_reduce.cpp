@@ -219,6 +219,52 @@ TEST(ReduceGolden, DtypesAndArgReductions) {
   });
 }
 
+// The first index of the best value: NaN first, then the largest (or
+// smallest); 0.0 and -0.0 tie.
+template <class T>
+int first_best(const std::vector<T>& h, bool is_max) {
+  int best = 0;
+  for (int i = 1; i < static_cast<int>(h.size()); ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(h[best])) break;
+      if (std::isnan(h[i])) {
+        best = i;
+        continue;
+      }
+    }
+    if (is_max ? h[i] > h[best] : h[i] < h[best]) best = i;
+  }
+  return best;
+}
+
+template <class T>
+void check_arg_ties(const std::vector<T>& h) {
+  for_each_layout(1, [&](const ts::NamedSharding& sh) {
+    const ts::Array x = ts::device_put(h, {static_cast<std::int64_t>(h.size())}, sh);
+    EXPECT_EQ(ts::argmax(x, 0).item<int>(), first_best(h, true)) << sh.str() << " " << ts::dtype_name(x.dtype());
+    EXPECT_EQ(ts::argmin(x, 0).item<int>(), first_best(h, false)) << sh.str() << " " << ts::dtype_name(x.dtype());
+  });
+}
+
+// Across device boundaries: ties go to the first index whichever device
+// holds it, NaN wins at its first occurrence, and devices holding nothing of
+// the axis (uneven layouts) never win, even against the dtype's extremes.
+TEST(ReduceGolden, ArgReductionsAcrossDevicesTieToTheFirstIndex) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  check_arg_ties<float>({0.0f, -0.0f, 3, 3, -1, 3});
+  check_arg_ties<float>({1, -0.0f, 0.0f, -0.0f});
+  check_arg_ties<float>({5, nan, 7, nan, 9});
+  check_arg_ties<float>({5, 2, 7, 2, 9, 9, nan});
+  check_arg_ties<double>({-inf, -inf, -inf});
+  check_arg_ties<double>({inf, inf});
+  check_arg_ties<std::int8_t>({-128, -128, -128});
+  check_arg_ties<std::int8_t>({127, -128, 127, -128, 127});
+  check_arg_ties<std::uint64_t>({~std::uint64_t{0}, 0, ~std::uint64_t{0}, 0});
+  check_arg_ties<bool>({false, true, true});
+  check_arg_ties<bool>({false, false, false});
+}
+
 // Integer products wrap modulo 2^bits as in XLA; the reference multiplies in
 // the unsigned type, where wrapping is defined and the order does not matter.
 template <class T>

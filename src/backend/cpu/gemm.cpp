@@ -214,13 +214,4 @@ void sum_dims(DType dtype, const void* src, const Shape& shape, const std::vecto
   });
 }
 
-void accumulate(DType dtype, void* acc, const void* in, std::int64_t n) {
-  detail::dispatch(dtype, [&](auto t) {
-    using T = decltype(t);
-    T* a = static_cast<T*>(acc);
-    const T* b = static_cast<const T*>(in);
-    for (std::int64_t i = 0; i < n; ++i) a[i] = add(a[i], b[i]);
-  });
-}
-
 }  // namespace tessera::detail::cpu

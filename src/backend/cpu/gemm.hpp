@@ -1,6 +1,7 @@
 // Per-device CPU kernels of the linear-algebra family: (batched) GEMM on
-// row-major blocks, local permutation of dims, local sums over dims, and the
-// elementwise combine of partial products. They know nothing about meshes.
+// row-major blocks, local permutation of dims and local sums over dims
+// (partial products are combined across devices as a ReduceOp::Sum). They
+// know nothing about meshes.
 //
 // f32/f64 GEMMs call OpenBLAS, single-threaded: every device already has its
 // own worker thread, so BLAS threads would only oversubscribe the cores.
@@ -41,8 +42,5 @@ void permute(const void* src, const Shape& shape, const std::vector<int>& perm, 
 /// Sums a row-major block of `shape` over the dims flagged in `summed`
 /// (sizes become 1 in `dst`), in row-major order of the source (bool: OR).
 void sum_dims(DType dtype, const void* src, const Shape& shape, const std::vector<bool>& summed, void* dst);
-
-/// acc[i] += in[i] for i < n (bool: OR; integers wrap).
-void accumulate(DType dtype, void* acc, const void* in, std::int64_t n);
 
 }  // namespace tessera::detail::cpu

@@ -3,7 +3,9 @@
 //
 // Every collective a device runs inside a shard_map body is identified by
 // (group key, sequence number): the k-th collective a member runs on a group
-// meets the k-th of every other member. The first member to arrive creates
+// meets the k-th of every other member. The session counts each member's
+// collectives per key, so a member may build a new Group object for every
+// collective or keep one for many. The first member to arrive creates
 // the slot; each deposits its value and waits, on the session's one condition
 // variable, until
 //   - all members have deposited: the signatures are compared (an op, axis,
@@ -22,7 +24,7 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/communicator.hpp"
+#include "comm/threads/threads.hpp"
 
 namespace tessera::detail {
 
@@ -47,13 +49,15 @@ class ThreadsSession;
 
 class Slot final : public Rendezvous {
  public:
-  Slot(ThreadsSession* s, const Group& g) : session_(s), group_(g), deps_(g.size()), arrived_(g.size(), false) {}
+  Slot(ThreadsSession* s, const GroupSpec& g, long seq)
+      : session_(s), group_(g), seq_(seq), deps_(g.size()), arrived_(g.size(), false) {}
   const std::vector<Deposit>& deposits() const override { return deps_; }
   Buffer shared(std::size_t nbytes, int rank, int device_id) override;
   void barrier() override;
 
   ThreadsSession* session_;
-  Group group_;  // as the first member saw it (messages)
+  GroupSpec group_;  // as the first member saw it (messages)
+  long seq_;         // how many collectives each member ran on the key before this one
   std::vector<Deposit> deps_;
   std::vector<bool> arrived_;
   int count_ = 0;
@@ -78,11 +82,12 @@ class ThreadsSession final : public Session {
     cv_.notify_all();
   }
 
-  std::shared_ptr<Rendezvous> meet(const Group& g, Deposit mine) {
+  std::shared_ptr<Rendezvous> meet(const GroupSpec& g, Deposit mine) {
     std::unique_lock<std::mutex> lock(mu_);
-    auto key = std::make_pair(g.key, g.seq);
+    const long seq = seq_[{g.key, g.rank}]++;
+    auto key = std::make_pair(g.key, seq);
     auto it = slots_.find(key);
-    if (it == slots_.end()) it = slots_.emplace(key, std::make_shared<Slot>(this, g)).first;
+    if (it == slots_.end()) it = slots_.emplace(key, std::make_shared<Slot>(this, g, seq)).first;
     std::shared_ptr<Slot> slot = it->second;
     if (!slot->error_.empty()) throw CollectiveError(group_prefix(*slot) + slot->error_);
     check_abort(g);
@@ -101,7 +106,7 @@ class ThreadsSession final : public Session {
 
   // Waits until done(), the slot fails, the session aborts, or the timeout.
   template <class Done>
-  void wait(std::unique_lock<std::mutex>& lock, const Group& g, Slot& slot, Done done, const char* what) {
+  void wait(std::unique_lock<std::mutex>& lock, const GroupSpec& g, Slot& slot, Done done, const char* what) {
     // When every device has a core, the others are usually microseconds
     // away: poll briefly before sleeping on the condition variable.
     if (poll_) {
@@ -118,7 +123,7 @@ class ThreadsSession final : public Session {
         std::vector<int> in, out;
         for (int r = 0; r < g.size(); ++r) (slot.arrived_[r] ? in : out).push_back(g.device_ids[r]);
         slot.error_ = "timed out after " + seconds_str(timeout_) + " waiting " + what + " on axis " + g.axes +
-                      " (collective #" + std::to_string(g.seq) + " of this group): arrived " + device_list(in) +
+                      " (collective #" + std::to_string(slot.seq_) + " of this group): arrived " + device_list(in) +
                       "; missing " + device_list(out);
         cv_.notify_all();
       }
@@ -126,11 +131,11 @@ class ThreadsSession final : public Session {
     check_abort(g);
   }
 
-  void check_abort(const Group& g) {
+  void check_abort(const GroupSpec& g) {
     if (aborted_) throw PeerFailed(prefix(g) + "aborted on axis " + g.axes + ": " + reason_);
   }
 
-  static std::string prefix(const Group& g) { return "[" + g.op + "] "; }
+  static std::string prefix(const GroupSpec& g) { return "[" + g.op + "] "; }
   // Errors about the whole group name member 0's op, so every member (and
   // every run) reports the same text.
   static std::string group_prefix(const Slot& s) {
@@ -171,6 +176,7 @@ class ThreadsSession final : public Session {
   bool aborted_ = false;
   std::string reason_;
   std::map<std::pair<std::string, long>, std::shared_ptr<Slot>> slots_;
+  std::map<std::pair<std::string, int>, long> seq_;  // (key, rank) -> collectives run
 };
 
 Buffer Slot::shared(std::size_t nbytes, int rank, int device_id) {
@@ -203,7 +209,7 @@ std::shared_ptr<Session> make_threads_session(double timeout_s, bool poll) {
   return std::make_shared<ThreadsSession>(timeout_s, poll);
 }
 
-std::shared_ptr<Rendezvous> threads_meet(const Group& g, Deposit mine) {
+std::shared_ptr<Rendezvous> threads_meet(const GroupSpec& g, Deposit mine) {
   return static_cast<ThreadsSession*>(g.session)->meet(g, std::move(mine));
 }
 

@@ -1,16 +1,15 @@
 // Threads backend: every device's memory is in this process, so a transfer is
 // one copy performed by the receiving device's worker straight out of the
 // sender's buffer (no staging, no intermediate gather). Receivers pull in
-// parallel; senders' buffers are immutable while the plan runs.
-#include "comm/communicator.hpp"
-#include "core/array_impl.hpp"
-
+// parallel; senders' buffers are immutable while the plan runs. Per-member
+// groups (group.cpp) meet at the session's rendezvous (session.cpp).
+#include <algorithm>
 #include <cstring>
 
-namespace tessera::detail {
+#include "comm/threads/threads.hpp"
+#include "core/array_impl.hpp"
 
-std::shared_ptr<Session> make_threads_session(double timeout_s, bool poll);
-std::shared_ptr<Rendezvous> threads_meet(const Group& g, Deposit mine);
+namespace tessera::detail {
 
 namespace {
 
@@ -21,7 +20,25 @@ class ThreadsCommunicator final : public Communicator {
   std::shared_ptr<Session> open_session(const Mesh& mesh, double timeout_s) override {
     return make_threads_session(timeout_s, Runtime::get().polls_for(mesh.size()));
   }
-  std::shared_ptr<Rendezvous> meet(const Group& g, Deposit mine) override { return threads_meet(g, std::move(mine)); }
+
+  std::unique_ptr<Group> group(Session& session, const Mesh& mesh, const std::vector<std::string>& axes, int pos,
+                               const std::string& op) override {
+    GroupSpec g;
+    g.session = &session;
+    g.op = op;
+    g.axes = axes_text(axes);
+    // Members meet by key: the axes and this group's coordinates off them.
+    g.key = g.axes + "|";
+    const std::vector<int> me = mesh.coords(pos);
+    for (int i = 0; i < mesh.ndim(); ++i)
+      if (std::find(axes.begin(), axes.end(), mesh.axis_names()[i]) == axes.end()) g.key += std::to_string(me[i]) + ",";
+    const std::vector<int> members = members_of(mesh, axes, pos);
+    for (size_t r = 0; r < members.size(); ++r) {
+      if (members[r] == pos) g.rank = static_cast<int>(r);
+      g.device_ids.push_back(mesh.devices()[members[r]].id());
+    }
+    return make_threads_group(std::move(g));
+  }
 
   void exchange(const ReshardPlan& plan, const std::vector<int>& piece_begin, const std::vector<Buffer>& src,
                 std::vector<Buffer>& dst) override {
@@ -40,25 +57,25 @@ class ThreadsCommunicator final : public Communicator {
     });
   }
 
-  void reduce(const Mesh& mesh, const std::vector<std::string>& axes, std::size_t itemsize,
-              const std::function<void(void*, const void*, std::int64_t)>& combine, const std::vector<Buffer>& partial,
-              const std::vector<std::vector<Slice>>& partial_boxes, const std::vector<std::vector<Slice>>& out_boxes,
-              std::vector<Buffer>& dst) override {
+  void reduce(const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp op, DType dtype,
+              const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
+              const std::vector<std::vector<Slice>>& out_boxes, std::vector<Buffer>& dst) override {
+    const std::size_t isz = itemsize(dtype);
     // Every member reads the group's partials straight from their buffers
     // and combines its own box of the result, in group order.
     run_on_devices(mesh.devices(), [&](int t) {
       const auto& obox = out_boxes[t];
-      Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(obox))) * itemsize);
+      Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(obox))) * isz);
       if (out.nbytes() > 0) {
         auto* o = static_cast<unsigned char*>(out.data());
         bool first = true;
         for (int m : group_of(mesh, axes, t)) {
           const auto* in = static_cast<const unsigned char*>(partial[m].data());
-          for_each_run(partial_boxes[m], obox, obox, itemsize, [&](std::int64_t so, std::int64_t dof, std::int64_t n) {
+          for_each_run(partial_boxes[m], obox, obox, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t n) {
             if (first)
               std::memcpy(o + dof, in + so, static_cast<std::size_t>(n));
             else
-              combine(o + dof, in + so, n / static_cast<std::int64_t>(itemsize));
+              combine(op, dtype, o + dof, in + so, n / static_cast<std::int64_t>(isz));
           });
           first = false;
         }
@@ -69,20 +86,6 @@ class ThreadsCommunicator final : public Communicator {
 };
 
 }  // namespace
-
-std::vector<int> group_of(const Mesh& mesh, const std::vector<std::string>& axes, int pos) {
-  const std::vector<int> c = mesh.coords(pos);
-  std::vector<bool> reduced(mesh.ndim(), false);
-  for (const auto& a : axes) reduced[mesh.axis_index(a)] = true;
-  std::vector<int> members;
-  for (int q = 0; q < mesh.size(); ++q) {
-    const std::vector<int> cq = mesh.coords(q);
-    bool same = true;
-    for (int i = 0; i < mesh.ndim() && same; ++i) same = reduced[i] || cq[i] == c[i];
-    if (same) members.push_back(q);
-  }
-  return members;
-}
 
 Communicator& communicator_for(const Mesh&) {
   static ThreadsCommunicator threads;

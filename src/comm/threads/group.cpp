@@ -1,0 +1,240 @@
+// The threads backend's Group: collectives written once over the rendezvous
+// (session.cpp). With every device's memory in one process they are
+// zero-copy where the result is shared: all_reduce and all_gather build one
+// result buffer that every member fills a part of and then shares (after a
+// barrier), so a member writes only its part; permute hands the sender's
+// buffer to the receiver. reduce_scatter, all_to_all and exchange pull each
+// member's part straight from the others' deposited buffers, which stay
+// alive and unchanged while any member holds the rendezvous. Reductions
+// combine in member order, so results are bitwise reproducible and equal on
+// every member.
+//
+// Each collective first meets with a signature (op, dtype, shape,
+// parameters) that the rendezvous compares across members, so mismatched
+// calls fail on every member instead of combining.
+#include <algorithm>
+#include <cstring>
+
+#include "comm/threads/threads.hpp"
+#include "core/array_impl.hpp"
+
+namespace tessera::detail {
+
+namespace {
+
+// Working-set size for combining: the running result of a tile stays in L1/L2.
+constexpr std::int64_t kTileBytes = 64 * 1024;
+
+std::string sig(const std::string& op, const Local& in, const std::string& params, bool with_shape,
+                int free_dim = -1) {
+  std::string s = op + "(" + dtype_name(in.dtype) + "[";
+  for (size_t d = 0; d < in.shape.size(); ++d) {
+    if (d) s += ",";
+    if (with_shape || static_cast<int>(d) != free_dim) s += std::to_string(in.shape[d]);
+    else s += "*";
+  }
+  s += "]";
+  if (!params.empty()) s += ", " + params;
+  return s + ")";
+}
+
+class ThreadsGroup final : public Group {
+ public:
+  explicit ThreadsGroup(GroupSpec g) : g_(std::move(g)) {}
+
+  int rank() const override { return g_.rank; }
+  int size() const override { return g_.size(); }
+
+  // All-reduce. Member r reduces the r-th balanced chunk of the elements for
+  // everyone, reading every member's deposit and writing into one shared
+  // result buffer; after the barrier every member returns that buffer. Each
+  // element is combined in member order (deposit 0, then 1, ...), whoever
+  // computes it.
+  Local all_reduce(const Local& in, ReduceOp op) override {
+    auto rv = threads_meet(g_, {in.data, in.shape, in.dtype, sig(g_.op, in, std::string("reduce=") + name(op), true)});
+    if (size() == 1) return in;
+    const std::int64_t n = num_elements(in.shape);
+    const std::size_t isz = itemsize(in.dtype);
+    Buffer out = rv->shared(static_cast<std::size_t>(n) * isz, g_.rank, my_device());
+    const Slice chunk = block_slice(n, size(), g_.rank);
+    if (chunk.size() > 0) {
+      const auto& d = rv->deposits();
+      auto* o = static_cast<unsigned char*>(out.data());
+      // Tile by tile, so the running result stays in cache while every
+      // member's tile is combined into it (same order per element: same bits).
+      const std::int64_t tile = std::max<std::int64_t>(1, kTileBytes / static_cast<std::int64_t>(isz));
+      for (std::int64_t lo = chunk.start; lo < chunk.stop; lo += tile) {
+        const std::int64_t len = std::min(tile, chunk.stop - lo);
+        const auto off = static_cast<std::size_t>(lo) * isz;
+        std::memcpy(o + off, static_cast<const unsigned char*>(d[0].data.data()) + off,
+                    static_cast<std::size_t>(len) * isz);
+        for (int r = 1; r < size(); ++r)
+          combine(op, in.dtype, o + off, static_cast<const unsigned char*>(d[r].data.data()) + off, len);
+      }
+    }
+    rv->barrier();
+    return {out, in.shape, in.dtype};
+  }
+
+  // All-gather. The members' pieces are laid out one after another along
+  // `axis` (tiled) or stacked on a new dim there; every member copies its
+  // own piece into one shared result buffer, and after the barrier all
+  // return it.
+  Local all_gather(const Local& in, int axis, bool tiled) override {
+    const std::string params = "axis=" + std::to_string(axis) + ", tiled=" + (tiled ? "true" : "false");
+    auto rv = threads_meet(g_, {in.data, in.shape, in.dtype, sig(g_.op, in, params, !tiled, axis)});
+    const auto& d = rv->deposits();
+    // The result and where each member's piece goes in it.
+    Shape out = in.shape;
+    std::vector<std::int64_t> offset(size(), 0);
+    if (tiled) {
+      out[axis] = 0;
+      for (int r = 0; r < size(); ++r) {
+        offset[r] = out[axis];
+        out[axis] += d[r].shape[axis];
+      }
+    } else {
+      out.insert(out.begin() + axis, size());
+      for (int r = 0; r < size(); ++r) offset[r] = r;
+    }
+    const std::size_t isz = itemsize(in.dtype);
+    Buffer res = rv->shared(static_cast<std::size_t>(num_elements(out)) * isz, g_.rank, my_device());
+    // Write my piece.
+    Shape mine = in.shape;
+    if (!tiled) mine.insert(mine.begin() + axis, 1);
+    std::vector<Slice> box = whole_box(mine);
+    box[axis] = {offset[g_.rank], offset[g_.rank] + mine[axis]};
+    if (!box_empty(box)) copy_box(in.data.data(), box, res.data(), whole_box(out), box, isz);
+    rv->barrier();
+    return {res, out, in.dtype};
+  }
+
+  // Reduce-scatter. Member r copies block r of member 0's deposit into its
+  // own result and combines block r of every other member into it, in member
+  // order; no shared buffer, no barrier (deposits outlive the reads).
+  Local reduce_scatter(const Local& in, int dim, bool tiled, ReduceOp op) override {
+    std::string params = "scatter_dimension=" + std::to_string(dim) + ", tiled=" + (tiled ? "true" : "false");
+    // A sum is what psum_scatter means; other reductions are named.
+    if (op != ReduceOp::Sum) params += std::string(", reduce=") + name(op);
+    auto rv = threads_meet(g_, {in.data, in.shape, in.dtype, sig(g_.op, in, params, true)});
+    const auto& d = rv->deposits();
+    const std::int64_t len = in.shape[dim];
+    const Slice part = tiled ? block_slice(len, size(), g_.rank) : Slice{g_.rank, g_.rank + 1};
+    std::vector<Slice> box = whole_box(in.shape);
+    box[dim] = part;
+    Shape out = box_shape(box);
+    const std::size_t isz = itemsize(in.dtype);
+    Buffer res(my_device(), static_cast<std::size_t>(num_elements(out)) * isz);
+    if (!box_empty(box)) {
+      copy_box(d[0].data.data(), whole_box(in.shape), res.data(), box, box, isz);
+      for (int r = 1; r < size(); ++r)
+        for_each_run(whole_box(in.shape), box, box, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t bytes) {
+          combine(op, in.dtype, static_cast<unsigned char*>(res.data()) + dof,
+                  static_cast<const unsigned char*>(d[r].data.data()) + so, bytes / static_cast<std::int64_t>(isz));
+        });
+    }
+    if (!tiled) out.erase(out.begin() + dim);
+    return {res, out, in.dtype};
+  }
+
+  // Permute. The receiver returns the sender's deposited buffer itself (no
+  // copy: values are immutable); a member no one sends to gets zeros.
+  Local permute(const Local& in, const std::vector<std::pair<int, int>>& perm) override {
+    std::string params = "perm=[";
+    for (size_t i = 0; i < perm.size(); ++i)
+      params += (i ? ", (" : "(") + std::to_string(perm[i].first) + ", " + std::to_string(perm[i].second) + ")";
+    params += "]";
+    auto rv = threads_meet(g_, {in.data, in.shape, in.dtype, sig(g_.op, in, params, true)});
+    for (const auto& [src, dst] : perm)
+      if (dst == g_.rank) return {rv->deposits()[src].data, in.shape, in.dtype};  // the sender's buffer, shared
+    const std::size_t nbytes = static_cast<std::size_t>(num_elements(in.shape)) * itemsize(in.dtype);
+    Buffer zeros(my_device(), nbytes);
+    if (nbytes) std::memset(zeros.data(), 0, nbytes);
+    return {zeros, in.shape, in.dtype};
+  }
+
+  // All-to-all. Member r pulls block r (along split_axis, balanced) of every
+  // member's deposit into its own result, member s's block at position s
+  // along concat_axis; no shared buffer, no barrier.
+  Local all_to_all(const Local& in, int split_axis, int concat_axis) override {
+    const std::string params =
+        "split_axis=" + std::to_string(split_axis) + ", concat_axis=" + std::to_string(concat_axis);
+    auto rv = threads_meet(g_, {in.data, in.shape, in.dtype, sig(g_.op, in, params, true)});
+    const auto& d = rv->deposits();
+    const std::size_t isz = itemsize(in.dtype);
+    const std::int64_t len = in.shape[split_axis];
+    // Block r of each member, placed one after another along concat_axis.
+    Shape block = in.shape;
+    block[split_axis] = block_size(len, size(), g_.rank);
+    Shape out = block;
+    out[concat_axis] = block[concat_axis] * size();
+    Buffer res(my_device(), static_cast<std::size_t>(num_elements(out)) * isz);
+    const Slice part = block_slice(len, size(), g_.rank);
+    for (int r = 0; r < size(); ++r) {
+      std::vector<Slice> src = whole_box(in.shape);
+      src[split_axis] = part;
+      if (box_empty(src)) continue;
+      // Source box in the member's block; destination box in the output.
+      std::vector<Slice> dst = whole_box(block);
+      dst[concat_axis] = {r * block[concat_axis], (r + 1) * block[concat_axis]};
+      // copy_box works in one coordinate system: shift the source box so it
+      // lands on the destination box.
+      std::vector<Slice> src_block = whole_box(in.shape);
+      for (size_t k = 0; k < src.size(); ++k) {
+        const std::int64_t shift = dst[k].start - src[k].start;
+        src_block[k] = {src_block[k].start + shift, src_block[k].stop + shift};
+      }
+      copy_box(d[r].data.data(), src_block, res.data(), whole_box(out), dst, isz);
+    }
+    return {res, out, in.dtype};
+  }
+
+  // A meeting with nothing deposited: it returns once every member arrived.
+  void barrier() override { threads_meet(g_, {Buffer(), {}, DType::f32, "barrier()"}); }
+
+  // Exchange: one member's share of ThreadsCommunicator::exchange. Every
+  // member deposits its source block (all must, since anyone may read it);
+  // then this member copies the plan's pieces for its position, each out of
+  // its source member's deposit, into a new buffer on its own device. The
+  // pieces tile the target box exactly (the planner's invariant), so every
+  // byte of the result is written once. No barrier: deposits outlive the
+  // reads, and no member writes into another's memory.
+  Buffer exchange(const ReshardPlan& plan, int my_position, const Buffer& mine) override {
+    const Mesh& mesh = plan.target.mesh();
+    bool whole_mesh = size() == mesh.size() && g_.rank == my_position;
+    for (int r = 0; whole_mesh && r < size(); ++r) whole_mesh = g_.device_ids[r] == mesh.devices()[r].id();
+    if (!whole_mesh)
+      throw CollectiveError("[" + g_.op + "] exchange needs the group of every device of " + mesh.str() +
+                            " in mesh order, called at position " + std::to_string(my_position) + "; got member " +
+                            std::to_string(g_.rank) + " of " + std::to_string(size()));
+    // Blocks may differ in size (uneven layouts): the signature names the
+    // global array and the two layouts instead.
+    const std::string params = "from=" + plan.source.spec().str() + ", to=" + plan.target.spec().str();
+    auto rv = threads_meet(g_, {mine, box_shape(plan.source.shard_index(plan.shape, my_position)), plan.dtype,
+                                sig(g_.op, {Buffer(), plan.shape, plan.dtype}, params, true)});
+    // This position's pieces: plan.pieces is grouped by destination in mesh order.
+    const auto mine_first = std::partition_point(plan.pieces.begin(), plan.pieces.end(),
+                                                 [&](const TransferPiece& p) { return p.dst < my_position; });
+    const auto mine_last = std::partition_point(mine_first, plan.pieces.end(),
+                                                [&](const TransferPiece& p) { return p.dst == my_position; });
+    const auto& tbox = plan.target_boxes[my_position];
+    if (mine_first == mine_last) return box_empty(tbox) ? Buffer() : mine;
+    const std::size_t isz = itemsize(plan.dtype);
+    const auto& d = rv->deposits();
+    Buffer out(my_device(), static_cast<std::size_t>(num_elements(box_shape(tbox))) * isz);
+    for (auto p = mine_first; p != mine_last; ++p)
+      copy_box(d[p->src].data.data(), plan.source.shard_index(plan.shape, p->src), out.data(), tbox, p->box, isz);
+    return out;
+  }
+
+ private:
+  int my_device() const { return g_.device_ids[g_.rank]; }
+
+  GroupSpec g_;
+};
+
+}  // namespace
+
+std::unique_ptr<Group> make_threads_group(GroupSpec g) { return std::make_unique<ThreadsGroup>(std::move(g)); }
+
+}  // namespace tessera::detail
