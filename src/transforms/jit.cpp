@@ -29,7 +29,6 @@
 #include <mutex>
 #include <optional>
 
-#include "backend/cpu/gemm.hpp"
 #include "ops/common.hpp"
 #include "transforms/trace.hpp"
 
@@ -430,8 +429,7 @@ void run_comm(const Compiled& c, const Step& st, Buffers& bufs) {
   }
   const DType dt = from.dtype;
   // Sums are the only partial results the rules produce.
-  auto combine = [dt](void* acc, const void* in, std::int64_t n) { cpu::accumulate(dt, acc, in, n); };
-  bufs[st.out[0]] = reduce_over(c.mesh, st.axes, itemsize(dt), combine, bufs[st.in[0]], pboxes, oboxes, st.what.c_str());
+  bufs[st.out[0]] = reduce_over(c.mesh, st.axes, ReduceOp::Sum, dt, bufs[st.in[0]], pboxes, oboxes, st.what.c_str());
 }
 
 std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {

@@ -1,7 +1,6 @@
 // The trace stack and eager evaluation of primitives.
 #include "transforms/trace.hpp"
 
-#include "backend/cpu/gemm.hpp"
 #include "ops/common.hpp"
 
 namespace tessera::detail {
@@ -74,8 +73,7 @@ std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Arr
         oboxes[pos] = into.shard_index(t.shape, pos);
       }
       const DType dt = t.dtype;
-      auto combine = [dt](void* acc, const void* in, std::int64_t n) { cpu::accumulate(dt, acc, in, n); };
-      res = wrap(t.shape, t.dtype, into, reduce_over(mesh, part.reduce_axes, itemsize(dt), combine, bufs[r], pboxes, oboxes, op));
+      res = wrap(t.shape, t.dtype, into, reduce_over(mesh, part.reduce_axes, ReduceOp::Sum, dt, bufs[r], pboxes, oboxes, op));
     } else {
       res = wrap(t.shape, t.dtype, part.local[r], std::move(bufs[r]));
     }
