@@ -7,6 +7,7 @@
 #include "tessera/error.hpp"
 #include "tessera/explain.hpp"
 #include "tessera/mesh.hpp"
+#include "tessera/observe.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"
 #include "tessera/sharding.hpp"

@@ -16,6 +16,7 @@
 #include "core/array_impl.hpp"
 #include "core/dispatch.hpp"
 #include "core/wrapping.hpp"
+#include "runtime/timeline.hpp"
 
 namespace tessera::detail {
 
@@ -71,6 +72,7 @@ void combine(ReduceOp op, T* acc, const T* x, std::int64_t n) {
 }  // namespace
 
 Local all_reduce(Communicator& c, const Group& g, const Local& in, ReduceOp op) {
+  TimelineScope scope(g.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
   const char* name = op == ReduceOp::Sum ? "sum" : op == ReduceOp::Max ? "max" : "min";
   auto rv = c.meet(g, {in.data, in.shape, in.dtype, sig(g.op, in, std::string("reduce=") + name, true)});
   if (g.size() == 1) return in;
@@ -99,6 +101,7 @@ Local all_reduce(Communicator& c, const Group& g, const Local& in, ReduceOp op) 
 }
 
 Local all_gather(Communicator& c, const Group& g, const Local& in, int axis, bool tiled) {
+  TimelineScope scope(g.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
   const std::string params = "axis=" + std::to_string(axis) + ", tiled=" + (tiled ? "true" : "false");
   auto rv = c.meet(g, {in.data, in.shape, in.dtype, sig(g.op, in, params, !tiled, axis)});
   const auto& d = rv->deposits();
@@ -128,6 +131,7 @@ Local all_gather(Communicator& c, const Group& g, const Local& in, int axis, boo
 }
 
 Local reduce_scatter(Communicator& c, const Group& g, const Local& in, int dim, bool tiled) {
+  TimelineScope scope(g.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
   const std::string params = "scatter_dimension=" + std::to_string(dim) + ", tiled=" + (tiled ? "true" : "false");
   auto rv = c.meet(g, {in.data, in.shape, in.dtype, sig(g.op, in, params, true)});
   const auto& d = rv->deposits();
@@ -155,6 +159,7 @@ Local reduce_scatter(Communicator& c, const Group& g, const Local& in, int dim, 
 }
 
 Local permute(Communicator& c, const Group& g, const Local& in, const std::vector<std::pair<int, int>>& perm) {
+  TimelineScope scope(g.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
   std::string params = "perm=[";
   for (size_t i = 0; i < perm.size(); ++i)
     params += (i ? ", (" : "(") + std::to_string(perm[i].first) + ", " + std::to_string(perm[i].second) + ")";
@@ -169,6 +174,7 @@ Local permute(Communicator& c, const Group& g, const Local& in, const std::vecto
 }
 
 Local all_to_all(Communicator& c, const Group& g, const Local& in, int split_axis, int concat_axis) {
+  TimelineScope scope(g.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
   const std::string params = "split_axis=" + std::to_string(split_axis) + ", concat_axis=" + std::to_string(concat_axis);
   auto rv = c.meet(g, {in.data, in.shape, in.dtype, sig(g.op, in, params, true)});
   const auto& d = rv->deposits();

@@ -4,6 +4,7 @@
 // parallel; senders' buffers are immutable while the plan runs.
 #include "comm/communicator.hpp"
 #include "core/array_impl.hpp"
+#include "runtime/timeline.hpp"
 
 #include <cstring>
 
@@ -30,6 +31,7 @@ class ThreadsCommunicator final : public Communicator {
     run_on_devices(mesh.devices(), [&](int t) {
       const int b = piece_begin[t], e = piece_begin[t + 1];
       if (b == e) return;
+      TimelineScope scope("exchange", "collective", plan.bytes_received[t]);
       const auto& tbox = plan.target_boxes[t];
       Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(tbox))) * isz);
       for (int i = b; i < e; ++i) {
@@ -49,6 +51,7 @@ class ThreadsCommunicator final : public Communicator {
     run_on_devices(mesh.devices(), [&](int t) {
       const auto& obox = out_boxes[t];
       Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(obox))) * itemsize);
+      TimelineScope scope("reduce", "collective", static_cast<std::int64_t>(out.nbytes()));
       if (out.nbytes() > 0) {
         auto* o = static_cast<unsigned char*>(out.data());
         bool first = true;
