@@ -8,6 +8,7 @@
 #include "tessera/explain.hpp"
 #include "tessera/jit.hpp"
 #include "tessera/mesh.hpp"
+#include "tessera/observe.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"
 #include "tessera/sharding.hpp"

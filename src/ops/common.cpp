@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "comm/communicator.hpp"
+#include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
 
 namespace tessera::detail {
@@ -197,7 +198,14 @@ Array cast(const Array& a, DType dtype) {
 }
 
 std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<Slice>>& boxes, const char* op) {
+  TimelineScope scope("reshard", "reshard");
   ReshardPlan plan = plan_boxes(a.shape(), a.dtype(), a.sharding(), boxes);
+  if (scope) {
+    scope.arg("op", op);
+    scope.arg("kind", plan.kind);
+    scope.arg("bytes", plan.bytes_moved());
+    scope.arg("type", typeof(a));  // dtype, shape and source layout
+  }
   const int n = a.sharding().mesh().size();
   CommRecord rec;
   rec.op = op;

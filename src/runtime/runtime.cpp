@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "runtime/timeline.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::detail {
@@ -98,7 +99,7 @@ void* Allocator::allocate(std::size_t nbytes) {
       void* p = it->second;
       free_.erase(it);
       cached_ -= size;
-      in_use_ += size;
+      count_alloc(size);
       return p;
     }
   }
@@ -124,8 +125,18 @@ void* Allocator::allocate(std::size_t nbytes) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  in_use_ += size;
+  count_alloc(size);
   return p;
+}
+
+void Allocator::count_alloc(std::size_t size) {
+  in_use_ += size;
+  ++num_allocs_;
+  peak_ = std::max(peak_, in_use_);
+  largest_ = std::max(largest_, size);
+  // Sampled under the lock, so a trace's samples of a device are in order.
+  if (tracing()) [[unlikely]]
+    record_memory(device_id_, static_cast<std::int64_t>(in_use_));
 }
 
 void Allocator::deallocate(void* p, std::size_t nbytes) {
@@ -133,6 +144,8 @@ void Allocator::deallocate(void* p, std::size_t nbytes) {
   const std::size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   in_use_ -= size;
+  if (tracing()) [[unlikely]]
+    record_memory(device_id_, static_cast<std::int64_t>(in_use_));
   if (size > kMaxCachedBytes) {
     std::free(p);
     return;
@@ -166,6 +179,22 @@ std::size_t Allocator::bytes_in_use() const {
 std::size_t Allocator::bytes_cached() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cached_;
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  MemoryStats st;
+  st.bytes_in_use = static_cast<std::int64_t>(in_use_);
+  st.peak_bytes_in_use = static_cast<std::int64_t>(peak_);
+  st.bytes_cached = static_cast<std::int64_t>(cached_);
+  st.num_allocs = num_allocs_;
+  st.largest_alloc_size = static_cast<std::int64_t>(largest_);
+  return st;
+}
+
+void Allocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = in_use_;
 }
 
 // ------------------------------------------------------------------- Worker
@@ -260,6 +289,9 @@ Runtime& Runtime::get() {
   // Leaked on purpose: buffers held by static Arrays may be freed after
   // static destructors run. Workers are joined at exit.
   static Runtime* rt = [] {
+    // Before the workers start, so they record from their first task and a
+    // bad TESSERA_TRACE path leaves nothing started.
+    start_trace_from_env();
     int n = g_requested_devices.load();
     if (n == 0) n = default_device_count();
     auto* r = new Runtime(n);
@@ -297,6 +329,13 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
     }
   };
   const bool poll = rt.polls_for(n);
+  // Each device's task shows on its timeline row, named after the call that
+  // started it (the caller's innermost scope, e.g. "reshard").
+  const std::string_view label = TimelineScope::innermost_name("task");
+  auto task = [&fn, label](int i) {
+    TimelineScope scope(label, "task");
+    fn(i);
+  };
   std::vector<int> inline_indices;
   for (int i = 0; i < n; ++i) {
     Worker& w = rt.worker(devices[i].id());
@@ -304,9 +343,9 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
       inline_indices.push_back(i);  // run after dispatching the others, so they overlap
       continue;
     }
-    w.submit([st, &fn, i, finish] {
+    w.submit([st, &task, i, finish] {
       try {
-        fn(i);
+        task(i);
       } catch (...) {
         st->errors[i] = std::current_exception();
       }
@@ -315,7 +354,7 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
   }
   for (int i : inline_indices) {
     try {
-      fn(i);
+      task(i);
     } catch (...) {
       st->errors[i] = std::current_exception();
     }
@@ -367,6 +406,20 @@ std::vector<Device> devices() {
 int device_count() { return detail::Runtime::get().num_devices(); }
 
 int process_index() { return 0; }
+
+namespace {
+detail::Allocator& allocator_of(const Device& device, const char* op) {
+  const int n = detail::Runtime::get().num_devices();
+  if (device.id() < 0 || device.id() >= n)
+    throw DeviceError(std::string("[") + op + "] expected a device id in [0, " + std::to_string(n) + "), got " +
+                      std::to_string(device.id()));
+  return detail::Runtime::get().allocator(device.id());
+}
+}  // namespace
+
+MemoryStats memory_stats(const Device& device) { return allocator_of(device, "memory_stats").stats(); }
+
+void reset_peak_memory(const Device& device) { allocator_of(device, "reset_peak_memory").reset_peak(); }
 
 namespace config {
 void set_num_cpu_devices(int n) {

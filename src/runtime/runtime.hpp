@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tessera/device.hpp"
+#include "tessera/observe.hpp"
 
 namespace tessera::detail {
 
@@ -43,16 +44,25 @@ class Allocator {
 
   std::size_t bytes_in_use() const;
   std::size_t bytes_cached() const;
+  /// All counters at once (consistent with each other).
+  MemoryStats stats() const;
+  /// Sets the peak to the bytes in use now.
+  void reset_peak();
 
   /// Size actually reserved for a request of `nbytes`.
   static std::size_t round_size(std::size_t nbytes);
 
  private:
+  void count_alloc(std::size_t size);  // under mu_
+
   int device_id_;
   mutable std::mutex mu_;
   std::multimap<std::size_t, void*> free_;  // rounded size -> block
   std::size_t in_use_ = 0;
   std::size_t cached_ = 0;
+  std::size_t peak_ = 0;
+  std::size_t largest_ = 0;
+  std::int64_t num_allocs_ = 0;
 };
 
 /// A persistent thread with an in-order queue of tasks. After its queue runs

@@ -30,6 +30,7 @@
 
 #include "comm/communicator.hpp"
 #include "ops/common.hpp"
+#include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
 
 namespace tessera {
@@ -166,6 +167,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
                                   const std::vector<Array>& args) {
   const char* op = "shard_map";
   if (t_ctx) throw ShardingError("[shard_map] cannot be called inside a shard_map body");
+  TimelineScope scope(op, "task");  // names the per-device tasks of the call
   if (args.size() != in_specs.size())
     throw ShardingError(msg(op, "expected " + std::to_string(in_specs.size()) + " arguments (one per in_spec), got " +
                                     std::to_string(args.size())));

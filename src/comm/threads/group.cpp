@@ -18,6 +18,8 @@
 #include "comm/threads/threads.hpp"
 #include "core/array_impl.hpp"
 
+#include "runtime/timeline.hpp"
+
 namespace tessera::detail {
 
 namespace {
@@ -51,6 +53,7 @@ class ThreadsGroup final : public Group {
   // element is combined in member order (deposit 0, then 1, ...), whoever
   // computes it.
   Local all_reduce(const Local& in, ReduceOp op) override {
+    TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     auto rv = threads_meet(g_, {in.data, in.shape, in.dtype, sig(g_.op, in, std::string("reduce=") + name(op), true)});
     if (size() == 1) return in;
     const std::int64_t n = num_elements(in.shape);
@@ -81,6 +84,7 @@ class ThreadsGroup final : public Group {
   // own piece into one shared result buffer, and after the barrier all
   // return it.
   Local all_gather(const Local& in, int axis, bool tiled) override {
+    TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     const std::string params = "axis=" + std::to_string(axis) + ", tiled=" + (tiled ? "true" : "false");
     auto rv = threads_meet(g_, {in.data, in.shape, in.dtype, sig(g_.op, in, params, !tiled, axis)});
     const auto& d = rv->deposits();
@@ -113,6 +117,7 @@ class ThreadsGroup final : public Group {
   // own result and combines block r of every other member into it, in member
   // order; no shared buffer, no barrier (deposits outlive the reads).
   Local reduce_scatter(const Local& in, int dim, bool tiled, ReduceOp op) override {
+    TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     std::string params = "scatter_dimension=" + std::to_string(dim) + ", tiled=" + (tiled ? "true" : "false");
     // A sum is what psum_scatter means; other reductions are named.
     if (op != ReduceOp::Sum) params += std::string(", reduce=") + name(op);
@@ -140,6 +145,7 @@ class ThreadsGroup final : public Group {
   // Permute. The receiver returns the sender's deposited buffer itself (no
   // copy: values are immutable); a member no one sends to gets zeros.
   Local permute(const Local& in, const std::vector<std::pair<int, int>>& perm) override {
+    TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     std::string params = "perm=[";
     for (size_t i = 0; i < perm.size(); ++i)
       params += (i ? ", (" : "(") + std::to_string(perm[i].first) + ", " + std::to_string(perm[i].second) + ")";
@@ -157,6 +163,7 @@ class ThreadsGroup final : public Group {
   // member's deposit into its own result, member s's block at position s
   // along concat_axis; no shared buffer, no barrier.
   Local all_to_all(const Local& in, int split_axis, int concat_axis) override {
+    TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     const std::string params =
         "split_axis=" + std::to_string(split_axis) + ", concat_axis=" + std::to_string(concat_axis);
     auto rv = threads_meet(g_, {in.data, in.shape, in.dtype, sig(g_.op, in, params, true)});

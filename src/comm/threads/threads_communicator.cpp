@@ -8,6 +8,7 @@
 
 #include "comm/threads/threads.hpp"
 #include "core/array_impl.hpp"
+#include "runtime/timeline.hpp"
 
 namespace tessera::detail {
 
@@ -47,6 +48,7 @@ class ThreadsCommunicator final : public Communicator {
     run_on_devices(mesh.devices(), [&](int t) {
       const int b = piece_begin[t], e = piece_begin[t + 1];
       if (b == e) return;
+      TimelineScope scope("exchange", "collective", plan.bytes_received[t]);
       const auto& tbox = plan.target_boxes[t];
       Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(tbox))) * isz);
       for (int i = b; i < e; ++i) {
@@ -66,6 +68,7 @@ class ThreadsCommunicator final : public Communicator {
     run_on_devices(mesh.devices(), [&](int t) {
       const auto& obox = out_boxes[t];
       Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(obox))) * isz);
+      TimelineScope scope("reduce", "collective", static_cast<std::int64_t>(out.nbytes()));
       if (out.nbytes() > 0) {
         auto* o = static_cast<unsigned char*>(out.data());
         bool first = true;
