@@ -13,7 +13,8 @@
 //     into a requested layout).
 //
 // Candidates for a factor are the axes its operand dims already carry (and
-// those of a requested out_spec), plus none. Every combination is scored:
+// those of a requested out_spec), the ordered parts of those lists, plus
+// none. Every combination is scored:
 //   cost = kWorkPerByte * bytes one device receives (operand reshards, the
 //          reduction, the final reshard to out_spec)
 //        + the primitive's work divided by the number of devices that share
@@ -59,12 +60,16 @@ std::int64_t axes_size(const Mesh& mesh, const AxisList& axes) {
   return n;
 }
 
+// An operand dim takes its factor's axes whatever the kind: a sharded
+// reduction factor means each device holds only its slice of the summed
+// dim. A result dim never carries a reduction factor's axes (they become
+// reduce_axes instead).
 NamedSharding layout(const Mesh& mesh, const std::vector<int>& dims, const std::vector<AxisList>& assign,
-                     const std::vector<Factor>& factors) {
+                     const std::vector<Factor>& factors, bool operand) {
   std::vector<AxisList> axes(dims.size());
   for (size_t d = 0; d < dims.size(); ++d) {
     const int f = dims[d];
-    if (f >= 0 && factors[f].kind != FactorKind::Reduction) axes[d] = assign[f];
+    if (f >= 0 && (operand || factors[f].kind != FactorKind::Reduction)) axes[d] = assign[f];
   }
   return NamedSharding(mesh, make_spec(axes));
 }
@@ -72,6 +77,15 @@ NamedSharding layout(const Mesh& mesh, const std::vector<int>& dims, const std::
 bool any_explicit(const NamedSharding& s) { return has_explicit_axes(s); }
 
 }  // namespace
+
+bool blocks_inside(const Shape& shape, const NamedSharding& inner, const NamedSharding& outer) {
+  for (int pos = 0; pos < inner.mesh().size(); ++pos) {
+    const auto a = inner.shard_index(shape, pos), b = outer.shard_index(shape, pos);
+    for (size_t d = 0; d < a.size(); ++d)
+      if (a[d].size() > 0 && (a[d].start < b[d].start || a[d].stop > b[d].stop)) return false;
+  }
+  return true;
+}
 
 double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from, const NamedSharding& to) {
   if (from == to) return 0;
@@ -141,6 +155,19 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
       // Explicit axes stay where the user put them.
       if (choices[f].empty()) choices[f].push_back({});
     } else {
+      // Every ordered part of a multi-axis candidate too: when another
+      // factor takes one of a dim's axes, the dim keeps the rest rather
+      // than being gathered whole.
+      for (size_t c = 0; c < cand[f].size(); ++c) {
+        const AxisList& full = cand[f][c];
+        if (full.size() < 2 || full.size() > 8) continue;
+        for (unsigned mask = 1; mask + 1 < (1u << full.size()); ++mask) {
+          AxisList part;
+          for (size_t a = 0; a < full.size(); ++a)
+            if (mask & (1u << a)) part.push_back(full[a]);
+          if (std::find(choices[f].begin(), choices[f].end(), part) == choices[f].end()) choices[f].push_back(part);
+        }
+      }
       choices[f].push_back({});
     }
     combos *= choices[f].size();
@@ -182,7 +209,7 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
       double bytes = 0;
       std::vector<int> kept;  // per operand: sharded dims left as they are
       for (size_t i = 0; i < in.size(); ++i) {
-        p.operands.push_back(layout(mesh, rule.operands[i], assign, rule.factors));
+        p.operands.push_back(layout(mesh, rule.operands[i], assign, rule.factors, true));
         bytes += reshard_bytes(in[i].shape, in[i].dtype, in[i].sharding, p.operands.back());
         int k = 0;
         for (int d = 0; d < static_cast<int>(in[i].shape.size()); ++d)
@@ -198,14 +225,20 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
             red.push_back(axis);
       const double group = static_cast<double>(axes_size(mesh, red));
       for (size_t r = 0; r < out.size(); ++r) {
-        p.local.push_back(layout(mesh, rule.results[r], assign, rule.factors));
+        p.local.push_back(layout(mesh, rule.results[r], assign, rule.factors, false));
         p.results.push_back(r == 0 && want_s ? *want_s : p.local.back());
-        double local_bytes = static_cast<double>(itemsize(out[r].dtype));
+        // Partial results are reduced straight into the final blocks when
+        // those lie inside the local ones (a reduce-scatter: each device
+        // receives only its final block from each peer), else into the
+        // local blocks and then resharded.
+        const bool scatter = group > 1 && !(p.results.back() == p.local.back()) &&
+                             blocks_inside(out[r].shape, p.results.back(), p.local.back());
+        const NamedSharding& into = scatter ? p.results.back() : p.local.back();
+        double into_bytes = static_cast<double>(itemsize(out[r].dtype));
         for (size_t d = 0; d < out[r].shape.size(); ++d)
-          local_bytes *= static_cast<double>(out[r].shape[d]) /
-                         static_cast<double>(p.local.back().num_parts(static_cast<int>(d)));
-        bytes += local_bytes * (group - 1);
-        bytes += reshard_bytes(out[r].shape, out[r].dtype, p.local.back(), p.results.back());
+          into_bytes *= static_cast<double>(out[r].shape[d]) / static_cast<double>(into.num_parts(static_cast<int>(d)));
+        bytes += into_bytes * (group - 1);
+        if (!scatter) bytes += reshard_bytes(out[r].shape, out[r].dtype, p.local.back(), p.results.back());
       }
       p.reduce_axes = red;
       used.clear();

@@ -33,6 +33,10 @@ struct Partition {
 /// out_spec resolves it.
 Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out);
 
+/// True when every device's block of `inner` lies inside its block of
+/// `outer`, so a reduction can write `inner` blocks straight away.
+bool blocks_inside(const Shape& shape, const NamedSharding& inner, const NamedSharding& outer);
+
 /// Estimated bytes one device receives to go from layout `from` to `to`.
 double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from, const NamedSharding& to);
 

@@ -7,17 +7,6 @@ namespace tessera::detail {
 
 namespace {
 thread_local Trace* t_trace = nullptr;
-
-// True when every device's block of `inner` lies inside its block of
-// `outer`, so a reduction can write `inner` blocks straight away.
-bool blocks_inside(const Shape& shape, const NamedSharding& inner, const NamedSharding& outer) {
-  for (int pos = 0; pos < inner.mesh().size(); ++pos) {
-    const auto a = inner.shard_index(shape, pos), b = outer.shard_index(shape, pos);
-    for (size_t d = 0; d < a.size(); ++d)
-      if (a[d].size() > 0 && (a[d].start < b[d].start || a[d].stop > b[d].stop)) return false;
-  }
-  return true;
-}
 }  // namespace
 
 TraceScope::TraceScope(Trace* t) : prev_(t_trace) { t_trace = t; }

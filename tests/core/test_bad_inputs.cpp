@@ -216,14 +216,16 @@ std::vector<Row> make_rows() {
                                    ts::add(a, b);
                                  },
                                  "[add] ", {"incompatible shardings"}));
-  r.push_back(row<ShardingError>("explicit_matmul_partial_sums",
+  // Both free dims on X: the output layout is ambiguous. (Contracting dims
+  // sharded alike are accepted, as in JAX: the result is all-reduced.)
+  r.push_back(row<ShardingError>("explicit_matmul_free_dims_conflict",
                                  [] {
                                    const auto m = emesh();
-                                   auto a = ts::zeros({4, 8}, ts::f32, ts::NamedSharding(m, ts::P(ts::none, "X")));
-                                   auto b = ts::zeros({8, 4}, ts::f32, ts::NamedSharding(m, ts::P("X")));
+                                   auto a = ts::zeros({8, 4}, ts::f32, ts::NamedSharding(m, ts::P("X")));
+                                   auto b = ts::zeros({4, 8}, ts::f32, ts::NamedSharding(m, ts::P(ts::none, "X")));
                                    ts::matmul(a, b);
                                  },
-                                 "[matmul] ", {"out_sharding"}));
+                                 "[matmul] ", {"two dims", "out_sharding"}));
   r.push_back(row<ShardingError>("sum_out_sharding_bad_axis",
                                  [] { ts::sum(f32({8, 4}), {0}, {.out_sharding = ts::P("nope")}); }, "[sum] ",
                                  {"'nope'"}));
