@@ -14,6 +14,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/nd_index.hpp"
 #include "core/wrapping.hpp"
 #include "ops/common.hpp"
 
@@ -94,8 +95,8 @@ decltype(auto) with_red(Red r, F&& f) {
 }
 
 // Reduces a row-major block of shape `shape` over dims with reduced[d] into
-// `out` (keepdims layout). Walks the input in order with an odometer over all
-// dims but the last; the last dim is either summed into one value or
+// `out` (keepdims layout). Walks the input in order, stepping all dims but
+// the last with NdIndex; the last dim is either summed into one value or
 // accumulated elementwise into an output row.
 template <Red r, class T>
 void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out) {
@@ -117,11 +118,9 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
       }
     }
     const std::int64_t inner = shape[rank - 1];
-    std::vector<std::int64_t> idx(rank - 1, 0);
     const T* p = in;
-    for (;;) {
-      std::int64_t o = 0;
-      for (int d = 0; d < rank - 1; ++d) o += idx[d] * ostride[d];
+    for (detail::NdIndex it(detail::first_dims(shape, rank - 1), ostride); !it.done(); it.next(), p += inner) {
+      const std::int64_t o = it.offset(0);
       if (reduced[rank - 1]) {
         A v = acc[o];
         std::int64_t j = 0;
@@ -141,10 +140,6 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
         A* row = acc.data() + o;
         for (std::int64_t j = 0; j < inner; ++j) row[j] = combine1<r, A>(row[j], static_cast<A>(p[j]));
       }
-      p += inner;
-      int d = rank - 2;
-      while (d >= 0 && ++idx[d] == shape[d]) idx[d--] = 0;
-      if (d < 0) break;
     }
   } else if (rank == 0) {
     acc[0] = combine1<r, A>(acc[0], static_cast<A>(in[0]));
