@@ -4,6 +4,7 @@
 
 #include "core/array_impl.hpp"
 #include "core/checked.hpp"
+#include "core/nd_index.hpp"
 
 namespace tessera::detail {
 
@@ -104,23 +105,9 @@ void for_each_run(const std::vector<Slice>& src_box, const std::vector<Slice>& d
     --inner;
     run *= box[inner].size();
   }
-  if (inner == 0) {
-    fn(s_off, d_off, run);
-    return;
-  }
-  // Odometer over the outer dims [0, inner).
-  std::vector<std::int64_t> idx(inner, 0);
-  for (;;) {
-    std::int64_t so = s_off, dof = d_off;
-    for (int i = 0; i < inner; ++i) {
-      so += idx[i] * ss[i];
-      dof += idx[i] * ds[i];
-    }
-    fn(so, dof, run);
-    int i = inner - 1;
-    while (i >= 0 && ++idx[i] == box[i].size()) idx[i--] = 0;
-    if (i < 0) break;
-  }
+  const Shape outer = box_shape(box);
+  for (NdIndex it(first_dims(outer, inner), ss, ds); !it.done(); it.next())
+    fn(s_off + it.offset(0), d_off + it.offset(1), run);
 }
 
 void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,

@@ -25,6 +25,7 @@
 
 #include "backend/cpu/erfinv.hpp"
 #include "backend/cpu/threefry.hpp"
+#include "core/nd_index.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -59,20 +60,14 @@ void for_each_element(const Shape& shape, const std::vector<Slice>& index, F&& f
   }
   std::vector<std::int64_t> stride(r, 1);
   for (int d = r - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape[d + 1];
-  std::vector<std::int64_t> at(r);
-  for (int d = 0; d < r; ++d) at[d] = index[d].start;
+  std::int64_t first = 0;  // global flat index of the block's first row
+  for (int d = 0; d < r - 1; ++d) first += index[d].start * stride[d];
+  const Shape size = detail::box_shape(index);
   const Slice inner = index[r - 1];
   std::int64_t offset = 0;
-  for (;;) {
-    std::int64_t row = 0;
-    for (int d = 0; d < r - 1; ++d) row += at[d] * stride[d];
+  for (detail::NdIndex it(detail::first_dims(size, r - 1), stride); !it.done(); it.next()) {
+    const std::int64_t row = first + it.offset(0);
     for (std::int64_t j = inner.start; j < inner.stop; ++j) f(offset++, static_cast<std::uint64_t>(row + j));
-    int d = r - 2;
-    for (; d >= 0; --d) {
-      if (++at[d] < index[d].stop) break;
-      at[d] = index[d].start;
-    }
-    if (d < 0) return;
   }
 }
 

@@ -14,7 +14,9 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/nd_index.hpp"
 #include "core/reduce_op.hpp"
+#include "core/wrapping.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -57,8 +59,8 @@ constexpr bool kRuns = (r == ReduceOp::Max || r == ReduceOp::Min) ? true
                                                                     : !std::is_same_v<T, bool> && sizeof(T) >= 4;
 
 // Reduces a row-major block of shape `shape` over dims with reduced[d] into
-// `out` (keepdims layout). Walks the input in order with an odometer over all
-// dims but the last; the last dim is either summed into one value or
+// `out` (keepdims layout). Walks the input in order, stepping all dims but
+// the last with NdIndex; the last dim is either summed into one value or
 // accumulated elementwise into an output row.
 template <ReduceOp r, class T>
 void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out) {
@@ -80,11 +82,9 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
       }
     }
     const std::int64_t inner = shape[rank - 1];
-    std::vector<std::int64_t> idx(rank - 1, 0);
     const T* p = in;
-    for (;;) {
-      std::int64_t o = 0;
-      for (int d = 0; d < rank - 1; ++d) o += idx[d] * ostride[d];
+    for (detail::NdIndex it(detail::first_dims(shape, rank - 1), ostride); !it.done(); it.next(), p += inner) {
+      const std::int64_t o = it.offset(0);
       if (reduced[rank - 1]) {
         A v = acc[o];
         std::int64_t j = 0;
@@ -104,10 +104,6 @@ void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& redu
         A* row = acc.data() + o;
         for (std::int64_t j = 0; j < inner; ++j) row[j] = combine1<r, A>(row[j], static_cast<A>(p[j]));
       }
-      p += inner;
-      int d = rank - 2;
-      while (d >= 0 && ++idx[d] == shape[d]) idx[d--] = 0;
-      if (d < 0) break;
     }
   } else if (rank == 0) {
     acc[0] = combine1<r, A>(acc[0], static_cast<A>(in[0]));

@@ -45,6 +45,7 @@
 #include <cstring>
 #include <optional>
 
+#include "core/nd_index.hpp"
 #include "ops/common.hpp"
 
 namespace tessera {
@@ -56,6 +57,8 @@ using detail::whole_box;
 using detail::check_valid;
 using detail::intersect;
 using detail::msg;
+using detail::first_dims;
+using detail::NdIndex;
 using detail::num_elements;
 
 namespace {
@@ -164,6 +167,17 @@ void strided_copy(const unsigned char* src, const std::vector<std::int64_t>& sst
     std::memcpy(dst, src, isz);
     return;
   }
+  // The dims left in `dims` once the inner ones are taken out, walked with
+  // the source and destination byte offsets.
+  auto outer = [&dims] {
+    std::vector<std::int64_t> n, ss, ds;
+    for (const Dim& x : dims) {
+      n.push_back(x.n);
+      ss.push_back(x.s);
+      ds.push_back(x.d);
+    }
+    return NdIndex(n, ss, ds);
+  };
   const auto step = static_cast<std::int64_t>(isz);
   if (dims.back().s != step && (isz == 1 || isz == 4 || isz == 8)) {
     int k = -1;  // the dim read contiguously, if any
@@ -173,26 +187,16 @@ void strided_copy(const unsigned char* src, const std::vector<std::int64_t>& sst
       const Dim a = dims[k], b = dims.back();
       dims.erase(dims.begin() + k);
       dims.pop_back();
-      std::vector<std::int64_t> idx(dims.size(), 0);
-      const unsigned char* s = src;
-      unsigned char* d = dst;
-      for (;;) {
+      for (auto it = outer(); !it.done(); it.next()) {
+        const unsigned char* s = src + it.offset(0);
+        unsigned char* d = dst + it.offset(1);
         switch (isz) {
           case 1: copy_tiled<std::uint8_t>(s, d, a.n, a.s, a.d, b.n, b.s, b.d); break;
           case 4: copy_tiled<std::uint32_t>(s, d, a.n, a.s, a.d, b.n, b.s, b.d); break;
           default: copy_tiled<std::uint64_t>(s, d, a.n, a.s, a.d, b.n, b.s, b.d); break;
         }
-        int i = static_cast<int>(dims.size()) - 1;
-        for (; i >= 0; --i) {
-          s += dims[i].s;
-          d += dims[i].d;
-          if (++idx[i] < dims[i].n) break;
-          s -= dims[i].s * dims[i].n;
-          d -= dims[i].d * dims[i].n;
-          idx[i] = 0;
-        }
-        if (i < 0) return;
       }
+      return;
     }
   }
   const Dim in = dims.back();
@@ -210,22 +214,7 @@ void strided_copy(const unsigned char* src, const std::vector<std::int64_t>& sst
         for (std::int64_t i = 0; i < in.n; ++i) std::memcpy(d + i * in.d, s + i * in.s, isz);
     }
   };
-  std::vector<std::int64_t> idx(dims.size(), 0);
-  const unsigned char* s = src;
-  unsigned char* d = dst;
-  for (;;) {
-    line(s, d);
-    int k = static_cast<int>(dims.size()) - 1;
-    for (; k >= 0; --k) {
-      s += dims[k].s;
-      d += dims[k].d;
-      if (++idx[k] < dims[k].n) break;
-      s -= dims[k].s * dims[k].n;
-      d -= dims[k].d * dims[k].n;
-      idx[k] = 0;
-    }
-    if (k < 0) break;
-  }
+  for (auto it = outer(); !it.done(); it.next()) line(src + it.offset(0), dst + it.offset(1));
 }
 
 /// Fills `n` elements of `isz` bytes with `value`.
@@ -646,17 +635,14 @@ std::optional<std::vector<Box>> reshape_sources(const Shape& in, const Shape& ou
       const int m = static_cast<int>(gout.size());
       int p = m - 1;  // dims after p are whole: each run is one flat range
       while (p > 0 && gb[p].start == 0 && gb[p].stop == gout[p]) --p;
-      std::vector<std::int64_t> idx(static_cast<std::size_t>(p));
-      for (int j = 0; j < p; ++j) idx[j] = gb[j].start;
-      for (;;) {
-        std::int64_t lo = gb[p].start * gst[p];
-        for (int j = 0; j < p; ++j) lo += idx[j] * gst[j];
+      std::int64_t first = 0;  // flat index of the box's first element
+      for (int j = 0; j <= p; ++j) first += gb[j].start * gst[j];
+      const Shape gsz = box_shape(gb);
+      for (NdIndex it(first_dims(gsz, p), gst); !it.done(); it.next()) {
+        const std::int64_t lo = first + it.offset(0);
         Box prefix;
         range_boxes(lo, lo + gb[p].size() * gst[p], gin, 0, prefix, list);
         if (list.size() > cap) return std::nullopt;
-        int j = p - 1;
-        while (j >= 0 && ++idx[j] == gb[j].stop) idx[j] = gb[j].start, --j;
-        if (j < 0) break;
       }
     }
     std::vector<Box> next;
@@ -694,16 +680,16 @@ void copy_flat(const void* src, const Box& sbox, const Box& box, const Shape& in
   while (p > 0 && blk[p].start == 0 && blk[p].stop == out[p]) --p;
   const auto* s = static_cast<const unsigned char*>(src);
   auto* d = static_cast<unsigned char*>(dst);
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(std::max(q, 0)));
-  for (int k = 0; k < q; ++k) idx[k] = box[k].start;
+  // Flat input index and source-buffer offset of the box's first element.
+  std::int64_t f0 = 0, so0 = 0;
+  for (int k = 0; k < ri; ++k) {
+    f0 += box[k].start * gin[k];
+    so0 += (box[k].start - sbox[k].start) * sst[k];
+  }
   std::vector<std::int64_t> o(static_cast<std::size_t>(ro));
-  for (;;) {
-    std::int64_t f = 0, so = 0;
-    for (int k = 0; k < ri; ++k) {
-      const std::int64_t c = k < q ? idx[k] : box[k].start;
-      f += c * gin[k];
-      so += (c - sbox[k].start) * sst[k];
-    }
+  const Shape bsz = box_shape(box);
+  for (NdIndex it(first_dims(bsz, std::max(q, 0)), gin, sst); !it.done(); it.next()) {
+    std::int64_t f = f0 + it.offset(0), so = so0 + it.offset(1);
     std::int64_t left = run;
     while (left > 0) {
       std::int64_t rem = f, doff = 0, inner = 0;
@@ -722,9 +708,6 @@ void copy_flat(const void* src, const Box& sbox, const Box& box, const Shape& in
       so += seg;
       left -= seg;
     }
-    int k = q - 1;
-    while (k >= 0 && ++idx[k] == box[k].stop) idx[k] = box[k].start, --k;
-    if (k < 0) break;
   }
 }
 

@@ -1,9 +1,10 @@
 // Elementwise kernels. Each op is a small functor; loops are templated on it
 // so the compiler vectorises the contiguous cases (same-shape operands, or an
-// array with a scalar). Broadcast cases walk the output with an odometer over
+// array with a scalar). Broadcast cases walk the output with NdIndex over
 // all dims but the last and run a strided inner loop.
 #include "backend/cpu/elementwise.hpp"
 #include "core/dispatch.hpp"
+#include "core/nd_index.hpp"
 #include "core/wrapping.hpp"
 
 #include <bit>
@@ -319,25 +320,18 @@ void binary_loop(const Operand& a, const Operand& b, R* out, const std::vector<s
     for (std::int64_t i = 0; i < n; ++i) out[i] = f(sa, pb[i]);
     return;
   }
-  // General broadcast: odometer over the outer dims, strided inner loop.
+  // General broadcast: NdIndex over the outer dims, strided inner loop.
   const int r = static_cast<int>(shape.size());
   const std::int64_t inner = shape[r - 1];
-  const std::int64_t as = a.is_scalar ? 0 : a.strides[r - 1];
-  const std::int64_t bs = b.is_scalar ? 0 : b.strides[r - 1];
-  std::vector<std::int64_t> idx(r - 1, 0);
+  const std::vector<std::int64_t> none(r, 0);  // a scalar operand carries no strides
+  const auto& ast = a.is_scalar ? none : a.strides;
+  const auto& bst = b.is_scalar ? none : b.strides;
+  const std::int64_t as = ast[r - 1], bs = bst[r - 1];
   std::int64_t o = 0;
-  for (;;) {
-    std::int64_t ao = 0, bo = 0;
-    for (int d = 0; d < r - 1; ++d) {
-      if (!a.is_scalar) ao += idx[d] * a.strides[d];
-      if (!b.is_scalar) bo += idx[d] * b.strides[d];
-    }
+  for (detail::NdIndex it(detail::first_dims(shape, r - 1), ast, bst); !it.done(); it.next(), o += inner) {
+    const std::int64_t ao = it.offset(0), bo = it.offset(1);
     for (std::int64_t j = 0; j < inner; ++j)
       out[o + j] = f(a.is_scalar ? sa : pa[ao + j * as], b.is_scalar ? sb : pb[bo + j * bs]);
-    o += inner;
-    int d = r - 2;
-    while (d >= 0 && ++idx[d] == shape[d]) idx[d--] = 0;
-    if (d < 0) break;
   }
 }
 
@@ -420,18 +414,18 @@ void select(DType t, const Operand& cond, const Operand& x, const Operand& y, vo
       if (op.is_scalar) return kFloat<T> ? static_cast<T>(op.f) : static_cast<T>(op.i);
       return static_cast<const T*>(op.data)[off];
     };
-    std::vector<std::int64_t> idx(r, 0);
-    for (std::int64_t k = 0; k < n; ++k) {
-      std::int64_t co = 0, xo = 0, yo = 0;
-      for (int d = 0; d < r; ++d) {
-        if (!c.is_scalar) co += idx[d] * c.strides[d];
-        if (!a.is_scalar) xo += idx[d] * a.strides[d];
-        if (!b.is_scalar) yo += idx[d] * b.strides[d];
+    // NdIndex over the outer dims, a strided run along the last.
+    const std::vector<std::int64_t> none(r, 0);  // a scalar operand carries no strides
+    const auto& cst = c.is_scalar ? none : c.strides;
+    const auto& xst = a.is_scalar ? none : a.strides;
+    const auto& yst = b.is_scalar ? none : b.strides;
+    const std::int64_t inner = sh[r - 1], cs = cst[r - 1], xs = xst[r - 1], ys = yst[r - 1];
+    for (detail::NdIndex it(detail::first_dims(sh, r - 1), cst, xst, yst); !it.done(); it.next(), o += inner) {
+      const std::int64_t co = it.offset(0), xo = it.offset(1), yo = it.offset(2);
+      for (std::int64_t j = 0; j < inner; ++j) {
+        const bool pick = c.is_scalar ? c.i != 0 : static_cast<const bool*>(c.data)[co + j * cs];
+        o[j] = pick ? val(a, xo + j * xs) : val(b, yo + j * ys);
       }
-      const bool pick = c.is_scalar ? c.i != 0 : static_cast<const bool*>(c.data)[co];
-      o[k] = pick ? val(a, xo) : val(b, yo);
-      int d = r - 1;
-      while (d >= 0 && ++idx[d] == sh[d]) idx[d--] = 0;
     }
   });
 }

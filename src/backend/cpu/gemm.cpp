@@ -1,6 +1,7 @@
 // CPU kernels of the linear-algebra family (see gemm.hpp).
 #include "backend/cpu/gemm.hpp"
 #include "core/dispatch.hpp"
+#include "core/nd_index.hpp"
 #include "core/wrapping.hpp"
 
 #include <cblas.h>
@@ -88,27 +89,10 @@ void gemm_one(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, 
 
 template <class T>
 void batched(const GemmBatch& g, const T* a, const T* b, T* c) {
-  const int r = static_cast<int>(g.batch.size());
-  std::int64_t count = 1;
-  for (auto s : g.batch) count *= s;
-  if (count == 0 || g.m == 0 || g.n == 0) return;
+  if (g.m == 0 || g.n == 0) return;
   const std::int64_t csize = g.m * g.n;
-  std::vector<std::int64_t> idx(r, 0);
-  std::int64_t aoff = 0, boff = 0;
-  for (std::int64_t t = 0; t < count; ++t) {
-    gemm_one(g.trans_a, g.trans_b, g.m, g.n, g.k, a + aoff, b + boff, c + t * csize);
-    // Odometer over the batch multi-index, tracking operand offsets.
-    for (int d = r - 1; d >= 0; --d) {
-      if (++idx[d] < g.batch[d]) {
-        aoff += g.a_stride[d];
-        boff += g.b_stride[d];
-        break;
-      }
-      aoff -= g.a_stride[d] * (g.batch[d] - 1);
-      boff -= g.b_stride[d] * (g.batch[d] - 1);
-      idx[d] = 0;
-    }
-  }
+  for (NdIndex it(g.batch, g.a_stride, g.b_stride); !it.done(); it.next(), c += csize)
+    gemm_one(g.trans_a, g.trans_b, g.m, g.n, g.k, a + it.offset(0), b + it.offset(1), c);
 }
 
 template <class E>
@@ -134,21 +118,10 @@ void permute_typed(const E* src, const Shape& shape, const std::vector<int>& per
     dst_src_stride[i] = sstride[perm[i]];
   }
   const std::int64_t inner = dsz[r - 1], istride = dst_src_stride[r - 1];
-  std::vector<std::int64_t> idx(r, 0);
-  std::int64_t soff = 0;
   E* out = dst;
-  for (std::int64_t done = 0; done < total; done += inner) {
-    const E* s = src + soff;
+  for (NdIndex it(first_dims(dsz, r - 1), dst_src_stride); !it.done(); it.next(), out += inner) {
+    const E* s = src + it.offset(0);
     for (std::int64_t j = 0; j < inner; ++j) out[j] = s[j * istride];
-    out += inner;
-    for (int d = r - 2; d >= 0; --d) {
-      if (++idx[d] < dsz[d]) {
-        soff += dst_src_stride[d];
-        break;
-      }
-      soff -= dst_src_stride[d] * (dsz[d] - 1);
-      idx[d] = 0;
-    }
   }
 }
 
@@ -198,18 +171,11 @@ void sum_dims(DType dtype, const void* src, const Shape& shape, const std::vecto
       dstride[i] = acc;
       acc *= shape[i];
     }
-    std::vector<std::int64_t> idx(r, 0);
-    std::int64_t doff = 0;
-    for (std::int64_t e = 0; e < total; ++e) {
-      d[doff] = add(d[doff], s[e]);
-      for (int i = r - 1; i >= 0; --i) {
-        if (++idx[i] < shape[i]) {
-          doff += dstride[i];
-          break;
-        }
-        doff -= dstride[i] * (shape[i] - 1);
-        idx[i] = 0;
-      }
+    // The source is read in order, a row of the last dim at a time.
+    const std::int64_t inner = r > 0 ? shape[r - 1] : 1, istride = r > 0 ? dstride[r - 1] : 0;
+    for (NdIndex it(first_dims(shape, std::max(r - 1, 0)), dstride); !it.done(); it.next(), s += inner) {
+      T* row = d + it.offset(0);
+      for (std::int64_t j = 0; j < inner; ++j) row[j * istride] = add(row[j * istride], s[j]);
     }
   });
 }
