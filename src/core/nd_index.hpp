@@ -50,8 +50,11 @@ class NdIndex {
   bool done() const { return done_; }
   std::int64_t offset(std::size_t k) const { return offset_[k]; }
 
-  /// Steps to the next multi-index (sets done() after the last).
-  void next() {
+  /// Steps to the next multi-index (sets done() after the last). Always
+  /// inlined: it runs once per row, and in files with many kernel
+  /// instantiations the compiler would otherwise make it a call, with the
+  /// offsets kept in memory instead of registers.
+  [[gnu::always_inline]] void next() {
     for (std::size_t d = dims_.size(); d-- > 0;) {
       Dim& x = dims_[d];
       for (std::size_t k = 0; k < K; ++k) offset_[k] += x.stride[k];

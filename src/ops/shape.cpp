@@ -167,16 +167,21 @@ void strided_copy(const unsigned char* src, const std::vector<std::int64_t>& sst
     std::memcpy(dst, src, isz);
     return;
   }
-  // The dims left in `dims` once the inner ones are taken out, walked with
-  // the source and destination byte offsets.
+  // Extents and byte strides of the dims left in `dims` once the inner ones
+  // are taken out. The NdIndex is built in place by each loop: one returned
+  // from a call would have its address escape, and then every byte copy
+  // could alias its offsets, which would be reloaded per row.
+  struct Outer {
+    std::vector<std::int64_t> n, s, d;
+  };
   auto outer = [&dims] {
-    std::vector<std::int64_t> n, ss, ds;
+    Outer o;
     for (const Dim& x : dims) {
-      n.push_back(x.n);
-      ss.push_back(x.s);
-      ds.push_back(x.d);
+      o.n.push_back(x.n);
+      o.s.push_back(x.s);
+      o.d.push_back(x.d);
     }
-    return NdIndex(n, ss, ds);
+    return o;
   };
   const auto step = static_cast<std::int64_t>(isz);
   if (dims.back().s != step && (isz == 1 || isz == 4 || isz == 8)) {
@@ -187,7 +192,8 @@ void strided_copy(const unsigned char* src, const std::vector<std::int64_t>& sst
       const Dim a = dims[k], b = dims.back();
       dims.erase(dims.begin() + k);
       dims.pop_back();
-      for (auto it = outer(); !it.done(); it.next()) {
+      const Outer o = outer();
+      for (NdIndex it(o.n, o.s, o.d); !it.done(); it.next()) {
         const unsigned char* s = src + it.offset(0);
         unsigned char* d = dst + it.offset(1);
         switch (isz) {
@@ -214,7 +220,8 @@ void strided_copy(const unsigned char* src, const std::vector<std::int64_t>& sst
         for (std::int64_t i = 0; i < in.n; ++i) std::memcpy(d + i * in.d, s + i * in.s, isz);
     }
   };
-  for (auto it = outer(); !it.done(); it.next()) line(src + it.offset(0), dst + it.offset(1));
+  const Outer o = outer();
+  for (NdIndex it(o.n, o.s, o.d); !it.done(); it.next()) line(src + it.offset(0), dst + it.offset(1));
 }
 
 /// Fills `n` elements of `isz` bytes with `value`.
