@@ -37,12 +37,8 @@ class Elementwise : public Primitive {
   }
   ShardingRule rule(std::span<const AbstractArray> in) const override {
     std::vector<Shape> shapes;
-    Shape out;
-    for (const auto& a : in) {
-      shapes.push_back(a.shape);
-      out = broadcast_shapes(out, a.shape, name_);
-    }
-    return elementwise_rule(shapes, out);
+    for (const auto& a : in) shapes.push_back(a.shape);
+    return elementwise_rule(shapes, Elementwise::infer(in)[0].shape);
   }
   std::optional<PartitionSpec> out_spec() const override { return out_spec_; }
   std::string conflict_message(std::span<const AbstractArray> in) const override {

@@ -74,10 +74,8 @@ NamedSharding layout(const Mesh& mesh, const std::vector<int>& dims, const std::
   return NamedSharding(mesh, make_spec(axes));
 }
 
-bool any_explicit(const NamedSharding& s) { return has_explicit_axes(s); }
-
-}  // namespace
-
+// True when every device's block of `inner` lies inside its block of
+// `outer`, so a reduction can write `inner` blocks straight away.
 bool blocks_inside(const Shape& shape, const NamedSharding& inner, const NamedSharding& outer) {
   for (int pos = 0; pos < inner.mesh().size(); ++pos) {
     const auto a = inner.shard_index(shape, pos), b = outer.shard_index(shape, pos);
@@ -86,6 +84,8 @@ bool blocks_inside(const Shape& shape, const NamedSharding& inner, const NamedSh
   }
   return true;
 }
+
+}  // namespace
 
 double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from, const NamedSharding& to) {
   if (from == to) return 0;
@@ -124,11 +124,10 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
   };
   bool is_explicit = false;
   for (size_t i = 0; i < in.size(); ++i) {
-    is_explicit = is_explicit || any_explicit(in[i].sharding);
+    is_explicit = is_explicit || has_explicit_axes(in[i].sharding);
     for (size_t d = 0; d < rule.operands[i].size(); ++d)
       add(rule.operands[i][d], in[i].sharding.spec()[static_cast<int>(d)].axes());
   }
-  std::vector<bool> natural_ok_f(nf);
   bool natural_ok = true;
   {
     std::set<std::string> used;
@@ -141,7 +140,7 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
   std::optional<NamedSharding> want_s;
   if (want) {
     want_s = resolve_spec(mesh, *want, static_cast<int>(out.front().shape.size()), std::string(prim.name()).c_str());
-    is_explicit = is_explicit || any_explicit(*want_s);
+    is_explicit = is_explicit || has_explicit_axes(*want_s);
     for (size_t d = 0; d < rule.results.front().size(); ++d)
       add(rule.results.front()[d], (*want)[static_cast<int>(d)].axes());
   }
@@ -233,7 +232,8 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
         // local blocks and then resharded.
         const bool scatter = group > 1 && !(p.results.back() == p.local.back()) &&
                              blocks_inside(out[r].shape, p.results.back(), p.local.back());
-        const NamedSharding& into = scatter ? p.results.back() : p.local.back();
+        p.combined.push_back(scatter ? p.results.back() : p.local.back());
+        const NamedSharding& into = p.combined.back();
         double into_bytes = static_cast<double>(itemsize(out[r].dtype));
         for (size_t d = 0; d < out[r].shape.size(); ++d)
           into_bytes *= static_cast<double>(out[r].shape[d]) / static_cast<double>(into.num_parts(static_cast<int>(d)));
@@ -241,7 +241,6 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
         if (!scatter) bytes += reshard_bytes(out[r].shape, out[r].dtype, p.local.back(), p.results.back());
       }
       p.reduce_axes = red;
-      used.clear();
       double par = 1;
       for (int f = 0; f < nf; ++f) par *= static_cast<double>(axes_size(mesh, assign[f]));
       p.bytes = bytes;

@@ -20,6 +20,10 @@ struct Partition {
   /// Mesh axes of the reduction factors that were sharded: the kernel's
   /// results are partial over them and must be combined (empty: none).
   std::vector<std::string> reduce_axes;
+  /// The layout partial results are combined into: `results` when its
+  /// blocks lie inside the local ones (a reduce-scatter), else `local`.
+  /// Equal to `local` when nothing is partial.
+  std::vector<NamedSharding> combined;
   /// The layout of each result once combined (and resharded to out_spec).
   std::vector<NamedSharding> results;
   /// Estimated cost, and the bytes moved per device (for `explain`-like text).
@@ -32,10 +36,6 @@ struct Partition {
 /// (the primitive's conflict message) when Explicit axes conflict and no
 /// out_spec resolves it.
 Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out);
-
-/// True when every device's block of `inner` lies inside its block of
-/// `outer`, so a reduction can write `inner` blocks straight away.
-bool blocks_inside(const Shape& shape, const NamedSharding& inner, const NamedSharding& outer);
 
 /// Estimated bytes one device receives to go from layout `from` to `to`.
 double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from, const NamedSharding& to);

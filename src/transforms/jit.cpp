@@ -122,7 +122,8 @@ struct Slot {
   Shape shape;
   DType dtype = DType::f32;
   NamedSharding sharding;
-  std::vector<Shape> local;  // per mesh position
+  std::vector<std::vector<Slice>> boxes;  // per mesh position: global indices of its block
+  std::vector<Shape> local;               // per mesh position: the block's shape
 };
 
 struct Compiled {
@@ -143,8 +144,11 @@ struct Compiled {
 namespace {
 
 int add_slot(Compiled& c, const Shape& shape, DType dtype, const NamedSharding& s) {
-  Slot sl{shape, dtype, s, {}};
-  for (int pos = 0; pos < c.mesh.size(); ++pos) sl.local.push_back(s.shard_shape(shape, pos));
+  Slot sl{shape, dtype, s, {}, {}};
+  for (int pos = 0; pos < c.mesh.size(); ++pos) {
+    sl.boxes.push_back(s.shard_index(shape, pos));
+    sl.local.push_back(box_shape(sl.boxes.back()));
+  }
   c.slots.push_back(std::move(sl));
   return static_cast<int>(c.slots.size()) - 1;
 }
@@ -175,7 +179,6 @@ int add_reshard(Compiled& c, int src, const NamedSharding& s, const std::string&
 bool tile_compatible(const Slot& a, const Slot& b) { return a.shape == b.shape && a.sharding == b.sharding; }
 
 void fuse(Compiled& c) {
-  // Slots read by each step, to know which fused values escape their run.
   std::vector<Step> out;
   size_t i = 0;
   while (i < c.steps.size()) {
@@ -282,23 +285,17 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
       int s = outs[r];
       if (s == q.out[r]) continue;
       if (!direct) {
-        // Combine the partial results, into the final blocks when they lie
-        // inside the local ones (reduce-scatter), else all-reduce.
+        // Combine the partial results into the layout the engine chose
+        // (the final blocks: a reduce-scatter; else the local ones).
         const Shape& shape = q.types[r].shape;
-        bool inside = true;
-        for (int pos = 0; pos < mesh.size() && inside; ++pos) {
-          const auto a = q.part.results[r].shard_index(shape, pos), b = q.part.local[r].shard_index(shape, pos);
-          for (size_t d = 0; d < a.size(); ++d)
-            inside = inside && (a[d].size() == 0 || (a[d].start >= b[d].start && a[d].stop <= b[d].stop));
-        }
-        const NamedSharding into = inside ? q.part.results[r] : q.part.local[r];
+        const NamedSharding& into = q.part.combined[r];
         Step red;
         red.kind = Step::Reduce;
         red.in = {s};
         red.target = into;
         red.axes = q.part.reduce_axes;
         red.what = op;
-        red.kind_text = inside && !(into == q.part.local[r]) ? "reduce-scatter" : "all-reduce";
+        red.kind_text = into == q.part.local[r] ? "all-reduce" : "reduce-scatter";
         std::int64_t group = 1;
         for (const auto& a : red.axes) group *= mesh.axis_size(a);
         std::int64_t most = 0;
@@ -336,14 +333,14 @@ void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   in.reserve(st.in.size());
   for (int s : st.in) {
     const Slot& sl = c.slots[s];
-    in.push_back(LocalIn{bufs[s][pos].data(), sl.local[pos], sl.dtype, sl.sharding.shard_index(sl.shape, pos)});
+    in.push_back(LocalIn{bufs[s][pos].data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
   }
   LocalOuts out;
   out.reserve(st.out.size());
   for (int s : st.out) {
     const Slot& sl = c.slots[s];
     Buffer b(dev, static_cast<std::size_t>(num_elements(sl.local[pos])) * itemsize(sl.dtype));
-    out.push_back(LocalOut{b.data(), sl.local[pos], sl.dtype, sl.sharding.shard_index(sl.shape, pos)});
+    out.push_back(LocalOut{b.data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
     bufs[s][pos] = std::move(b);
   }
   q.prim->eval_cpu(in, out);
@@ -422,14 +419,11 @@ void run_comm(const Compiled& c, const Step& st, Buffers& bufs) {
     bufs[st.out[0]] = reshard_for(slot_array(c, st.in[0], bufs), *st.target, st.what.c_str()).impl()->buffers;
     return;
   }
-  std::vector<std::vector<Slice>> pboxes(c.mesh.size()), oboxes(c.mesh.size());
-  for (int pos = 0; pos < c.mesh.size(); ++pos) {
-    pboxes[pos] = from.sharding.shard_index(from.shape, pos);
-    oboxes[pos] = st.target->shard_index(from.shape, pos);
-  }
+  // Sums are the only partial results the rules produce; the reduce step's
+  // output slot is laid out as its target.
   const DType dt = from.dtype;
-  // Sums are the only partial results the rules produce.
-  bufs[st.out[0]] = reduce_over(c.mesh, st.axes, ReduceOp::Sum, dt, bufs[st.in[0]], pboxes, oboxes, st.what.c_str());
+  bufs[st.out[0]] = reduce_over(c.mesh, st.axes, ReduceOp::Sum, dt, bufs[st.in[0]], from.boxes,
+                                c.slots[st.out[0]].boxes, st.what.c_str());
 }
 
 std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {

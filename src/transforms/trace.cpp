@@ -52,10 +52,9 @@ std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Arr
     const TypeInfo& t = types[r];
     Array res;
     if (!part.reduce_axes.empty()) {
-      // Partial results: combine over the reduction axes, straight into the
-      // requested blocks when they lie inside the local ones.
-      const NamedSharding& into =
-          blocks_inside(t.shape, part.results[r], part.local[r]) ? part.results[r] : part.local[r];
+      // Partial results: combine over the reduction axes (a reduce-scatter
+      // when the engine chose to combine into the final blocks).
+      const NamedSharding& into = part.combined[r];
       std::vector<std::vector<Slice>> pboxes(mesh.size()), oboxes(mesh.size());
       for (int pos = 0; pos < mesh.size(); ++pos) {
         pboxes[pos] = part.local[r].shard_index(t.shape, pos);
