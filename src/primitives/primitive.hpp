@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/reduce_op.hpp"
 #include "tessera/array.hpp"
 
 namespace tessera::detail {
@@ -117,6 +118,27 @@ class Primitive {
   virtual bool identity() const { return false; }
   /// "op=add" style text; part of the IR and of the jit cache key.
   virtual std::string params() const { return ""; }
+  /// How partial results over sharded reduction factors combine (a sum for
+  /// dot products, a max for max-reductions).
+  virtual ReduceOp partial_op() const { return ReduceOp::Sum; }
+
+  /// Result layouts the primitive fixes itself instead of the engine
+  /// choosing them from the rule (std::nullopt: the engine chooses). Used by
+  /// creation ops (no operands; the layout is a parameter) and by every
+  /// primitive that lowers itself. Operands are then used as they are.
+  virtual std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
+                                                            const std::vector<TypeInfo>& out) const;
+  /// Ops whose communication is more than "bring the operands to a layout,
+  /// run the kernel, combine partial results" (halo exchanges, slices and
+  /// pads of sharded dims, reshapes across sharded dims, scans carrying
+  /// totals between devices, data-dependent gathers) partition themselves,
+  /// as XLA's SPMD partitioner has a handler per such op. They return true
+  /// here, override layouts(), and implement eval_global: the concrete
+  /// operands in, results laid out exactly as layouts() said. Their rule()
+  /// describes them for the text forms only.
+  virtual bool lowers_itself() const { return false; }
+  virtual std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+                                         const std::vector<NamedSharding>& layouts) const;
 };
 
 using PrimitivePtr = std::shared_ptr<const Primitive>;

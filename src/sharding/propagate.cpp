@@ -107,6 +107,15 @@ double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from,
 }
 
 Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) {
+  if (auto fixed = prim.layouts(in, out)) {
+    // The primitive lays its results out itself; operands stay as they are.
+    Partition p;
+    for (const auto& a : in) p.operands.push_back(a.sharding);
+    p.local = p.combined = p.results = std::move(*fixed);
+    return p;
+  }
+  if (prim.lowers_itself())
+    throw Error(msg(std::string(prim.name()).c_str(), "internal: a primitive that lowers itself must fix its layouts"));
   const ShardingRule rule = prim.rule(in);
   const Mesh& mesh = in.front().sharding.mesh();
   const int nf = static_cast<int>(rule.factors.size());

@@ -13,6 +13,8 @@
 //   - reshard: an operand brought to the layout the engine chose (through
 //     the one planner), or a result to its final layout;
 //   - reduce: partial results combined over the reduction axes;
+//   - global: a primitive that partitions itself (a halo exchange, a
+//     reshape across sharded dims, ...), run on the whole arrays;
 //   - fused: a run of fusable kernels whose operands and results all share
 //     one shape and layout, executed tile by tile (kTile elements) so the
 //     intermediates stay in cache: one pass over memory for the chain.
@@ -108,11 +110,12 @@ class JitTrace final : public Trace {
 // ------------------------------------------------------------ compiled form
 
 struct Step {
-  enum Kind { Kernel, Fused, Reshard, Reduce } kind = Kernel;
-  std::vector<int> eqns;       // Kernel: one; Fused: the run, in order
+  enum Kind { Kernel, Fused, Reshard, Reduce, Global } kind = Kernel;
+  std::vector<int> eqns;       // Kernel, Global: one; Fused: the run, in order
   std::vector<int> in, out;    // slots read and written (Fused: external inputs, materialised outputs)
   std::optional<NamedSharding> target;  // Reshard / Reduce: layout of `out[0]`
   std::vector<std::string> axes;  // Reduce
+  ReduceOp op = ReduceOp::Sum;    // Reduce
   std::string what;            // Reshard / Reduce: the op it serves
   std::int64_t bytes = 0;      // communication: most bytes one device receives
   std::string kind_text;       // communication: planner's form
@@ -268,6 +271,17 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
       c->eqn_out[e] = {dst};
       continue;
     }
+    if (q.prim->lowers_itself()) {
+      Step g;
+      g.kind = Step::Global;
+      g.eqns = {static_cast<int>(e)};
+      g.in = ins;
+      g.out = q.out;
+      g.what = op;
+      c->eqn_out[e] = q.out;
+      c->steps.push_back(std::move(g));
+      continue;
+    }
     Step k;
     k.kind = Step::Kernel;
     k.eqns = {static_cast<int>(e)};
@@ -294,8 +308,10 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
         red.in = {s};
         red.target = into;
         red.axes = q.part.reduce_axes;
+        red.op = q.prim->partial_op();
         red.what = op;
         red.kind_text = into == q.part.local[r] ? "all-reduce" : "reduce-scatter";
+        if (red.op != ReduceOp::Sum) red.kind_text += std::string("(") + detail::name(red.op) + ")";
         std::int64_t group = 1;
         for (const auto& a : red.axes) group *= mesh.axis_size(a);
         std::int64_t most = 0;
@@ -410,6 +426,16 @@ Array slot_array(const Compiled& c, int s, const Buffers& bufs) {
 }
 
 void run_comm(const Compiled& c, const Step& st, Buffers& bufs) {
+  if (st.kind == Step::Global) {
+    const Eqn& q = c.prog.eqns[st.eqns[0]];
+    std::vector<Array> in;
+    for (int s : st.in) in.push_back(slot_array(c, s, bufs));
+    std::vector<NamedSharding> layouts;
+    for (int s : st.out) layouts.push_back(c.slots[s].sharding);
+    auto res = q.prim->eval_global(in, q.types, layouts);
+    for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]] = res[r].impl()->buffers;
+    return;
+  }
   const Slot& from = c.slots[st.in[0]];
   if (st.kind == Step::Reshard) {
     if (from.sharding == *st.target) {
@@ -419,10 +445,9 @@ void run_comm(const Compiled& c, const Step& st, Buffers& bufs) {
     bufs[st.out[0]] = reshard_for(slot_array(c, st.in[0], bufs), *st.target, st.what.c_str()).impl()->buffers;
     return;
   }
-  // Sums are the only partial results the rules produce; the reduce step's
-  // output slot is laid out as its target.
+  // The reduce step's output slot is laid out as its target.
   const DType dt = from.dtype;
-  bufs[st.out[0]] = reduce_over(c.mesh, st.axes, ReduceOp::Sum, dt, bufs[st.in[0]], from.boxes,
+  bufs[st.out[0]] = reduce_over(c.mesh, st.axes, st.op, dt, bufs[st.in[0]], from.boxes,
                                 c.slots[st.out[0]].boxes, st.what.c_str());
 }
 
@@ -433,7 +458,7 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
   size_t k = 0;
   while (k < c.steps.size()) {
     const Step& st = c.steps[k];
-    if (st.kind == Step::Reshard || st.kind == Step::Reduce) {
+    if (st.kind == Step::Reshard || st.kind == Step::Reduce || st.kind == Step::Global) {
       run_comm(c, st, bufs);
       for (int s : st.in)
         if (c.last_use[s] == static_cast<int>(k)) bufs[s].assign(c.mesh.size(), Buffer());
@@ -615,6 +640,9 @@ std::string Lowered::as_text() const {
     switch (st.kind) {
       case Step::Kernel:
         s += "  kernel " + eqn_text(c, st.eqns[0], st.in, st.out) + "\n";
+        break;
+      case Step::Global:
+        s += "  global " + eqn_text(c, st.eqns[0], st.in, st.out) + "\n";
         break;
       case Step::Fused: {
         s += "  fused loop [";

@@ -25,8 +25,17 @@ std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Arr
   const std::string name(prim.name());
   const char* op = name.c_str();
   if (prim.identity()) return {reshard_for(args[0], part.results[0], op)};
+  if (prim.lowers_itself()) {
+    auto res = prim.eval_global(args, types, part.results);
+    for (size_t r = 0; r < res.size(); ++r)
+      if (r >= types.size() || !(res[r].sharding() == part.results[r]) || res[r].shape() != types[r].shape)
+        throw Error(msg(op, "internal: result " + std::to_string(r) + " is " + describe(res[r]) +
+                                ", not the layout the primitive announced"));
+    return res;
+  }
   std::vector<Array> ops(args.size());
   for (size_t i = 0; i < args.size(); ++i) ops[i] = reshard_for(args[i], part.operands[i], op);
+  if (part.local.empty()) return {};
   const Mesh& mesh = part.local.front().mesh();
   const size_t nr = types.size();
   std::vector<std::vector<Buffer>> bufs(nr, std::vector<Buffer>(mesh.size()));
@@ -61,7 +70,7 @@ std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Arr
         oboxes[pos] = into.shard_index(t.shape, pos);
       }
       const DType dt = t.dtype;
-      res = wrap(t.shape, t.dtype, into, reduce_over(mesh, part.reduce_axes, ReduceOp::Sum, dt, bufs[r], pboxes, oboxes, op));
+      res = wrap(t.shape, t.dtype, into, reduce_over(mesh, part.reduce_axes, prim.partial_op(), dt, bufs[r], pboxes, oboxes, op));
     } else {
       res = wrap(t.shape, t.dtype, part.local[r], std::move(bufs[r]));
     }

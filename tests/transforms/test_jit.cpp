@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "primitives/primitive.hpp"
 #include "test_util.hpp"
 
 namespace ts = tessera;
@@ -283,4 +284,105 @@ TEST(Jit, ShardedContractionAllReducesTheSmallResult) {
   EXPECT_NE(ir.find("all-reduce"), std::string::npos) << ir;
   EXPECT_NE(ir.find("over (x) (14.0 KiB per device)"), std::string::npos) << ir;
   EXPECT_NE(ir.find("fused loop [add, sigmoid]"), std::string::npos) << ir;
+}
+
+// ------------------------------------------- primitives that fix their layout
+
+namespace {
+
+namespace td = tessera::detail;
+
+// No operands, layout a parameter (as creation ops are): each device writes
+// the global flat index of its elements.
+class TestIota final : public td::Primitive {
+ public:
+  TestIota(ts::Shape shape, ts::NamedSharding s) : shape_(std::move(shape)), s_(std::move(s)) {}
+  std::string_view name() const override { return "test_iota"; }
+  std::vector<td::TypeInfo> infer(std::span<const td::AbstractArray>) const override { return {{shape_, ts::DType::f32}}; }
+  td::ShardingRule rule(std::span<const td::AbstractArray>) const override {
+    td::ShardingRule r;
+    r.results.emplace_back();
+    for (size_t d = 0; d < shape_.size(); ++d) {
+      r.factors.push_back({shape_[d]});
+      r.results[0].push_back(static_cast<int>(d));
+    }
+    return r;
+  }
+  std::optional<std::vector<ts::NamedSharding>> layouts(std::span<const td::AbstractArray>,
+                                                        const std::vector<td::TypeInfo>&) const override {
+    return std::vector<ts::NamedSharding>{s_};
+  }
+  void eval_cpu(const td::LocalArgs&, td::LocalOuts& out) const override {
+    // 2-d only (the test's shapes).
+    float* p = static_cast<float*>(out[0].data);
+    for (auto i = out[0].box[0].start; i < out[0].box[0].stop; ++i)
+      for (auto j = out[0].box[1].start; j < out[0].box[1].stop; ++j) *p++ = static_cast<float>(i * shape_[1] + j);
+  }
+  std::string params() const override { return "shape=" + std::to_string(shape_[0]) + "x" + std::to_string(shape_[1]); }
+
+ private:
+  ts::Shape shape_;
+  ts::NamedSharding s_;
+};
+
+// Lowers itself on whole arrays (as halo exchanges and reshapes do).
+class TestRoll final : public td::Primitive {
+ public:
+  std::string_view name() const override { return "test_roll"; }
+  std::vector<td::TypeInfo> infer(std::span<const td::AbstractArray> in) const override {
+    return {{in[0].shape, in[0].dtype}};
+  }
+  td::ShardingRule rule(std::span<const td::AbstractArray> in) const override {
+    td::ShardingRule r;
+    r.operands.emplace_back();
+    r.results.emplace_back();
+    for (size_t d = 0; d < in[0].shape.size(); ++d) {
+      r.factors.push_back({in[0].shape[d], d == 0 ? td::FactorKind::Permutation : td::FactorKind::PassThrough});
+      r.operands[0].push_back(static_cast<int>(d));
+      r.results[0].push_back(static_cast<int>(d));
+    }
+    return r;
+  }
+  std::optional<std::vector<ts::NamedSharding>> layouts(std::span<const td::AbstractArray> in,
+                                                        const std::vector<td::TypeInfo>&) const override {
+    return std::vector<ts::NamedSharding>{in[0].sharding};
+  }
+  bool lowers_itself() const override { return true; }
+  std::vector<ts::Array> eval_global(const std::vector<ts::Array>& in, const std::vector<td::TypeInfo>&,
+                                     const std::vector<ts::NamedSharding>& l) const override {
+    return {ts::device_put(ts::roll(in[0], 1, 0), l[0])};
+  }
+  void eval_cpu(const td::LocalArgs&, td::LocalOuts&) const override { FAIL() << "test_roll runs on whole arrays"; }
+};
+
+}  // namespace
+
+TEST(Jit, PrimitivesThatFixTheirLayoutOrLowerThemselves) {
+  std::mt19937 rng(7);
+  for (const ts::Mesh& mesh : test_meshes()) {
+    for (int trial = 0; trial < 3; ++trial) {
+      const ts::Shape shape{7, 3};
+      const ts::NamedSharding s(mesh, random_spec(rng, mesh, 2));
+      auto prog = [&](ts::Array x) {
+        ts::Array i = td::bind1(std::make_shared<TestIota>(shape, s), {});
+        ts::Array r = td::bind1(std::make_shared<TestRoll>(), {x * 2.0f});
+        return i + r;
+      };
+      const std::vector<float> h = iota_data<float>(21);
+      auto x = ts::device_put(h, shape, ts::NamedSharding(mesh, ts::P()));
+      const ts::Array eager = prog(x);
+      // Row i holds i*3+j + 2*x[i-1 (mod 7)].
+      std::vector<float> want(21);
+      for (int i = 0; i < 7; ++i)
+        for (int j = 0; j < 3; ++j) want[i * 3 + j] = static_cast<float>(i * 3 + j) + 2.0f * h[((i + 6) % 7) * 3 + j];
+      EXPECT_EQ(eager.to_vector<float>(), want) << mesh.str();
+      auto f = ts::jit(prog);
+      expect_same(f(x), eager, mesh.str());
+      const std::string text = f.lower(x).as_text();
+      EXPECT_NE(text.find("kernel %"), std::string::npos) << text;
+      EXPECT_NE(text.find("= test_iota[shape=7x3]()"), std::string::npos) << text;
+      EXPECT_NE(text.find("global %"), std::string::npos) << text;
+      EXPECT_NE(text.find("test_roll(%"), std::string::npos) << text;
+    }
+  }
 }
