@@ -168,6 +168,32 @@ TEST(ElementwiseGolden, Float32TrigAccuracy) {
   EXPECT_EQ(std::signbit(s[h.size() - 8]), false);  // sin(+0) = +0
 }
 
+// f32 tanh and log are polynomial too: within a few ulp of double math over
+// their whole range, with the special values recomputed exactly.
+TEST(ElementwiseGolden, Float32TanhLogAccuracy) {
+  std::vector<float> h;
+  for (float v = -12.0f; v < 12.0f; v += 1.3e-3f) h.push_back(v);
+  for (float v = 1e-6f; v < 1e6f; v *= 1.0007f) h.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, 1e-40f, 3e38f, -1.0f, 0.625f, -0.625f, 9.0f, 50.0f, -50.0f}) h.push_back(v);
+  h.push_back(INFINITY);
+  h.push_back(-INFINITY);
+  h.push_back(std::nanf(""));
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::device_put(h, {static_cast<std::int64_t>(h.size())}, ts::NamedSharding(m, ts::P("x")));
+  auto t = ts::tanh(x).to_vector<float>(), l = ts::log(x).to_vector<float>();
+  // Relative error bound: 4 ulp of f32 (2^-21), absolute near zero.
+  auto close = [](float got, double want) {
+    if (std::isnan(want)) return std::isnan(got);
+    if (std::isinf(want)) return got == want;
+    return std::fabs(got - want) <= 4.8e-7 * std::fabs(want) + 1e-38;
+  };
+  for (size_t i = 0; i < h.size(); ++i) {
+    EXPECT_TRUE(close(t[i], std::tanh(static_cast<double>(h[i])))) << "tanh(" << h[i] << ") = " << t[i];
+    EXPECT_TRUE(close(l[i], std::log(static_cast<double>(h[i])))) << "log(" << h[i] << ") = " << l[i];
+  }
+  EXPECT_TRUE(std::signbit(t[h.size() - 13]));  // tanh(-0) = -0
+}
+
 // a (shape as) op b (shape bs) over every layout of `a` and a spread of b's.
 void check_binary_layouts(const ts::Shape& as, const ts::Shape& bs) {
   const ts::Shape out = [&] {

@@ -74,9 +74,19 @@ TESSERA_TARGET_CLONES void trig_f32(const float* __restrict x, float* __restrict
   for (std::int64_t i = 0; i < n; ++i) y[i] = sincos_f32(x[i], phase);
 }
 
+// True when some |x[i]| is not <= limit (or is NaN): a vectorised scan, so
+// the scalar fix-up passes below cost nothing on ordinary inputs.
+TESSERA_TARGET_CLONES bool any_outside(const float* __restrict x, std::int64_t n, float limit) {
+  // An integer or-reduction (a bool one does not vectorise).
+  std::uint32_t out = 0;
+  for (std::int64_t i = 0; i < n; ++i) out |= std::fabs(x[i]) <= limit ? 0u : 1u;
+  return out != 0;
+}
+
 template <bool kCos>
 void trig_f32(const float* x, float* y, std::int64_t n) {
   trig_f32(x, y, n, kCos ? 1 : 0);
+  if (!any_outside(x, n, kTrigFastLimit)) return;
   for (std::int64_t i = 0; i < n; ++i)
     if (!(std::fabs(x[i]) <= kTrigFastLimit) && !std::isnan(x[i])) y[i] = kCos ? std::cos(x[i]) : std::sin(x[i]);
 }
@@ -109,8 +119,76 @@ TESSERA_TARGET_CLONES void exp_f32(const float* __restrict x, float* __restrict 
 
 void exp_f32_checked(const float* x, float* y, std::int64_t n, float sign) {
   exp_f32(x, y, n, sign);
+  if (!any_outside(x, n, kExpFastLimit)) return;
   for (std::int64_t i = 0; i < n; ++i)
     if (!(std::fabs(x[i]) <= kExpFastLimit)) y[i] = std::exp(sign * x[i]);
+}
+
+// tanh of f32 without calls: the Cephes odd polynomial x + x^3 P(x^2) for
+// |x| < 0.625, else 1 - 2 / (e^(2|x|) + 1) with the sign of x, where |x| is
+// clamped to 9 (tanh rounds to +-1 in f32 beyond it). Error a few ulp
+// against the exact value; NaN is recomputed with std::tanh afterwards.
+inline float tanh_f32_one(float x) {
+  const float a = std::fabs(x);
+  const float z = x * x;
+  const float p =
+      ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
+       3.33332819422e-1f) * z * x + x;
+  const float ac = a < 9.0f ? a : 9.0f;
+  const float big = 1.0f - 2.0f / (exp_f32_one(2.0f * ac) + 1.0f);
+  // Both branches take x's sign (p alone loses it for x = -0).
+  return std::copysign(a < 0.625f ? p : big, x);
+}
+
+TESSERA_TARGET_CLONES void tanh_f32(const float* __restrict x, float* __restrict y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = tanh_f32_one(x[i]);
+}
+
+void tanh_f32_checked(const float* x, float* y, std::int64_t n) {
+  tanh_f32(x, y, n);
+  if (!any_outside(x, n, std::numeric_limits<float>::infinity())) return;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (std::isnan(x[i])) y[i] = x[i];
+}
+
+// log of f32 without calls (the Cephes method): x = m 2^e with m in
+// [sqrt(1/2), sqrt(2)) read from the bits, log(m) by a degree-9 polynomial
+// in m - 1, plus e ln 2 in two parts. Error a couple of ulp for normal
+// positive x; zero, negatives, subnormals, inf and NaN are recomputed with
+// std::log afterwards.
+inline float log_f32_one(float x) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  float e = static_cast<float>(static_cast<int>((bits >> 23) & 0xffu) - 126);
+  float m = std::bit_cast<float>((bits & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
+  const bool low = m < 0.707106781186547524f;
+  e = low ? e - 1.0f : e;
+  m = low ? m + m - 1.0f : m - 1.0f;
+  const float z = m * m;
+  float y = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m - 1.2420140846e-1f) * m +
+                 1.4249322787e-1f) * m - 1.6668057665e-1f) * m + 2.0000714765e-1f) * m - 2.4999993993e-1f) * m +
+             3.3333331174e-1f) * m * z;
+  y += -2.12194440e-4f * e;
+  y += -0.5f * z;
+  return (m + y) + 0.693359375f * e;
+}
+
+TESSERA_TARGET_CLONES void log_f32(const float* __restrict x, float* __restrict y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = log_f32_one(x[i]);
+}
+
+// True when some x[i] is outside [FLT_MIN, FLT_MAX] (or NaN).
+TESSERA_TARGET_CLONES bool any_not_normal_positive(const float* __restrict x, std::int64_t n) {
+  std::uint32_t out = 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    out |= x[i] >= std::numeric_limits<float>::min() && x[i] <= std::numeric_limits<float>::max() ? 0u : 1u;
+  return out != 0;
+}
+
+void log_f32_checked(const float* x, float* y, std::int64_t n) {
+  log_f32(x, y, n);
+  if (!any_not_normal_positive(x, n)) return;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!(x[i] >= std::numeric_limits<float>::min() && x[i] <= std::numeric_limits<float>::max())) y[i] = std::log(x[i]);
 }
 
 template <class T, class R, class F>
@@ -174,7 +252,10 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
         if constexpr (std::is_same_v<T, float>) exp_f32_checked(x, y, n, 1.0f);
         else unary_loop(x, y, n, [](T v) { return std::exp(v); });
         return;
-      case UnaryOp::Log: unary_loop(x, y, n, [](T v) { return std::log(v); }); return;
+      case UnaryOp::Log:
+        if constexpr (std::is_same_v<T, float>) log_f32_checked(x, y, n);
+        else unary_loop(x, y, n, [](T v) { return std::log(v); });
+        return;
       case UnaryOp::Log1p: unary_loop(x, y, n, [](T v) { return std::log1p(v); }); return;
       case UnaryOp::Expm1: unary_loop(x, y, n, [](T v) { return std::expm1(v); }); return;
       case UnaryOp::Sqrt: unary_loop(x, y, n, [](T v) { return std::sqrt(v); }); return;
@@ -187,7 +268,10 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
         if constexpr (std::is_same_v<T, float>) trig_f32<true>(x, y, n);
         else unary_loop(x, y, n, [](T v) { return std::cos(v); });
         return;
-      case UnaryOp::Tanh: unary_loop(x, y, n, [](T v) { return std::tanh(v); }); return;
+      case UnaryOp::Tanh:
+        if constexpr (std::is_same_v<T, float>) tanh_f32_checked(x, y, n);
+        else unary_loop(x, y, n, [](T v) { return std::tanh(v); });
+        return;
       case UnaryOp::Sigmoid:
         // 1/(1+e^-v) overflows harmlessly to 0 for very negative v.
         if constexpr (std::is_same_v<T, float>) {
