@@ -32,6 +32,7 @@
 #include <optional>
 
 #include "ops/common.hpp"
+#include "runtime/timeline.hpp"
 #include "transforms/trace.hpp"
 
 namespace tessera {
@@ -359,12 +360,25 @@ void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     out.push_back(LocalOut{b.data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
     bufs[s][pos] = std::move(b);
   }
+  TimelineScope scope(q.prim->name(), "kernel");
   q.prim->eval_cpu(in, out);
 }
 
 void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   const int dev = c.mesh.devices()[pos].id();
   const std::int64_t n = num_elements(c.slots[st.out.empty() ? st.in[0] : st.out[0]].local[pos]);
+  std::string label;  // "fused[sin,multiply,add]", only while a trace records
+  if (tracing()) {
+    label = "fused[";
+    for (size_t k = 0; k < st.eqns.size(); ++k) {
+      if (k) label += ",";
+      label += c.prog.eqns[st.eqns[k]].prim->name();
+    }
+    label += "]";
+  }
+  // Recorded with the bytes the loop writes to the result.
+  const int res = st.out.empty() ? c.eqn_out[st.eqns.back()][0] : st.out.back();
+  TimelineScope scope(label, "fused", n * static_cast<std::int64_t>(itemsize(c.slots[res].dtype)));
   for (int s : st.out)
     bufs[s][pos] = Buffer(dev, static_cast<std::size_t>(n) * itemsize(c.slots[s].dtype));
   if (n == 0) return;
@@ -452,6 +466,7 @@ void run_comm(const Compiled& c, const Step& st, Buffers& bufs) {
 }
 
 std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
+  TimelineScope scope(c.name, "task");
   Buffers bufs(c.slots.size(), std::vector<Buffer>(c.mesh.size()));
   for (size_t i = 0; i < c.prog.inputs.size(); ++i) bufs[c.prog.inputs[i]] = args[i].impl()->buffers;
   for (const auto& [id, arr] : c.prog.constants) bufs[id] = arr.impl()->buffers;

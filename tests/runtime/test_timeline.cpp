@@ -402,6 +402,31 @@ TEST(Trace, ScopesNameTheirDeviceTasksAndNest) {
   std::filesystem::remove(path);
 }
 
+TEST(Trace, JitCallsRecordKernelsAndFusedLoopsPerDevice) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::zeros({64, 4}, ts::f32, ts::NamedSharding(m, ts::P("x")));
+  auto w = ts::zeros({4, 3}, ts::f32, ts::NamedSharding(m, ts::P()));
+  auto f = ts::jit([&](ts::Array v) { return ts::sigmoid(ts::matmul(v, w) + 1.0f) * 2.0f; }, {}, "layer");
+  f(x).block_until_ready();  // compile outside the recording
+  const std::string path = temp_path("jit.json");
+  ts::trace::start(path);
+  f(x).block_until_ready();
+  ts::trace::stop();
+  Trace t(path);
+  std::vector<const Json*> call, tasks;
+  for (const Json* e : t.spans("layer")) (t.rows_of({e}) == std::set<std::string>{"host"} ? call : tasks).push_back(e);
+  ASSERT_EQ(call.size(), 1u);
+  EXPECT_EQ(t.rows_of(tasks), device_rows(8));  // the per-device task takes the call's name
+  EXPECT_EQ(t.rows_of(t.spans("matmul")), device_rows(8));
+  const auto fused = t.spans("fused[add,sigmoid,multiply]");
+  EXPECT_EQ(t.rows_of(fused), device_rows(8));
+  for (const Json* e : fused) {
+    EXPECT_EQ(e->str("cat"), "fused");
+    EXPECT_EQ(e->get("args")->num("bytes"), 8 * 3 * 4);  // the result's block
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(Trace, NothingIsRecordedOutsideARecording) {
   {
     td::TimelineScope off("off", "kernel");
