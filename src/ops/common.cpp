@@ -207,13 +207,7 @@ std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<S
     scope.arg("type", typeof(a));  // dtype, shape and source layout
   }
   const int n = a.sharding().mesh().size();
-  CommRecord rec;
-  rec.op = op;
-  rec.kind = plan.kind;
-  rec.pieces = plan.remote_pieces();
-  rec.bytes_received = plan.bytes_received;
-  rec.bytes_local = plan.bytes_local;
-  record_comm(rec);
+  record_comm(plan_record(plan, op));
   std::vector<int> piece_begin(n + 1, 0);
   for (const auto& p : plan.pieces) ++piece_begin[p.dst + 1];
   for (int t = 0; t < n; ++t) piece_begin[t + 1] += piece_begin[t];
@@ -230,10 +224,19 @@ void record_none(const Mesh& mesh, const char* op) {
   record_comm(CommRecord{op, "none", 0, std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)});
 }
 
-std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp reduction, DType dtype,
-                                const std::vector<Buffer>& partial,
-                                const std::vector<std::vector<Slice>>& partial_boxes,
-                                const std::vector<std::vector<Slice>>& out_boxes, const char* op) {
+CommRecord plan_record(const ReshardPlan& plan, const char* op) {
+  CommRecord rec;
+  rec.op = op;
+  rec.kind = plan.kind;
+  rec.pieces = plan.remote_pieces();
+  rec.bytes_received = plan.bytes_received;
+  rec.bytes_local = plan.bytes_local;
+  return rec;
+}
+
+CommRecord reduce_record(const Mesh& mesh, const std::vector<std::string>& axes, DType dtype,
+                         const std::vector<std::vector<Slice>>& partial_boxes,
+                         const std::vector<std::vector<Slice>>& out_boxes, const char* op) {
   const int n = mesh.size();
   const std::size_t isz = itemsize(dtype);
   CommRecord rec;
@@ -251,11 +254,18 @@ std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>
     scatter = scatter || out_boxes[t] != partial_boxes[t];
   }
   if (scatter) rec.kind = "reduce-scatter";
-  std::vector<Buffer> out(n);
   bool trivial = true;
   for (const auto& a : axes) trivial = trivial && mesh.axis_size(a) == 1;
   if (trivial) rec.kind = "none";
-  record_comm(rec);
+  return rec;
+}
+
+std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp reduction, DType dtype,
+                                const std::vector<Buffer>& partial,
+                                const std::vector<std::vector<Slice>>& partial_boxes,
+                                const std::vector<std::vector<Slice>>& out_boxes, const char* op) {
+  record_comm(reduce_record(mesh, axes, dtype, partial_boxes, out_boxes, op));
+  std::vector<Buffer> out(mesh.size());
   communicator_for(mesh).reduce(mesh, axes, reduction, dtype, partial, partial_boxes, out_boxes, out);
   return out;
 }

@@ -105,6 +105,13 @@ Array cast(const Array& a, DType dtype);
 /// block share the buffer. Records the traffic under `op`.
 std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<Slice>>& boxes, const char* op);
 
+/// What a plan moves, as explain shows it under `op`.
+CommRecord plan_record(const ReshardPlan& plan, const char* op);
+/// What a reduction over mesh `axes` moves (see reduce_over), under `op`.
+CommRecord reduce_record(const Mesh& mesh, const std::vector<std::string>& axes, DType dtype,
+                         const std::vector<std::vector<Slice>>& partial_boxes,
+                         const std::vector<std::vector<Slice>>& out_boxes, const char* op);
+
 /// Records that `op` ran on `mesh` without moving anything (for explain).
 void record_none(const Mesh& mesh, const char* op);
 

@@ -20,10 +20,15 @@
 //     intermediates stay in cache: one pass over memory for the chain.
 // Values used only inside a fused run are never materialised.
 //
-// Running: consecutive local steps (kernels and fused runs) form a segment
-// that runs as one task per device; communication steps run between
-// segments. Buffers die after their last use, so the caching allocator
-// reuses them within the call.
+// Running: a call is one SPMD task per device (transforms/spmd.hpp) that
+// walks the steps in order: kernels and fused loops on the device's blocks,
+// reshards as the device's share of the planned exchange, reductions as an
+// all-reduce within the device's group over the reduction axes (a
+// reduce-scatter keeps its box of the result). Every member runs the same
+// steps, so their collectives meet in the same order. Only global steps
+// split a call: they run on the host between tasks. Buffers die after their
+// last use, so the caching allocator reuses them within the call; a member's
+// buffer read by others stays alive in the collective's rendezvous.
 #include "tessera/jit.hpp"
 
 #include <algorithm>
@@ -32,7 +37,9 @@
 #include <optional>
 
 #include "ops/common.hpp"
+#include "comm/group.hpp"
 #include "runtime/timeline.hpp"
+#include "transforms/spmd.hpp"
 #include "transforms/trace.hpp"
 
 namespace tessera {
@@ -120,6 +127,8 @@ struct Step {
   std::string what;            // Reshard / Reduce: the op it serves
   std::int64_t bytes = 0;      // communication: most bytes one device receives
   std::string kind_text;       // communication: planner's form
+  std::shared_ptr<const ReshardPlan> plan;  // Reshard between different layouts
+  std::optional<CommRecord> record;         // communication: what explain shows for it
 };
 
 struct Slot {
@@ -173,8 +182,10 @@ int add_reshard(Compiled& c, int src, const NamedSharding& s, const std::string&
   st.what = what;
   st.bytes = max_received(plan.bytes_received);
   st.kind_text = plan.kind;
+  st.record = plan_record(plan, what.c_str());
   const Shape shape = from.shape;
   const DType dtype = from.dtype;
+  if (!(from.sharding == s)) st.plan = std::make_shared<const ReshardPlan>(plan);
   st.out = {dst >= 0 ? dst : add_slot(c, shape, dtype, s)};
   c.steps.push_back(std::move(st));
   return c.steps.back().out[0];
@@ -322,6 +333,8 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
         red.bytes = most;
         const bool final_here = into == q.part.results[r];
         red.out = {final_here ? q.out[r] : add_slot(*c, shape, q.types[r].dtype, into)};
+        red.record = reduce_record(mesh, red.axes, q.types[r].dtype, c->slots[s].boxes, c->slots[red.out[0]].boxes,
+                                   op.c_str());
         c->steps.push_back(red);
         s = red.out[0];
         if (final_here) continue;
@@ -439,31 +452,65 @@ Array slot_array(const Compiled& c, int s, const Buffers& bufs) {
   return wrap(sl.shape, sl.dtype, sl.sharding, bufs[s]);
 }
 
-void run_comm(const Compiled& c, const Step& st, Buffers& bufs) {
-  if (st.kind == Step::Global) {
-    const Eqn& q = c.prog.eqns[st.eqns[0]];
-    std::vector<Array> in;
-    for (int s : st.in) in.push_back(slot_array(c, s, bufs));
-    std::vector<NamedSharding> layouts;
-    for (int s : st.out) layouts.push_back(c.slots[s].sharding);
-    auto res = q.prim->eval_global(in, q.types, layouts);
-    for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]] = res[r].impl()->buffers;
-    return;
+// A primitive that partitions itself, on the whole arrays (host side).
+void run_global(const Compiled& c, const Step& st, Buffers& bufs) {
+  const Eqn& q = c.prog.eqns[st.eqns[0]];
+  std::vector<Array> in;
+  for (int s : st.in) in.push_back(slot_array(c, s, bufs));
+  std::vector<NamedSharding> layouts;
+  for (int s : st.out) layouts.push_back(c.slots[s].sharding);
+  auto res = q.prim->eval_global(in, q.types, layouts);
+  for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]] = res[r].impl()->buffers;
+}
+
+// One member's groups for a call: one per set of mesh axes, made when first
+// needed (every member reaches the same steps, so the same groups).
+class Groups {
+ public:
+  Groups(const Compiled& c, Session* session, int pos) : c_(c), session_(session), pos_(pos) {}
+  Group& over(const std::vector<std::string>& axes, const std::string& op) {
+    for (auto& [a, g] : groups_)
+      if (a == axes) return *g;
+    if (!session_) throw Error(msg(c_.name.c_str(), "internal: a collective step outside a session"));
+    groups_.emplace_back(axes, communicator_for(c_.mesh).group(*session_, c_.mesh, axes, pos_, op));
+    return *groups_.back().second;
   }
+
+ private:
+  const Compiled& c_;
+  Session* session_;
+  int pos_;
+  std::vector<std::pair<std::vector<std::string>, std::unique_ptr<Group>>> groups_;
+};
+
+// Member `pos`'s share of a reshard or reduce step.
+void run_comm(const Compiled& c, const Step& st, int pos, Buffers& bufs, Groups& groups) {
   const Slot& from = c.slots[st.in[0]];
+  const Slot& to = c.slots[st.out[0]];
   if (st.kind == Step::Reshard) {
-    if (from.sharding == *st.target) {
-      bufs[st.out[0]] = bufs[st.in[0]];
+    if (!st.plan) {
+      bufs[st.out[0]][pos] = bufs[st.in[0]][pos];
       return;
     }
-    bufs[st.out[0]] = reshard_for(slot_array(c, st.in[0], bufs), *st.target, st.what.c_str()).impl()->buffers;
+    TimelineScope scope("reshard", "reshard", st.plan->bytes_received[pos]);
+    bufs[st.out[0]][pos] = groups.over(c.mesh.axis_names(), st.what).exchange(*st.plan, pos, bufs[st.in[0]][pos]);
     return;
   }
-  // The reduce step's output slot is laid out as its target.
-  const DType dt = from.dtype;
-  bufs[st.out[0]] = reduce_over(c.mesh, st.axes, st.op, dt, bufs[st.in[0]], from.boxes,
-                                c.slots[st.out[0]].boxes, st.what.c_str());
+  // Reduce: every member of the group over the reduction axes holds a
+  // partial of the same box; all-reduce it, then keep this member's box of
+  // the result (smaller for a reduce-scatter).
+  Local r = groups.over(st.axes, st.what).all_reduce(Local{bufs[st.in[0]][pos], from.local[pos], from.dtype}, st.op);
+  if (to.boxes[pos] == from.boxes[pos]) {
+    bufs[st.out[0]][pos] = std::move(r.data);
+    return;
+  }
+  const std::size_t isz = itemsize(to.dtype);
+  Buffer out(c.mesh.devices()[pos].id(), static_cast<std::size_t>(num_elements(to.local[pos])) * isz);
+  if (out.nbytes() > 0) copy_box(r.data.data(), from.boxes[pos], out.data(), to.boxes[pos], to.boxes[pos], isz);
+  bufs[st.out[0]][pos] = std::move(out);
 }
+
+bool moves_data(const Step& st) { return (st.kind == Step::Reshard && st.plan) || st.kind == Step::Reduce; }
 
 std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
   TimelineScope scope(c.name, "task");
@@ -472,27 +519,39 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
   for (const auto& [id, arr] : c.prog.constants) bufs[id] = arr.impl()->buffers;
   size_t k = 0;
   while (k < c.steps.size()) {
-    const Step& st = c.steps[k];
-    if (st.kind == Step::Reshard || st.kind == Step::Reduce || st.kind == Step::Global) {
-      run_comm(c, st, bufs);
-      for (int s : st.in)
+    if (c.steps[k].kind == Step::Global) {
+      run_global(c, c.steps[k], bufs);
+      for (int s : c.steps[k].in)
         if (c.last_use[s] == static_cast<int>(k)) bufs[s].assign(c.mesh.size(), Buffer());
       ++k;
       continue;
     }
+    // Steps up to the next global one: one task per device.
     size_t end = k;
-    while (end < c.steps.size() && (c.steps[end].kind == Step::Kernel || c.steps[end].kind == Step::Fused)) ++end;
-    for_each_device(c.mesh, [&](int pos) {
+    bool comm = false;
+    while (end < c.steps.size() && c.steps[end].kind != Step::Global) {
+      if (c.steps[end].record) record_comm(*c.steps[end].record);
+      comm = comm || moves_data(c.steps[end]);
+      ++end;
+    }
+    auto member = [&](int pos, Session* session) {
+      Groups groups(c, session, pos);
       for (size_t j = k; j < end; ++j) {
         const Step& s = c.steps[j];
-        if (s.kind == Step::Kernel)
-          run_kernel(c, s, pos, bufs);
-        else
-          run_fused(c, s, pos, bufs);
+        switch (s.kind) {
+          case Step::Kernel: run_kernel(c, s, pos, bufs); break;
+          case Step::Fused: run_fused(c, s, pos, bufs); break;
+          default: run_comm(c, s, pos, bufs, groups); break;
+        }
         for (int in : s.in)
           if (c.last_use[in] == static_cast<int>(j)) bufs[in][pos] = Buffer();
       }
-    });
+    };
+    // Without communication no session is needed (nor the SPMD lock).
+    if (comm)
+      run_spmd(c.mesh, [&](int pos, Session& session) { member(pos, &session); });
+    else
+      for_each_device(c.mesh, [&](int pos) { member(pos, nullptr); });
     k = end;
   }
   std::vector<Array> outs;

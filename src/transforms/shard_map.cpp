@@ -2,16 +2,14 @@
 // outputs; the manual-mode collectives; the hooks that track which manual
 // axes each local value varies over.
 //
-// A call reshards the inputs to in_specs, opens a communicator session, and
-// runs the body on every device's worker at once (one task per worker).
-// Collectives reach the other devices through the communicator's per-member
-// Group, built for each call from the named axes. Calls run one at a time (a
-// process-wide lock): bodies of two calls queued in different orders on two
-// workers would otherwise wait on each other. Each body sees single-device
-// arrays; ops inside run inline on the worker. A thread-local context gives
-// collectives their device, mesh and session. If a body throws, the session
-// is aborted, which wakes every member waiting in a collective (PeerFailed);
-// the caller then gets the first error that was not such an echo. Outputs
+// A call reshards the inputs to in_specs and runs the body on every device's
+// worker at once as one SPMD program (transforms/spmd.hpp: one session,
+// calls one at a time, a failing body wakes the others and the caller gets
+// the first real error). Collectives reach the other devices through the
+// communicator's per-member Group, built for each call from the named axes.
+// Each body sees single-device arrays; ops inside run inline on the worker.
+// A thread-local context gives collectives their device, mesh and session.
+// Outputs
 // are checked against out_specs and assembled without copying: the global
 // array's buffers are the local ones.
 //
@@ -32,6 +30,7 @@
 #include "ops/common.hpp"
 #include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
+#include "transforms/spmd.hpp"
 
 namespace tessera {
 
@@ -71,8 +70,6 @@ double timeout_from_env() {
 
 double g_timeout = -1;  // < 0: not set yet
 std::mutex g_timeout_mu;
-// One shard_map call at a time (see the top).
-std::mutex g_dispatch_mu;
 
 ManualContext& context(const char* op) {
   if (!t_ctx)
@@ -180,15 +177,21 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
     inputs.push_back(args[i].sharding().mesh() == mesh ? reshard_for(args[i], s, op) : device_put(args[i], s));
   }
   const int n = mesh.size();
-  auto session = communicator_for(mesh).open_session(mesh, config::collective_timeout());
   std::vector<std::vector<Array>> outs(n);
   std::vector<std::vector<std::pair<std::string, std::int64_t>>> logs(n);
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<char> echo(n, 0);  // the error only reports another device's failure (char: written concurrently)
-  auto task = [&](int pos) {
+  run_spmd(mesh, [&](int pos, Session& session) {
     const Device dev = mesh.devices()[pos];
-    ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), session.get(), {}, {}, {}};
-    try {
+    ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), &session, {}, {}, {}};
+    // The context is cleared and the log kept however the body ends.
+    struct Leave {
+      ManualContext& c;
+      std::vector<std::pair<std::string, std::int64_t>>& log;
+      ~Leave() {
+        t_ctx = nullptr;
+        log = std::move(c.log);
+      }
+    } leave{c, logs[pos]};
+    {
       // The local blocks, made before the context is set (they read the
       // global inputs); each varies over the axes its spec names.
       std::vector<Array> local;
@@ -202,23 +205,8 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
       }
       t_ctx = &c;
       outs[pos] = body(local);
-    } catch (const PeerFailed&) {
-      errors[pos] = std::current_exception();
-      echo[pos] = 1;
-    } catch (const std::exception& e) {
-      errors[pos] = std::current_exception();
-      session->abort(dev.id(), e.what());
-    } catch (...) {
-      errors[pos] = std::current_exception();
-      session->abort(dev.id(), "an exception that is not a std::exception");
     }
-    t_ctx = nullptr;
-    logs[pos] = std::move(c.log);
-  };
-  {
-    std::lock_guard<std::mutex> lock(g_dispatch_mu);
-    run_on_devices(mesh.devices(), task);
-  }
+  });
   // What the collectives moved, one record per collective kind, for explain.
   std::vector<std::string> kinds;
   for (const auto& l : logs)
@@ -238,10 +226,6 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
         }
     record_comm(rec);
   }
-  for (int pos = 0; pos < n; ++pos)
-    if (errors[pos] && !echo[pos]) std::rethrow_exception(errors[pos]);
-  for (int pos = 0; pos < n; ++pos)
-    if (errors[pos]) std::rethrow_exception(errors[pos]);
 
   // Assemble each output per its out spec.
   const size_t nout = outs[0].size();

@@ -427,6 +427,28 @@ TEST(Trace, JitCallsRecordKernelsAndFusedLoopsPerDevice) {
   std::filesystem::remove(path);
 }
 
+TEST(Trace, AJitCallWithCollectivesIsOneTaskPerDevice) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::zeros({64}, ts::f32, ts::NamedSharding(m, ts::P("x")));
+  auto w = ts::zeros({64, 3}, ts::f32, ts::NamedSharding(m, ts::P()));
+  // Slices w, all-reduces the partial products, then reshards the result.
+  auto f = ts::jit([&](ts::Array v) { return ts::tanh(ts::matmul(v, w)); },
+                   {.out_shardings = {ts::NamedSharding(m, ts::P("x"))}}, "contract");
+  f(x).block_until_ready();
+  const std::string path = temp_path("jit_comm.json");
+  ts::trace::start(path);
+  f(x).block_until_ready();
+  ts::trace::stop();
+  Trace t(path);
+  std::vector<const Json*> tasks;
+  for (const Json* e : t.spans("contract"))
+    if (t.rows_of({e}) != std::set<std::string>{"host"}) tasks.push_back(e);
+  EXPECT_EQ(tasks.size(), 8u);  // one per device for the whole call
+  EXPECT_EQ(t.rows_of(tasks), device_rows(8));
+  EXPECT_EQ(t.rows_of(t.spans("reshard")), device_rows(8));
+  std::filesystem::remove(path);
+}
+
 TEST(Trace, NothingIsRecordedOutsideARecording) {
   {
     td::TimelineScope off("off", "kernel");
