@@ -106,7 +106,8 @@ double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from,
   return elems * (1.0 - local) * static_cast<double>(itemsize(dtype));
 }
 
-Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) {
+Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out,
+                    const std::optional<NamedSharding>& result_layout) {
   if (auto fixed = prim.layouts(in, out)) {
     // The primitive lays its results out itself; operands stay as they are.
     Partition p;
@@ -119,7 +120,8 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
   const ShardingRule rule = prim.rule(in);
   const Mesh& mesh = in.front().sharding.mesh();
   const int nf = static_cast<int>(rule.factors.size());
-  const std::optional<PartitionSpec> want = prim.out_spec();
+  const std::optional<PartitionSpec> want =
+      result_layout && !prim.out_spec() ? std::optional<PartitionSpec>(result_layout->spec()) : prim.out_spec();
 
   // Candidates per factor, in operand order (the natural choice first).
   std::vector<std::vector<AxisList>> cand(nf);

@@ -3,6 +3,7 @@
 // every result, and the reduction the results still need.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,7 +36,13 @@ struct Partition {
 /// propagate.cpp for the algorithm and the cost model). Raises ShardingError
 /// (the primitive's conflict message) when Explicit axes conflict and no
 /// out_spec resolves it.
-Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out);
+///
+/// `result_layout`, when given, is the layout a later use needs the (single)
+/// result in (jit's backward pass): the engine then treats it as the
+/// primitive's out_spec, choosing the cheapest way to produce it, which may
+/// be computing the natural layout and resharding afterwards.
+Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out,
+                    const std::optional<NamedSharding>& result_layout = std::nullopt);
 
 /// Estimated bytes one device receives to go from layout `from` to `to`.
 double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from, const NamedSharding& to);

@@ -113,6 +113,50 @@ class JitTrace final : public Trace {
   std::string name_;
 };
 
+// Whole-program propagation, backwards. Tracing partitions each equation as
+// eager execution would, looking only at its operands. Afterwards, layouts
+// that later uses need flow back: a value used once, by a sharding
+// constraint (with_sharding_constraint, out_shardings) or by an equation
+// that wants it in another layout, asks its producer for that layout; the
+// producer is partitioned again with it as the required result layout (the
+// engine then picks the cheapest way to produce it: a reduce-scatter
+// straight into it instead of an all-reduce and a reshard, or operands
+// resharded early so a fused chain stays whole), and asks its own operands
+// in turn. Values used twice, program inputs, constants, primitives that fix
+// their own layouts or lower themselves, and Explicit axes (the user's
+// types, never moved by a cost decision) stop it.
+void propagate_back(Program& p) {
+  const size_t nv = p.values.size();
+  std::vector<int> uses(nv, 0);
+  for (const Eqn& e : p.eqns)
+    for (int v : e.in) ++uses[v];
+  for (int v : p.outputs) ++uses[v];
+  std::vector<char> fixed(nv, 0);
+  for (int v : p.inputs) fixed[v] = 1;
+  for (const auto& [v, arr] : p.constants) fixed[v] = 1;
+  std::vector<std::optional<NamedSharding>> want(nv);
+  auto ask = [&](int v, const NamedSharding& s) {
+    if (uses[v] == 1 && !fixed[v] && !(p.values[v].sharding == s) && !has_explicit_axes(p.values[v].sharding) &&
+        !has_explicit_axes(s))
+      want[v] = s;
+  };
+  for (size_t i = p.eqns.size(); i-- > 0;) {
+    Eqn& e = p.eqns[i];
+    if (e.prim->identity()) {
+      ask(e.in[0], e.part.results[0]);
+      continue;
+    }
+    if (e.out.size() != 1 || !want[e.out[0]] || e.prim->lowers_itself()) continue;
+    std::vector<AbstractArray> in;
+    for (int v : e.in) in.push_back(p.values[v]);
+    Partition np = partition(*e.prim, in, e.types, want[e.out[0]]);
+    if (!(np.results[0] == *want[e.out[0]])) continue;  // the primitive fixes its layout
+    e.part = std::move(np);
+    p.values[e.out[0]].sharding = e.part.results[0];
+    for (size_t k = 0; k < e.in.size(); ++k) ask(e.in[k], e.part.operands[k]);
+  }
+}
+
 }  // namespace
 
 // ------------------------------------------------------------ compiled form
@@ -686,6 +730,7 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
     check_operand(o, name, "result");
     trace.prog.outputs.push_back(trace.value_of(o));
   }
+  propagate_back(trace.prog);
   auto c = compile(st.name, std::move(trace.prog), mesh);
   std::lock_guard<std::mutex> lock(st.mu);
   st.entries.push_back({abstract_of(args), statics, c});

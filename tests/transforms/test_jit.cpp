@@ -410,3 +410,31 @@ TEST(Jit, ConcurrentCallsWithCollectives) {
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(f.cache_size(), 1);
 }
+
+// Layouts that later uses need flow back to the producers: a contraction
+// whose result is constrained reduce-scatters straight into the layout, and
+// an elementwise chain whose result is wanted on more devices is computed
+// there from the start (one fused loop).
+TEST(Jit, RequiredLayoutsFlowBackToProducers) {
+  ts::Mesh m = ts::make_mesh({4, 2}, {"x", "y"});
+  const std::vector<float> hx = iota_data<float>(64), hw = iota_data<float>(64 * 24, 5);
+  auto x = ts::device_put(hx, {64}, ts::NamedSharding(m, ts::P("x")));
+  auto w = ts::device_put(hw, {64, 24}, ts::NamedSharding(m, ts::P()));
+  const ts::NamedSharding rows(m, ts::P("x"));
+  auto f = ts::jit([](ts::Array a, ts::Array b) { return ts::matmul(a, b); }, {.out_shardings = {rows}});
+  expect_same(f(x, w), ts::device_put(ts::matmul(x, w), rows), "contraction");
+  std::string text = f.lower(x, w).as_text();
+  EXPECT_NE(text.find("reduce-scatter"), std::string::npos) << text;
+  EXPECT_EQ(text.find("all-reduce"), std::string::npos) << text;
+
+  auto h = ts::device_put(iota_data<float>(16 * 6), {16, 6}, ts::NamedSharding(m, ts::P("x")));
+  const ts::NamedSharding fine(m, ts::P({"x", "y"}));
+  auto g = ts::jit(layer, {.out_shardings = {fine}});
+  expect_same(g(h), ts::device_put(layer(h), fine), "chain");
+  text = g.lower(h).as_text();
+  const auto at = text.find("compiled:");
+  EXPECT_NE(text.find("reshard %0 (local slice", at), std::string::npos) << text;
+  EXPECT_NE(text.find("fused loop [sin, multiply, add]", at), std::string::npos) << text;
+  // The constraint itself moves nothing.
+  EXPECT_NE(text.find("(none, 0 B per device) for with_sharding_constraint", at), std::string::npos) << text;
+}
