@@ -55,7 +55,7 @@ PartitionSpec batch_spec(const Array& keys, int extra) {
 }
 
 /// Eager key ops list themselves in explain() as moving nothing beyond the
-/// gathers of the key dim (traced ones are recorded by the program instead).
+/// gathers of the key dim; under jit the program's steps show that instead.
 void record_local(const Mesh& mesh, const char* op) {
   if (!detail::current_trace()) detail::record_none(mesh, op);
 }
