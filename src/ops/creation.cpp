@@ -1,18 +1,19 @@
 // Creation ops: zeros, ones, full, arange, linspace, eye, scalar.
 //
 // Each front end validates its arguments and fixes the output type (shape,
-// dtype, the caller's sharding) without touching data; then every device runs
-// a kernel that writes its own block, computed from the block's global index
-// slices. Nothing crosses devices, and replicas compute their copy themselves.
+// dtype, the caller's sharding) without touching data, then binds one
+// primitive from primitives/creation: every device writes its own block,
+// computed from the block's global index slices. Nothing crosses devices,
+// and replicas compute their copy themselves. Under jit the same primitive
+// becomes a kernel step of the program.
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "core/convert.hpp"
 #include "ops/common.hpp"
+#include "primitives/creation.hpp"
 
 namespace tessera {
 namespace {
@@ -72,58 +73,13 @@ void reject_bool(DType dtype, const char* op) {
     throw DTypeError(msg(op, "expected a numeric dtype (u8, i8, u32, i32, u64, i64, f32, f64), got bool"));
 }
 
-// ---------------------------------------------------------------- kernels
-// Each writes one device's block; `index` holds the block's global slices.
-
+/// The text of element `v` for the primitive's parameters: exact, so two
+/// fills print alike only when they write the same bytes.
 template <class T>
-void fill_kernel(T* out, std::int64_t n, T value) {
-  std::fill_n(out, n, value);
-}
-
-/// out[j] = start + (index.start + j) * step, converted to T.
-template <class T>
-void arange_kernel(T* out, Slice index, double start, double step) {
-  for (std::int64_t i = index.start; i < index.stop; ++i)
-    out[i - index.start] = detail::convert_one<T>(start + static_cast<double>(i) * step);
-}
-
-/// numpy.linspace's formula, element by element.
-struct LinspaceParams {
-  double start, stop;
-  std::int64_t num;
-  bool endpoint;
-};
-
-double linspace_value(const LinspaceParams& p, std::int64_t i) {
-  if (p.endpoint && p.num > 1 && i == p.num - 1) return p.stop;
-  const std::int64_t div = p.endpoint ? p.num - 1 : p.num;
-  const double delta = p.stop - p.start;
-  const double x = static_cast<double>(i);
-  if (div <= 0) return x * delta + p.start;
-  const double step = delta / static_cast<double>(div);
-  // A step that underflows to zero loses the spacing; numpy then scales last.
-  if (step == 0.0) return x / static_cast<double>(div) * delta + p.start;
-  return x * step + p.start;
-}
-
-template <class T>
-void linspace_kernel(T* out, Slice index, const LinspaceParams& p) {
-  for (std::int64_t i = index.start; i < index.stop; ++i) {
-    double y = linspace_value(p, i);
-    if constexpr (std::is_integral_v<T>) y = std::floor(y);  // numpy >= 2 and JAX floor for integers
-    out[i - index.start] = detail::convert_one<T>(y);
-  }
-}
-
-/// Ones where column - row == k inside the block rows x cols.
-template <class T>
-void eye_kernel(T* out, Slice rows, Slice cols, std::int64_t k) {
-  const std::int64_t width = cols.size();
-  std::fill_n(out, rows.size() * width, T{0});
-  for (std::int64_t r = rows.start; r < rows.stop; ++r) {
-    const std::int64_t c = r + k;
-    if (c >= cols.start && c < cols.stop) out[(r - rows.start) * width + (c - cols.start)] = T{1};
-  }
+std::string element_text(T v) {
+  if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+  else if constexpr (std::is_floating_point_v<T>) return detail::number_str(static_cast<double>(v));
+  else return std::to_string(v);
 }
 
 /// Every device fills its block with one value.
@@ -132,9 +88,7 @@ Array filled(const Shape& shape, DType dtype, const NamedSharding& sharding, con
   return detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     const T v = element_of<T>(value, dtype, op);
-    return detail::make_array(shape, dtype, sharding, [&](int, detail::Buffer& b) {
-      fill_kernel(static_cast<T*>(b.data()), static_cast<std::int64_t>(b.nbytes() / sizeof(T)), v);
-    });
+    return detail::bind1(detail::make_fill(op, shape, dtype, sharding, &v, element_text(v)), {});
   });
 }
 
@@ -179,12 +133,7 @@ Array arange(double start, double stop, double step, DType dtype, const NamedSha
       throw DTypeError(
           msg(op, "values from " + detail::number_str(first) + " to " + detail::number_str(last) + " do not fit dtype " + dtype_name(dtype)));
   }
-  return detail::dispatch(dtype, [&](auto t) {
-    using T = decltype(t);
-    return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
-      arange_kernel(static_cast<T*>(b.data()), sharding.shard_index(shape, pos)[0], start, step);
-    });
-  });
+  return detail::bind1(detail::make_arange(n, start, step, dtype, sharding), {});
 }
 
 Array linspace(double start, double stop, std::int64_t num, DType dtype, const NamedSharding& sharding, bool endpoint) {
@@ -193,20 +142,15 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, const N
   if (num < 0) throw ShapeError(msg(op, "num must be >= 0, got num=" + std::to_string(num)));
   const Shape shape{num};
   check_output(shape, dtype, sharding, op);
-  const LinspaceParams params{start, stop, num, endpoint};
+  const cpu::LinspaceParams params{start, stop, num, endpoint};
   if (num > 0) {
-    const double first = std::floor(linspace_value(params, 0));
-    const double last = std::floor(linspace_value(params, num - 1));
+    const double first = std::floor(cpu::linspace_value(params, 0));
+    const double last = std::floor(cpu::linspace_value(params, num - 1));
     if (!fits_dtype(first, dtype) || !fits_dtype(last, dtype))
       throw DTypeError(
           msg(op, "values from " + detail::number_str(start) + " to " + detail::number_str(stop) + " do not fit dtype " + dtype_name(dtype)));
   }
-  return detail::dispatch(dtype, [&](auto t) {
-    using T = decltype(t);
-    return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
-      linspace_kernel(static_cast<T*>(b.data()), sharding.shard_index(shape, pos)[0], params);
-    });
-  });
+  return detail::bind1(detail::make_linspace(params, dtype, sharding), {});
 }
 
 Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const NamedSharding& sharding) {
@@ -218,13 +162,7 @@ Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const Nam
   // Diagonals past either edge are empty; clamping keeps row + k from
   // overflowing (and the bounds themselves from overflowing for huge n, m).
   k = std::clamp<std::int64_t>(k, -n, m);
-  return detail::dispatch(dtype, [&](auto t) {
-    using T = decltype(t);
-    return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
-      const auto index = sharding.shard_index(shape, pos);
-      eye_kernel(static_cast<T*>(b.data()), index[0], index[1], k);
-    });
-  });
+  return detail::bind1(detail::make_eye(n, m, k, dtype, sharding), {});
 }
 
 }  // namespace tessera

@@ -17,24 +17,23 @@
 // holds golden values from JAX 0.10.2); normals are within 2 ulp of JAX's,
 // tails included (tests/ops/data/jax_normal_golden.inc). Uniforms are scaled to [lo, hi) in double and
 // then held below hi, where JAX can round up to hi.
-#include <algorithm>
-#include <charconv>
+//
+// The samplers bind primitives/random's sampler with the key as a parameter
+// (kernels in backend/cpu/random); the host forms of split and fold_in call
+// the same key kernels as the key-array forms.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
-#include "backend/cpu/erfinv.hpp"
-#include "backend/cpu/threefry.hpp"
-#include "core/nd_index.hpp"
+#include "backend/cpu/random.hpp"
 #include "ops/common.hpp"
+#include "ops/random.hpp"
+#include "primitives/random.hpp"
 
 namespace tessera {
-namespace {
 
-using detail::msg;
+namespace detail {
 
-/// Validation shared by the samplers: float dtype, sizes >= 0, a sharding of
-/// the right rank without unreduced axes.
 void check_sample(const Shape& shape, DType dtype, const NamedSharding& sharding, const char* op) {
   if (!detail::is_float(dtype))
     throw DTypeError(msg(op, "expected a float dtype (f32 or f64), got " + dtype_name(dtype)));
@@ -45,76 +44,26 @@ void check_sample(const Shape& shape, DType dtype, const NamedSharding& sharding
         msg(op, "expected a sharding without unreduced axes for random values, got " + sharding.spec().str()));
 }
 
-// ---------------------------------------------------------------- kernels
-
-/// Calls f(offset, i) for each element of the block `index` of an array of
-/// `shape`: offset in the row-major block, i the global row-major flat index.
-template <class F>
-void for_each_element(const Shape& shape, const std::vector<Slice>& index, F&& f) {
-  const int r = static_cast<int>(shape.size());
-  for (const auto& s : index)
-    if (s.size() <= 0) return;
-  if (r == 0) {
-    f(std::int64_t{0}, std::uint64_t{0});
-    return;
-  }
-  std::vector<std::int64_t> stride(r, 1);
-  for (int d = r - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape[d + 1];
-  std::int64_t first = 0;  // global flat index of the block's first row
-  for (int d = 0; d < r - 1; ++d) first += index[d].start * stride[d];
-  const Shape size = detail::box_shape(index);
-  const Slice inner = index[r - 1];
-  std::int64_t offset = 0;
-  for (detail::NdIndex it(detail::first_dims(size, r - 1), stride); !it.done(); it.next()) {
-    const std::int64_t row = first + it.offset(0);
-    for (std::int64_t j = inner.start; j < inner.stop; ++j) f(offset++, static_cast<std::uint64_t>(row + j));
-  }
-}
-
-/// A uniform draw in [0, 1) of dtype T at flat index i.
-template <class T>
-T unit_at(const Key& key, std::uint64_t i) {
-  if constexpr (std::is_same_v<T, float>)
-    return detail::unit_float(detail::random_bits32(key.k0, key.k1, i));
-  else
-    return detail::unit_double(detail::random_bits64(key.k0, key.k1, i));
-}
-
-/// u in [0, 1) scaled to [lo, hi) (computed in double, rounded once to T,
-/// then held inside the interval against rounding up to hi).
-template <class T>
-T scale_to(T u, T lo, T hi) {
-  T y = static_cast<T>(static_cast<double>(u) * (static_cast<double>(hi) - static_cast<double>(lo)) +
-                       static_cast<double>(lo));
-  y = std::max(lo, y);
-  if (y >= hi) y = std::nextafter(hi, lo);
-  return y;
-}
-
-template <class T>
-void uniform_kernel(T* out, const Shape& shape, const std::vector<Slice>& index, const Key& key, T lo, T hi) {
-  for_each_element(shape, index,
-                   [&](std::int64_t o, std::uint64_t i) { out[o] = scale_to(unit_at<T>(key, i), lo, hi); });
-}
-
-template <class T>
-void normal_kernel(T* out, const Shape& shape, const std::vector<Slice>& index, const Key& key) {
-  // As JAX: u = max(lo, unit * (hi - lo) + lo) in T with lo the first value
-  // above -1 and hi = 1 (every step is exact: hi - lo rounds to 2), then
-  // sqrt(2) * erfinv(u) with XLA's erfinv, all in T.
-  const T lo = std::nextafter(T(-1), T(0));
-  const T hi = T(1);
-  const T scale = hi - lo;
-  const T sqrt2 = static_cast<T>(1.41421356237309504880);
-  for_each_element(shape, index, [&](std::int64_t o, std::uint64_t i) {
-    const T u = std::max(lo, unit_at<T>(key, i) * scale + lo);
-    if constexpr (std::is_same_v<T, float>)
-      out[o] = sqrt2 * detail::erfinv_f32(u);
-    else
-      out[o] = sqrt2 * detail::erfinv_f64(u);
+std::pair<double, double> uniform_bounds(DType dtype, double lo, double hi, const char* op) {
+  return dispatch(dtype, [&](auto t) -> std::pair<double, double> {
+    using T = decltype(t);
+    if constexpr (std::is_floating_point_v<T>) {
+      const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+      if (!std::isfinite(l) || !std::isfinite(h) || !(l < h))
+        throw Error(msg(op, "expected finite bounds with lo < hi in " + dtype_name(dtype) + ", got lo=" +
+                                number_str(lo) + ", hi=" + number_str(hi)));
+      return {static_cast<double>(l), static_cast<double>(h)};
+    } else {
+      throw DTypeError(msg(op, "expected a float dtype"));  // unreachable: check_sample comes first
+    }
   });
 }
 
+}  // namespace detail
+
+namespace {
+using detail::check_sample;
+using detail::msg;
 }  // namespace
 
 namespace random {
@@ -125,50 +74,31 @@ Key key(std::uint64_t seed) {
 
 std::vector<Key> split(const Key& key, int num) {
   if (num < 0) throw ShapeError(msg("split", "num must be >= 0, got num=" + std::to_string(num)));
+  const std::uint32_t in[2] = {key.k0, key.k1};
+  std::vector<std::uint32_t> words(static_cast<std::size_t>(num) * 2);
+  cpu::split_keys(in, 1, num, words.data());
   std::vector<Key> out(static_cast<std::size_t>(num));
-  for (int i = 0; i < num; ++i) {
-    auto w = detail::threefry_at(key.k0, key.k1, static_cast<std::uint64_t>(i));
-    out[i] = Key{w[0], w[1]};
-  }
+  for (int i = 0; i < num; ++i) out[i] = Key{words[2 * i], words[2 * i + 1]};
   return out;
 }
 
 Key fold_in(const Key& key, std::uint32_t data) {
-  auto w = detail::threefry2x32(key.k0, key.k1, 0u, data);
+  const std::uint32_t in[2] = {key.k0, key.k1};
+  std::uint32_t w[2];
+  cpu::fold_in_keys(in, 1, &data, 0, w);
   return Key{w[0], w[1]};
 }
 
 Array uniform(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo, double hi) {
   const char* op = "uniform";
   check_sample(shape, dtype, sharding, op);
-  return detail::dispatch(dtype, [&](auto t) -> Array {
-    using T = decltype(t);
-    if constexpr (std::is_floating_point_v<T>) {
-      const T l = static_cast<T>(lo), h = static_cast<T>(hi);
-      if (!std::isfinite(l) || !std::isfinite(h) || !(l < h))
-        throw Error(msg(op, "expected finite bounds with lo < hi in " + dtype_name(dtype) + ", got lo=" + detail::number_str(lo) +
-                                ", hi=" + detail::number_str(hi)));
-      return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
-        uniform_kernel(static_cast<T*>(b.data()), shape, sharding.shard_index(shape, pos), key, l, h);
-      });
-    } else {
-      throw DTypeError(msg(op, "expected a float dtype"));  // unreachable: checked above
-    }
-  });
+  const auto [l, h] = detail::uniform_bounds(dtype, lo, hi, op);
+  return detail::bind1(detail::make_sampler(detail::Sampler::Uniform, shape, dtype, sharding, key, l, h), {});
 }
 
 Array normal(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding) {
   check_sample(shape, dtype, sharding, "normal");
-  return detail::dispatch(dtype, [&](auto t) -> Array {
-    using T = decltype(t);
-    if constexpr (std::is_floating_point_v<T>) {
-      return detail::make_array(shape, dtype, sharding, [&](int pos, detail::Buffer& b) {
-        normal_kernel(static_cast<T*>(b.data()), shape, sharding.shard_index(shape, pos), key);
-      });
-    } else {
-      throw DTypeError(msg("normal", "expected a float dtype"));  // unreachable: checked above
-    }
-  });
+  return detail::bind1(detail::make_sampler(detail::Sampler::Normal, shape, dtype, sharding, key), {});
 }
 
 }  // namespace random

@@ -1,5 +1,8 @@
-// reshard: executes the planner's plan through the mesh's communicator.
+// reshard: the identity primitive that carries a sharding constraint
+// (primitives/elementwise's make_constraint): eagerly the planner's plan runs
+// through the mesh's communicator; under jit it becomes a reshard step.
 #include "ops/common.hpp"
+#include "primitives/elementwise.hpp"
 #include "sharding/check.hpp"
 #include "tessera/explain.hpp"
 
@@ -16,7 +19,7 @@ Array reshard(const Array& array, const NamedSharding& sharding) {
     detail::record_none(sharding.mesh(), "reshard");
     return array;
   }
-  return detail::reshard_for(array, sharding, "reshard");
+  return detail::bind1(detail::make_constraint("reshard", sharding), {array});
 }
 
 Array reshard(const Array& array, const PartitionSpec& spec) {

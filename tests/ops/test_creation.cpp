@@ -1,7 +1,8 @@
 // Tests of the creation ops (zeros, ones, full, arange, linspace, eye,
 // scalar): golden cases against numpy's results, then the SPMD property over
 // many meshes and layouts (every shard, replicas included, holds exactly the
-// reference block), then every error path.
+// reference block), then every error path; the primitives' rules and
+// parameters, and jit == eager (with reshard, the identity primitive).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,14 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "primitives/primitive.hpp"
 #include "tessera/tessera.hpp"
 #include "test_util.hpp"
+#include "transforms/trace.hpp"
 
 namespace ts = tessera;
 using ts::testing::numel;
 using ts::testing::sub_block;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
+using ts::testing::iota_data;
+using ts::testing::random_spec;
+using ts::testing::test_meshes;
 
 namespace {
 
@@ -322,6 +328,148 @@ TEST(CreationErrors, BadRanges) {
   expect_error<ts::ShapeError>([&] { ts::arange(0, 1e300, 1e-300, ts::f64, s); }, "[arange]", {"too many"});
   expect_error<ts::DTypeError>([&] { ts::arange(0, 2, 1, ts::bool_, s); }, "[arange]", {"bool"});
   expect_error<ts::DTypeError>([&] { ts::linspace(0, 1, 2, ts::bool_, s); }, "[linspace]", {"bool"});
+}
+
+// ------------------------------------------------------- primitives and jit
+
+// Records the rule text and the parameters of every primitive bound while it
+// is the innermost trace, then runs the primitive eagerly.
+class RuleRecorder : public ts::detail::Trace {
+ public:
+  std::vector<std::string> rules, params;
+  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
+    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
+    params.push_back(std::string(prim->name()) + " " + prim->params());
+    return ts::detail::eval_eager(*prim, args);
+  }
+};
+
+// The rule and parameters of the one primitive `f` binds.
+template <class F>
+std::pair<std::string, std::string> rule_of(F&& f) {
+  RuleRecorder rec;
+  {
+    ts::detail::TraceScope scope(&rec);
+    f();
+  }
+  EXPECT_EQ(rec.rules.size(), 1u);
+  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
+}
+
+// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
+void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
+  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
+  a.copy_to_host(ha.data(), a.dtype());
+  b.copy_to_host(hb.data(), b.dtype());
+  EXPECT_TRUE(ha == hb) << what;
+}
+
+TEST(CreationRule, GoldenText) {
+  const ts::NamedSharding s(mesh24(), ts::P("x", "y"));
+  const ts::NamedSharding s1(mesh24(), ts::P("y"));
+  // No operands: one pass-through factor per result dim; the layout is the
+  // caller's (the primitive fixes it), the value a parameter.
+  auto r = rule_of([&] { ts::zeros({13, 7}, ts::f32, s); });
+  EXPECT_EQ(r.first, "()->([i,j]) {i=13,j=7}");
+  EXPECT_EQ(r.second, "zeros value=0");
+  r = rule_of([&] { ts::ones({2, 3}, ts::bool_, s); });
+  EXPECT_EQ(r.second, "ones value=true");
+  // The value as written: converted to the dtype first.
+  r = rule_of([&] { ts::full({3}, 2.9, ts::i32, s1); });
+  EXPECT_EQ(r.first, "()->([i]) {i=3}");
+  EXPECT_EQ(r.second, "full value=2");
+  r = rule_of([&] { ts::full({3}, -0.0, ts::f64, s1); });
+  EXPECT_EQ(r.second, "full value=-0");
+  r = rule_of([&] { ts::scalar(0.1, ts::f32, mesh24()); });
+  EXPECT_EQ(r.first, "()->([])");
+  EXPECT_EQ(r.second, "scalar value=0.10000000149011612");
+  r = rule_of([&] { ts::arange(1, 2, 0.25, ts::f64, s1); });
+  EXPECT_EQ(r.first, "()->([i]) {i=4}");
+  EXPECT_EQ(r.second, "arange start=1 step=0.25");
+  r = rule_of([&] { ts::linspace(0, 1, 5, ts::f64, s1, false); });
+  EXPECT_EQ(r.first, "()->([i]) {i=5}");
+  EXPECT_EQ(r.second, "linspace start=0 stop=1 num=5 endpoint=false");
+  // k past the last column is clamped: the same (empty) diagonal.
+  r = rule_of([&] { ts::eye(3, 4, 9, ts::f32, s); });
+  EXPECT_EQ(r.first, "()->([i,j]) {i=3,j=4}");
+  EXPECT_EQ(r.second, "eye k=4");
+}
+
+TEST(CreationJit, MatchesEagerOnEveryLayout) {
+  std::mt19937 rng(11);
+  for (const ts::Mesh& mesh : test_meshes()) {
+    for (const ts::Shape& shape : {ts::Shape{13, 5}, ts::Shape{3, 2}, ts::Shape{1, 9}, ts::Shape{0, 3}}) {
+      const ts::NamedSharding s(mesh, random_spec(rng, mesh, 2));
+      const ts::NamedSharding s1(mesh, random_spec(rng, mesh, 1));
+      const ts::NamedSharding sx(mesh, random_spec(rng, mesh, 2));
+      const std::int64_t n = shape[0] * shape[1];
+      const double rows = static_cast<double>(shape[0]);
+      // Creation next to the argument (its layout read from the traced
+      // value) and on its own layouts.
+      auto prog = [&](ts::Array x) {
+        return std::vector<ts::Array>{
+            x + ts::zeros(shape, ts::f32, x.sharding()),
+            x * ts::ones(shape, ts::f32, s),
+            ts::full(shape, -2.5, ts::f64, s),
+            ts::full(shape, 7, ts::u8, s),
+            ts::ones(shape, ts::bool_, s),
+            ts::scalar(3, ts::i64, mesh),
+            ts::arange(-3, -3 + 0.5 * rows, 0.5, ts::f32, s1),
+            ts::arange(0, rows, 1, ts::i32, s1),
+            ts::linspace(-1, 2, shape[0], ts::f64, s1, false),
+            ts::linspace(-7, 20, shape[0], ts::i64, s1),
+            ts::eye(shape[0], shape[1], 1, ts::f32, s),
+            ts::eye(shape[0], shape[1], -1, ts::i32, s)};
+      };
+      const ts::Array x = ts::device_put(iota_data<float>(n), shape, sx);
+      const std::vector<ts::Array> eager = prog(x);
+      auto f = ts::jit(prog);
+      const std::vector<ts::Array> got = f(x);
+      ASSERT_EQ(got.size(), eager.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        expect_same(got[i], eager[i], "result " + std::to_string(i) + " " + s.str() + " " + ts::shape_str(shape));
+      const std::string text = f.lower(x).as_text();
+      for (const char* want : {"= zeros[value=0]()", "= ones[value=1]()", "= full[value=-2.5]()", "= full[value=7]()",
+                               "= ones[value=true]()", "= scalar[value=3]()", "= arange[start=-3 step=0.5]()",
+                               "= linspace[start=-1 stop=2 num=", "endpoint=false]()", "= eye[k=1]()", "kernel %"})
+        EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+      // Nothing moves for the created values.
+      EXPECT_EQ(text.find("for zeros"), std::string::npos) << text;
+      EXPECT_EQ(text.find("for eye"), std::string::npos) << text;
+    }
+  }
+}
+
+TEST(CreationJit, DifferentParametersTraceApart) {
+  const ts::NamedSharding s(mesh24(), ts::P("x"));
+  const ts::Array x = ts::zeros({6}, ts::f32, s);
+  auto a = ts::jit([&](ts::Array v) { return v + ts::full({6}, 1.5, ts::f32, s); });
+  auto b = ts::jit([&](ts::Array v) { return v + ts::full({6}, 2.5, ts::f32, s); });
+  EXPECT_EQ(a(x).to_vector<float>(), std::vector<float>(6, 1.5f));
+  EXPECT_EQ(b(x).to_vector<float>(), std::vector<float>(6, 2.5f));
+  EXPECT_NE(a.lower(x).as_text(), b.lower(x).as_text());
+}
+
+// reshard is the identity primitive carrying a sharding constraint: under
+// jit it becomes a reshard step, with the values and layout of eager.
+TEST(ReshardJit, MatchesEager) {
+  std::mt19937 rng(5);
+  for (const ts::Mesh& mesh : test_meshes()) {
+    for (const ts::Shape& shape : {ts::Shape{13, 5}, ts::Shape{3, 2}, ts::Shape{1, 1}}) {
+      const ts::NamedSharding from(mesh, random_spec(rng, mesh, 2));
+      const ts::NamedSharding to(mesh, random_spec(rng, mesh, 2));
+      const ts::Array x = ts::device_put(iota_data<float>(shape[0] * shape[1]), shape, from);
+      auto prog = [&](ts::Array v) { return ts::reshard(v * 2.0f, to); };
+      auto f = ts::jit(prog);
+      expect_same(f(x), prog(x), from.str() + " -> " + to.str());
+      if (from == to) continue;  // nothing to constrain: no primitive
+      const std::string text = f.lower(x).as_text();
+      EXPECT_NE(text.find("= reshard[sharding="), std::string::npos) << text;
+    }
+  }
 }
 
 }  // namespace

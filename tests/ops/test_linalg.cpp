@@ -306,7 +306,12 @@ std::pair<std::string, std::string> rule_of(F&& f) {
 
 TEST(LinalgRule, GoldenText) {
   ts::NamedSharding rep(mesh8(), ts::P());
-  auto z = [&](ts::Shape s) { return ts::zeros(s, ts::f32, rep); };
+  // Operands from host data: zeros would itself bind a primitive.
+  auto z = [&](ts::Shape s) {
+    std::int64_t n = 1;
+    for (auto d : s) n *= d;
+    return ts::device_put(std::vector<float>(static_cast<size_t>(n), 0.0f), s, rep);
+  };
   // Factors: batch pairs, lhs free, rhs free, then contracting pairs and
   // summed dims (reductions); result dims in output order.
   auto r = rule_of([&] { ts::matmul(z({8, 16}), z({16, 4})); });

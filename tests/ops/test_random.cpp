@@ -1,8 +1,8 @@
 // Tests of the counter-based random numbers: threefry-2x32-20 against the
 // Random123 known-answer vectors, key handling (key, split, fold_in), the
 // mesh-independence guarantee (bitwise the same values for every mesh and
-// sharding, in every shard), ranges and moments of uniform and normal, and
-// errors.
+// sharding, in every shard), ranges and moments of uniform and normal,
+// errors, the primitives' rules and parameters, and jit == eager.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,14 +18,18 @@
 #include "backend/cpu/erfinv.hpp"
 #include "backend/cpu/threefry.hpp"
 #include "ops/data/jax_normal_golden.inc"
+#include "primitives/primitive.hpp"
 #include "tessera/tessera.hpp"
 #include "test_util.hpp"
+#include "transforms/trace.hpp"
 
 namespace ts = tessera;
 using ts::testing::numel;
 using ts::testing::sub_block;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
+using ts::testing::random_spec;
+using ts::testing::test_meshes;
 
 namespace {
 
@@ -639,6 +643,152 @@ TEST(RandomErrors, Bounds) {
   // Distinct as doubles, equal once rounded to f32.
   expect_error<ts::Error>([&] { ts::random::uniform(k, {4}, ts::f32, s, 1.0, 1.0 + 1e-12); }, "[uniform]", {"f32"});
   expect_error<ts::ShapeError>([&] { ts::random::split(k, -1); }, "[split]", {"num", "-1"});
+}
+
+// ------------------------------------------------------- primitives and jit
+
+// Records the rule text and the parameters of every primitive bound while it
+// is the innermost trace, then runs the primitive eagerly.
+class RuleRecorder : public ts::detail::Trace {
+ public:
+  std::vector<std::string> rules, params;
+  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
+    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
+    params.push_back(std::string(prim->name()) + " " + prim->params());
+    return ts::detail::eval_eager(*prim, args);
+  }
+};
+
+// The rule and parameters of the one primitive `f` binds.
+template <class F>
+std::pair<std::string, std::string> rule_of(F&& f) {
+  RuleRecorder rec;
+  {
+    ts::detail::TraceScope scope(&rec);
+    f();
+  }
+  EXPECT_EQ(rec.rules.size(), 1u);
+  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
+}
+
+// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
+void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
+  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
+  a.copy_to_host(ha.data(), a.dtype());
+  b.copy_to_host(hb.data(), b.dtype());
+  EXPECT_TRUE(ha == hb) << what;
+}
+
+TEST(RandomRule, GoldenText) {
+  const ts::Key k = ts::random::key(42);
+  const ts::NamedSharding s(mesh24(), ts::P("x", "y"));
+  const ts::NamedSharding rep(mesh24(), ts::P());
+  // A host key is a parameter (its words, so programs with different keys
+  // differ); bounds are printed as values of the dtype.
+  auto r = rule_of([&] { ts::random::uniform(k, {13, 7}, ts::f32, s, 0.1, 2.0); });
+  EXPECT_EQ(r.first, "()->([i,j]) {i=13,j=7}");
+  EXPECT_EQ(r.second, "uniform key=[0,42] lo=0.10000000149011612 hi=2");
+  r = rule_of([&] { ts::random::normal(ts::random::key(0x100000002ull), {5}, ts::f64, rep); });
+  EXPECT_EQ(r.first, "()->([i]) {i=5}");
+  EXPECT_EQ(r.second, "normal key=[1,2]");
+  // A key array is an operand whose key dim must be whole.
+  const ts::Array one = ts::random::key_data(k, rep);
+  r = rule_of([&] { ts::random::normal(one, {13, 7}, ts::f32, s); });
+  EXPECT_EQ(r.first, "([k])->([i,j]) {i=13,j=7,k=2} need_replication={k}");
+  EXPECT_EQ(r.second, "normal ");
+  r = rule_of([&] { ts::random::uniform(ts::reshape(one, {1, 2}), {5}, ts::f64, -1.0, 1.0); });
+  EXPECT_EQ(r.first, "([1,j])->([i]) {i=5,j=2} need_replication={j}");
+  EXPECT_EQ(r.second, "uniform lo=-1 hi=1");
+  r = rule_of([&] { ts::random::key_data(k, rep); });
+  EXPECT_EQ(r.first, "()->([i]) {i=2}");
+  EXPECT_EQ(r.second, "key_data keys=[[0,42]]");
+  const ts::Array keys = ts::random::key_data(some_keys(5), ts::NamedSharding(mesh24(), ts::P("y")));
+  r = rule_of([&] { ts::random::split(keys, 3); });
+  EXPECT_EQ(r.first, "([i,k])->([i,j,k]) {i=5,j=3,k=2} need_replication={k}");
+  EXPECT_EQ(r.second, "split num=3");
+  r = rule_of([&] { ts::random::fold_in(keys, 7u); });
+  EXPECT_EQ(r.first, "([i,j])->([i,j]) {i=5,j=2} need_replication={j}");
+  EXPECT_EQ(r.second, "fold_in data=7");
+  const ts::Array data = ts::device_put(std::vector<std::uint32_t>{1, 2, 3, 4, 5}, {5},
+                                        ts::NamedSharding(mesh24(), ts::P("y")));
+  r = rule_of([&] { ts::random::fold_in(keys, data); });
+  EXPECT_EQ(r.first, "([i,j],[i])->([i,j]) {i=5,j=2} need_replication={j}");
+  EXPECT_EQ(r.second, "fold_in ");
+}
+
+// Every random op under jit, with key arrays as traced arguments, equals
+// eager bitwise (values, dtype, sharding) on every test mesh and random
+// layouts, keys sharded along the key dim included.
+TEST(RandomJit, MatchesEagerOnEveryLayout) {
+  std::mt19937 rng(23);
+  const auto keys = some_keys(5);
+  const ts::Key k = ts::random::key(2024);
+  for (const ts::Mesh& mesh : test_meshes()) {
+    for (const ts::Shape& shape : {ts::Shape{13, 5}, ts::Shape{3, 2}, ts::Shape{1, 9}, ts::Shape{0, 3}}) {
+      const ts::NamedSharding s(mesh, random_spec(rng, mesh, 2));
+      const ts::NamedSharding ks(mesh, random_spec(rng, mesh, 2));
+      const ts::NamedSharding ds(mesh, random_spec(rng, mesh, 1));
+      const ts::NamedSharding os(mesh, random_spec(rng, mesh, 1));
+      const ts::Array ka = ts::random::key_data(keys, ks);
+      const ts::Array one = ts::random::key_data(keys[2], os);
+      const ts::Array data = ts::device_put(std::vector<std::int32_t>{-4, -1, 2, 5, 8}, {5}, ds);
+      const ts::Array scalar = ts::device_put(std::vector<std::int64_t>{-3}, {}, ts::NamedSharding(mesh, ts::P()));
+      auto prog = [&](ts::Array kv, ts::Array ov, ts::Array dv, ts::Array sv) {
+        const ts::Array folded = ts::random::fold_in(ov, 9u);
+        return std::vector<ts::Array>{
+            ts::random::split(kv, 3),
+            ts::random::fold_in(kv, 42u),
+            ts::random::fold_in(kv, dv),
+            ts::random::fold_in(kv, sv),
+            ts::random::uniform(ov, shape, ts::f32, s, -1.0, 2.0),
+            ts::random::normal(folded, shape, ts::f64, s),
+            ts::random::normal(ov, {4}),
+            ts::random::uniform(k, shape, ts::f64, s),
+            ts::random::normal(k, shape, ts::f32, s),
+            ts::random::key_data(k, os),
+            ts::random::key_data(keys, ks)};
+      };
+      const std::vector<ts::Array> eager = prog(ka, one, data, scalar);
+      auto f = ts::jit(prog);
+      const std::vector<ts::Array> got = f(ka, one, data, scalar);
+      ASSERT_EQ(got.size(), eager.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        expect_same(got[i], eager[i], "result " + std::to_string(i) + " keys " + ks.str() + " draw " + s.str());
+      const std::string text = f.lower(ka, one, data, scalar).as_text();
+      for (const char* want : {"= split[num=3](%", "= fold_in[data=42](%", "= fold_in(%", "= uniform[lo=-1 hi=2](%",
+                               "= normal(%", "= uniform[key=[0,2024] lo=0 hi=1]()", "= normal[key=[0,2024]]()",
+                               "= key_data[keys=[["})
+        EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+    }
+  }
+}
+
+TEST(RandomJit, KeysTraceApart) {
+  const ts::NamedSharding s(mesh24(), ts::P("x"));
+  const ts::Array x = ts::zeros({8}, ts::f32, s);
+  auto draw = [&](ts::Key key) {
+    return ts::jit([&, key](ts::Array v) { return v + ts::random::uniform(key, {8}, ts::f32, s); });
+  };
+  auto a = draw(ts::random::key(1));
+  auto b = draw(ts::random::key(2));
+  expect_same(a(x), ts::random::uniform(ts::random::key(1), {8}, ts::f32, s), "key 1");
+  expect_same(b(x), ts::random::uniform(ts::random::key(2), {8}, ts::f32, s), "key 2");
+  EXPECT_NE(a.lower(x).as_text(), b.lower(x).as_text());
+}
+
+TEST(RandomJit, KeyArraysMatchKeyFormsUnderJit) {
+  // A traced key array draws what the host key draws.
+  const ts::Key k = ts::random::key(77);
+  const ts::NamedSharding s(mesh24(), ts::P("y", "x"));
+  const ts::Array ka = ts::random::key_data(k, ts::NamedSharding(mesh24(), ts::P("x")));
+  auto f = ts::jit([&](ts::Array key) { return ts::random::normal(ts::random::split(key, 2), {9, 5}, ts::f32, s); });
+  expect_error<ts::ShapeError>([&] { f(ka); }, "[normal]", {"one key", "(2, 2)"});
+  auto h = ts::jit([&](ts::Array key) { return ts::random::normal(ts::random::fold_in(key, 5u), {9, 5}, ts::f32, s); });
+  EXPECT_EQ(bits_of(h(ka).to_vector<float>()),
+            bits_of(ts::random::normal(ts::random::fold_in(k, 5u), {9, 5}, ts::f32, s).to_vector<float>()));
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+// Creation kernels (see creation.hpp).
+#include "backend/cpu/creation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "core/convert.hpp"
+#include "core/dispatch.hpp"
+
+namespace tessera::cpu {
+
+void fill(DType t, void* out, std::int64_t n, const void* value) {
+  detail::dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    T v;
+    std::memcpy(&v, value, sizeof(T));
+    std::fill_n(static_cast<T*>(out), n, v);
+  });
+}
+
+void arange(DType t, void* out, Slice index, double start, double step) {
+  detail::dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    T* o = static_cast<T*>(out);
+    for (std::int64_t i = index.start; i < index.stop; ++i)
+      o[i - index.start] = detail::convert_one<T>(start + static_cast<double>(i) * step);
+  });
+}
+
+double linspace_value(const LinspaceParams& p, std::int64_t i) {
+  if (p.endpoint && p.num > 1 && i == p.num - 1) return p.stop;
+  const std::int64_t div = p.endpoint ? p.num - 1 : p.num;
+  const double delta = p.stop - p.start;
+  const double x = static_cast<double>(i);
+  if (div <= 0) return x * delta + p.start;
+  const double step = delta / static_cast<double>(div);
+  // A step that underflows to zero loses the spacing; numpy then scales last.
+  if (step == 0.0) return x / static_cast<double>(div) * delta + p.start;
+  return x * step + p.start;
+}
+
+void linspace(DType t, void* out, Slice index, const LinspaceParams& p) {
+  detail::dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    T* o = static_cast<T*>(out);
+    for (std::int64_t i = index.start; i < index.stop; ++i) {
+      double y = linspace_value(p, i);
+      if constexpr (std::is_integral_v<T>) y = std::floor(y);
+      o[i - index.start] = detail::convert_one<T>(y);
+    }
+  });
+}
+
+void eye(DType t, void* out, Slice rows, Slice cols, std::int64_t k) {
+  detail::dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    T* o = static_cast<T*>(out);
+    const std::int64_t width = cols.size();
+    std::fill_n(o, rows.size() * width, T{0});
+    // k is clamped to [-n, m] by the caller, so r + k cannot overflow.
+    for (std::int64_t r = rows.start; r < rows.stop; ++r) {
+      const std::int64_t c = r + k;
+      if (c >= cols.start && c < cols.stop) o[(r - rows.start) * width + (c - cols.start)] = T{1};
+    }
+  });
+}
+
+}  // namespace tessera::cpu
