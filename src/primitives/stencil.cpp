@@ -89,7 +89,7 @@ class Diff final : public KeepsLayout {
   std::string_view name() const override { return "diff"; }
   std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
     Shape s = in[0].shape;
-    s[axis_] = std::max<std::int64_t>(rows(in, pre_ ? 1 : -1) + s[axis_] + rows(in, append_index()) - n_, 0);
+    s[axis_] = std::max<std::int64_t>(rows(in, prepend_index()) + s[axis_] + rows(in, append_index()) - n_, 0);
     return {TypeInfo{s, in[0].dtype}};
   }
   // Output row i is the n-th difference of sequence rows [i, i + n], that is
@@ -100,10 +100,10 @@ class Diff final : public KeepsLayout {
   ShardingRule rule(std::span<const AbstractArray> in) const override {
     ShardingRule r;
     const std::vector<int> xd = add_dims(r, in[0].shape);
-    const std::int64_t np = rows(in, pre_ ? 1 : -1);
+    const std::int64_t np = rows(in, prepend_index());
     make_halo(r, xd[axis_], np, std::max<std::int64_t>(n_ - np, 0));
     r.operands.push_back(xd);
-    for (int i : {pre_ ? 1 : -1, append_index()}) {
+    for (int i : {prepend_index(), append_index()}) {
       if (i < 0) continue;
       if (in[i].shape.empty()) {
         r.operands.emplace_back();
@@ -129,6 +129,8 @@ class Diff final : public KeepsLayout {
                                  const std::vector<NamedSharding>& layouts) const override;
 
  private:
+  // Operand indices of prepend and append (-1 when absent).
+  int prepend_index() const { return pre_ ? 1 : -1; }
   int append_index() const { return app_ ? (pre_ ? 2 : 1) : -1; }
   // Rows operand i adds to the sequence (0 when absent, 1 for a scalar).
   std::int64_t rows(std::span<const AbstractArray> in, int i) const {
@@ -144,7 +146,7 @@ std::vector<Array> Diff::eval_global(const std::vector<Array>& in, const std::ve
   const char* op = "diff";
   const int n = n_, axis = axis_;
   const Array& xc = in[0];
-  const Array* pre = pre_ ? &in[1] : nullptr;
+  const Array* pre = pre_ ? &in[prepend_index()] : nullptr;
   const Array* app = app_ ? &in[append_index()] : nullptr;
   const DType dt = out[0].dtype;
   const Shape& xs = xc.shape();
