@@ -1,6 +1,7 @@
 // take, scatter_add, segment_sum: naive references, golden cases, the SPMD
 // property over many meshes and layouts, the collectives they emit, bitwise
-// determinism, and every error path.
+// determinism, every error path, the primitives' rules, and jit == eager
+// bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "transforms/trace.hpp"
 
 namespace ts = tessera;
 using ts::none;
@@ -641,3 +643,149 @@ TEST(SegmentSum, Errors) {
 }
 
 }  // namespace
+
+// ============================================================== primitives
+
+namespace {
+
+// Records the rule text and the parameters of every primitive bound while it
+// is the innermost trace, then runs the primitive eagerly.
+class RuleRecorder : public ts::detail::Trace {
+ public:
+  std::vector<std::string> rules, params;
+  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
+    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
+    params.push_back(std::string(prim->name()) + " " + prim->params());
+    return ts::detail::eval_eager(*prim, args);
+  }
+};
+
+// The rule and parameters of the one primitive `f` binds.
+template <class F>
+std::pair<std::string, std::string> rule_of(F&& f) {
+  RuleRecorder rec;
+  {
+    ts::detail::TraceScope scope(&rec);
+    f();
+  }
+  EXPECT_EQ(rec.rules.size(), 1u);
+  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
+}
+
+}  // namespace
+
+TEST(IndexingRule, GoldenText) {
+  ts::NamedSharding rep(mesh1d(8), P());
+  const auto x = ts::zeros({8, 6}, ts::f32, rep);
+  const auto idx = put_ints({1, 0, 5, 2, 2}, ts::i32, rep);
+  // take: the gathered dim whole on every device, the indices' dim in its place.
+  auto r = rule_of([&] { ts::take(x, idx, 1); });
+  EXPECT_EQ(r.first, "([i,j],[k])->([i,k]) {i=8,j=6,k=5} need_replication={j}");
+  EXPECT_EQ(r.second, "take axis=1");
+  // The scatters sum update rows into the rows the indices name.
+  const auto upd = ts::zeros({5, 6}, ts::f32, rep);
+  r = rule_of([&] { ts::scatter_add(x, idx, upd); });
+  EXPECT_EQ(r.first, "([i,j],[k],[k,j])->([i,j]) {i=8,j=6,k=5} reduction={k}");
+  EXPECT_EQ(r.second, "scatter_add ");
+  r = rule_of([&] { ts::scatter_add(x, idx, upd, {.out_sharding = P(none, "x")}); });
+  EXPECT_EQ(r.second, "scatter_add out_sharding=PartitionSpec(None, 'x')");
+  r = rule_of([&] { ts::segment_sum(upd, idx, 4); });
+  EXPECT_EQ(r.first, "([k,j],[k])->([i,j]) {i=4,j=6,k=5} reduction={k}");
+  EXPECT_EQ(r.second, "segment_sum num_segments=4");
+  r = rule_of([&] { ts::segment_sum(upd, idx, 3, {.out_sharding = P("x")}); });
+  EXPECT_EQ(r.second, "segment_sum num_segments=3 out_sharding=PartitionSpec('x',)");
+}
+
+// ===================================================================== jit
+
+namespace {
+
+// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
+void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
+  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
+  a.copy_to_host(ha.data(), a.dtype());
+  b.copy_to_host(hb.data(), b.dtype());
+  EXPECT_TRUE(ha == hb) << what;
+}
+
+// The jitted j equals the plain f on `args`, and its program applies `prim`.
+template <class J, class F, class... A>
+void expect_jit_matches(J& j, const F& f, const std::string& prim, const std::string& what, const A&... args) {
+  expect_same(j(args...), f(args...), what + " " + prim);
+  const std::string text = j.lower(args...).as_text();
+  EXPECT_NE(text.find("= " + prim), std::string::npos) << text;
+}
+
+}  // namespace
+
+// Every op under jit equals eager bitwise (values, dtype, sharding) on every
+// test mesh, x in a spread of layouts (uneven blocks, dims smaller than the
+// device count, empty), indices and updates in random layouts, with and
+// without out_sharding.
+TEST(IndexingJit, MatchesEagerOnEveryLayout) {
+  std::mt19937 rng(23);
+  const auto take_fn = [](ts::Array x, ts::Array i, int axis) { return ts::take(x, i, axis); };
+  const auto scatter_fn = [](ts::Array x, ts::Array i, ts::Array u) { return ts::scatter_add(x, i, u); };
+  const auto segment_fn = [](ts::Array d, ts::Array i, int n) { return ts::segment_sum(d, i, n); };
+  auto jtake = ts::jit(take_fn);
+  auto jscatter = ts::jit(scatter_fn);
+  auto jsegment = ts::jit(segment_fn);
+  int cases = 0;
+  for (const ts::Shape& shape : {ts::Shape{13, 5}, ts::Shape{3, 2}, ts::Shape{1, 9}, ts::Shape{0, 3}}) {
+    const auto xh = ts::testing::iota_data<std::int32_t>(prod(shape), 2);
+    ts::testing::for_each_layout(2, [&](const ts::NamedSharding& xs) {
+      const ts::Mesh& mesh = xs.mesh();
+      auto random_layout = [&](int rank) { return ts::NamedSharding(mesh, ts::testing::random_spec(rng, mesh, rank)); };
+      const auto x = ts::device_put(xh, shape, xs);
+      const std::string what = ts::typeof(x);
+      const ts::DType it = cases % 2 ? ts::i32 : ts::i64;
+      for (int axis : {0, 1}) {
+        const std::int64_t n = shape[axis];
+        for (std::int64_t len : {1, 6}) {
+          const auto idx = put_ints(n == 0 ? std::vector<std::int64_t>{} : random_ints(rng, len, -n, n - 1), it,
+                                    random_layout(1));
+          expect_jit_matches(jtake, take_fn, "take", what, x, idx, axis);
+        }
+      }
+      // Indices out of range (dropped) and negative (from the end).
+      const std::int64_t m = 7;
+      const auto idx = put_ints(random_ints(rng, m, -shape[0] - 2, shape[0] + 1), it, random_layout(1));
+      const auto upd = ts::device_put(ts::testing::iota_data<float>(m * shape[1], 1), {m, shape[1]}, random_layout(2));
+      expect_jit_matches(jscatter, scatter_fn, "scatter_add", what, x, idx, upd);
+      const ts::NamedSharding out = random_layout(2);
+      const auto scatter_out = [&](ts::Array xv, ts::Array i, ts::Array u) {
+        return ts::scatter_add(xv, i, u, {.out_sharding = out.spec()});
+      };
+      auto jscatter_out = ts::jit(scatter_out);
+      expect_jit_matches(jscatter_out, scatter_out, "scatter_add", what, x, idx, upd);
+      // segment_sum over x's rows.
+      const auto ids = put_ints(random_ints(rng, shape[0], -1, 4), it, random_layout(1));
+      for (int segments : {0, 4}) expect_jit_matches(jsegment, segment_fn, "segment_sum", what, x, ids, segments);
+      const auto segment_out = [&](ts::Array d, ts::Array i) {
+        return ts::segment_sum(d, i, 3, {.out_sharding = out.spec()});
+      };
+      auto jsegment_out = ts::jit(segment_out);
+      expect_jit_matches(jsegment_out, segment_out, "segment_sum", what, x, ids);
+      ++cases;
+    });
+  }
+  EXPECT_GT(cases, 100);
+}
+
+// Index values are read on the devices when the program runs: a bad index
+// raises the same error under jit, and the same jitted function then runs
+// on good indices.
+TEST(IndexingJit, IndexErrorsAtRunTime) {
+  auto mesh = mesh1d(4);
+  ts::NamedSharding s(mesh, P("x"));
+  auto x = ts::device_put(ts::testing::iota_data<float>(10), {10}, s);
+  auto f = ts::jit([](ts::Array xv, ts::Array i) { return ts::take(xv, i, 0) * 2.0f; });
+  expect_error<ts::ShapeError>([&] { f(x, put_ints({0, 1, 2, 3, 4, 5, 6, 10}, ts::i32, s)); }, "[take]",
+                               {"[take] index 10 is out of range for axis 0 of size 10"});
+  const auto good = put_ints({9, 0, 1, 2, 3, 4, 5, 6}, ts::i32, s);
+  expect_same(f(x, good), ts::take(x, good, 0) * 2.0f, "after error");
+  EXPECT_EQ(f.cache_size(), 1);
+}

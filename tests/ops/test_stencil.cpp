@@ -1,8 +1,8 @@
 // Stencils and scans: diff, cumsum, convolve, convolve2d, interp.
 // Naive references on host vectors, goldens (from numpy / scipy / jax), the
 // SPMD property over many meshes and layouts (uneven, tiny and empty sizes
-// included), the communication they emit (halos and totals only), and every
-// error path.
+// included), the communication they emit (halos and totals only), every
+// error path, the primitives' rules, and jit == eager bitwise.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -12,6 +12,7 @@
 
 #include "tessera/tessera.hpp"
 #include "test_util.hpp"
+#include "transforms/trace.hpp"
 
 namespace ts = tessera;
 using ts::testing::expect_error;
@@ -829,4 +830,174 @@ TEST(Interp, Errors) {
   expect_error<ts::Error>([&] { ts::interp(x, ts::Array{}, x); }, "[interp]", {"xp"});
   auto other = f64({1, 2}, {2}, ts::NamedSharding(test_meshes()[1], ts::P()));
   expect_error<ts::ShardingError>([&] { ts::interp(x, other, other); }, "[interp]", {"different meshes"});
+}
+
+// ============================================================== primitives
+
+namespace {
+
+// Records the rule text and the parameters of every primitive bound while it
+// is the innermost trace, then runs the primitive eagerly.
+class RuleRecorder : public ts::detail::Trace {
+ public:
+  std::vector<std::string> rules, params;
+  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
+    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
+    params.push_back(std::string(prim->name()) + " " + prim->params());
+    return ts::detail::eval_eager(*prim, args);
+  }
+};
+
+// The rule and parameters of the one primitive `f` binds.
+template <class F>
+std::pair<std::string, std::string> rule_of(F&& f) {
+  RuleRecorder rec;
+  {
+    ts::detail::TraceScope scope(&rec);
+    f();
+  }
+  EXPECT_EQ(rec.rules.size(), 1u);
+  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
+}
+
+}  // namespace
+
+TEST(StencilRule, GoldenText) {
+  ts::NamedSharding rep(ts::make_mesh({8}, {"x"}), ts::P());
+  auto z = [&](ts::Shape s) { return ts::zeros(s, ts::f32, rep); };
+  // Output row i of diff needs x rows [i, i + n]: a halo of n after each block.
+  const auto x = z({16, 4});
+  auto r = rule_of([&] { ts::diff(x, 1, 0); });
+  EXPECT_EQ(r.first, "([i,j])->([i,j]) {i=16,j=4} halo={i(0,1)}");
+  EXPECT_EQ(r.second, "diff n=1 axis=0");
+  // prepend (concatenated: whole where needed) shifts the halo before the block;
+  // a scalar append has no dims.
+  const auto pre = z({16, 1}), app = z({});
+  r = rule_of([&] { ts::diff(x, 2, 1, {.prepend = pre, .append = app}); });
+  EXPECT_EQ(r.first, "([i,j],[i,k],[])->([i,j]) {i=16,j=4,k=1} need_replication={k} halo={j(1,1)}");
+  EXPECT_EQ(r.second, "diff n=2 axis=1 with=prepend,append");
+  const auto app3 = z({3, 4});
+  r = rule_of([&] { ts::diff(x, 1, 0, {.append = app3}); });
+  EXPECT_EQ(r.first, "([i,j],[k,j])->([i,j]) {i=16,j=4,k=3} need_replication={k} halo={i(0,1)}");
+  EXPECT_EQ(r.second, "diff n=1 axis=0 with=append");
+  // A scan depends on every row before it (only block totals move).
+  const auto big = z({1024, 16});
+  r = rule_of([&] { ts::cumsum(big, 0); });
+  EXPECT_EQ(r.first, "([i,j])->([i,j]) {i=1024,j=16} halo={i(1023,0)}");
+  EXPECT_EQ(r.second, "cumsum axis=0");
+  // 'same' convolution with K = 5 taps: 2 rows before and 2 after each block.
+  const auto sq = z({64, 64}), k5 = z({5}), k4 = z({4});
+  r = rule_of([&] { ts::convolve(sq, k5, 1); });
+  EXPECT_EQ(r.first, "([i,j],[k])->([i,j]) {i=64,j=64,k=5} need_replication={k} halo={j(2,2)}");
+  EXPECT_EQ(r.second, "convolve axis=1");
+  r = rule_of([&] { ts::convolve(sq, k4, 0); });
+  EXPECT_EQ(r.first, "([i,j],[k])->([i,j]) {i=64,j=64,k=4} need_replication={k} halo={i(2,1)}");
+  const auto x3 = z({2, 8, 6}), k34 = z({3, 4});
+  r = rule_of([&] { ts::convolve2d(x3, k34); });
+  EXPECT_EQ(r.first,
+            "([i,j,k],[l,m])->([i,j,k]) {i=2,j=8,k=6,l=3,m=4} need_replication={l,m} halo={j(1,1),k(2,1)}");
+  EXPECT_EQ(r.second, "convolve2d ");
+  // interp: elementwise in x, the tables whole on every device.
+  const auto xi = z({5, 3}), tab = z({4});
+  r = rule_of([&] { ts::interp(xi, tab, tab); });
+  EXPECT_EQ(r.first, "([i,j],[k],[k])->([i,j]) {i=5,j=3,k=4} need_replication={k}");
+  EXPECT_EQ(r.second, "interp ");
+}
+
+// ===================================================================== jit
+
+namespace {
+
+// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
+void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
+  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
+  a.copy_to_host(ha.data(), a.dtype());
+  b.copy_to_host(hb.data(), b.dtype());
+  EXPECT_TRUE(ha == hb) << what;
+}
+
+// The jitted j equals the plain f on `args`, and its program applies `prim`.
+template <class J, class F, class... A>
+void expect_jit_matches(J& j, const F& f, const std::string& prim, const std::string& what, const A&... args) {
+  expect_same(j(args...), f(args...), what + " " + prim);
+  const std::string text = j.lower(args...).as_text();
+  EXPECT_NE(text.find("= " + prim), std::string::npos) << text;
+}
+
+}  // namespace
+
+// Every op under jit equals eager bitwise (values, dtype, sharding) on every
+// test mesh, x in a spread of layouts (uneven blocks, dims smaller than the
+// device count, empty), the other operands in random layouts.
+TEST(StencilJit, MatchesEagerOnEveryLayout) {
+  std::mt19937 rng(17);
+  const auto diff_fn = [](ts::Array x, int n, int axis) { return ts::diff(x, n, axis); };
+  const auto diff_pa_fn = [](ts::Array x, ts::Array pre, ts::Array app, int axis) {
+    return ts::diff(x, 2, axis, {.prepend = pre, .append = app});
+  };
+  const auto cumsum_fn = [](ts::Array x, int axis) { return ts::cumsum(x, axis); };
+  const auto convolve_fn = [](ts::Array x, ts::Array k, int axis) { return ts::convolve(x, k, axis); };
+  const auto convolve2d_fn = [](ts::Array x, ts::Array k) { return ts::convolve2d(x, k); };
+  const auto interp_fn = [](ts::Array x, ts::Array xp, ts::Array fp) { return ts::interp(x, xp, fp); };
+  auto jdiff = ts::jit(diff_fn);
+  auto jdiff_pa = ts::jit(diff_pa_fn);
+  auto jcumsum = ts::jit(cumsum_fn);
+  auto jconvolve = ts::jit(convolve_fn);
+  auto jconvolve2d = ts::jit(convolve2d_fn);
+  auto jinterp = ts::jit(interp_fn);
+  int cases = 0;
+  for (const ts::Shape& shape : {ts::Shape{13, 5}, ts::Shape{3, 2}, ts::Shape{1, 9}, ts::Shape{0, 3}}) {
+    const auto xv = data_of<std::int32_t>(numel(shape), 3);
+    const auto fv = data_of<float>(numel(shape), 1);
+    for_each_layout(2, [&](const ts::NamedSharding& s) {
+      const ts::Mesh& mesh = s.mesh();
+      auto random_layout = [&](int rank) { return ts::NamedSharding(mesh, ts::testing::random_spec(rng, mesh, rank)); };
+      const auto x = put(xv, shape, s);
+      const auto xf = put(fv, shape, s);
+      const std::string what = ts::typeof(x);
+      for (int axis : {0, 1}) {
+        for (int n : {1, 2, 3}) expect_jit_matches(jdiff, diff_fn, "diff", what, xf, n, axis);
+        ts::Shape ps = shape;
+        ps[axis] = 2;
+        const auto pre = ts::device_put(data_of<double>(numel(ps), 5), ps, random_layout(2));
+        const auto app = ts::device_put(std::vector<float>{-1.5f}, {}, random_layout(0));
+        expect_jit_matches(jdiff_pa, diff_pa_fn, "diff", what, x, pre, app, axis);
+        expect_jit_matches(jcumsum, cumsum_fn, "cumsum", what, x, axis);
+        expect_jit_matches(jcumsum, cumsum_fn, "cumsum", what, xf, axis);
+        const auto k = ts::device_put(std::vector<float>{1, -2, 3, 0.5f}, {4}, random_layout(1));
+        expect_jit_matches(jconvolve, convolve_fn, "convolve", what, x, k, axis);
+        expect_jit_matches(jconvolve, convolve_fn, "convolve", what, xf, k, axis);
+      }
+      const auto k2 = ts::device_put(std::vector<double>{1, 2, 0, -1, 0.5, 3}, {2, 3}, random_layout(2));
+      expect_jit_matches(jconvolve2d, convolve2d_fn, "convolve2d", what, xf, k2);
+      const auto xp = ts::device_put(std::vector<float>{-3, 0, 10, 40}, {4}, random_layout(1));
+      const auto fp = ts::device_put(std::vector<double>{1, 2, 0, 5}, {4}, random_layout(1));
+      expect_jit_matches(jinterp, interp_fn, "interp", what, x, xp, fp);
+      ++cases;
+    });
+  }
+  EXPECT_GT(cases, 100);
+}
+
+// A stencil inside a larger jitted program: its global step reads the
+// values the fused loop before it wrote, and the values after it read its
+// result.
+TEST(StencilJit, InsideAProgram) {
+  const auto step = [](ts::Array u, ts::Array k) {
+    auto v = ts::convolve(ts::exp(u * 0.01f), k, 0);
+    auto d = ts::diff(v, 1, 0, {.prepend = ts::zeros({1, 16}, ts::f32, ts::NamedSharding(u.sharding().mesh(), ts::P()))});
+    return ts::cumsum(d * 2.0f, 0) + 1.0f;
+  };
+  const ts::Shape shape{64, 16};
+  auto mesh = ts::make_mesh({2, 4}, {"x", "y"});
+  const auto u = put(data_of<float>(64 * 16), shape, ts::NamedSharding(mesh, ts::P(std::vector<std::string>{"x", "y"})));
+  const auto k = ts::device_put(std::vector<float>{0.25f, 0.5f, 0.25f}, {3}, ts::NamedSharding(mesh, ts::P()));
+  auto j = ts::jit(step);
+  expect_same(j(u, k), step(u, k), "program");
+  const std::string text = j.lower(u, k).as_text();
+  for (const char* prim : {"global %", "= convolve[axis=0]", "= diff[n=1 axis=0 with=prepend]", "= cumsum[axis=0]"})
+    EXPECT_NE(text.find(prim), std::string::npos) << prim << "\n" << text;
 }
