@@ -3,6 +3,7 @@
 // was given, e.g. "[matmul] contracting dims differ: lhs (8, 16) vs rhs (12, 4)".
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +13,13 @@ namespace tessera {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+  const char* what() const noexcept override { return text_ ? text_->c_str() : std::runtime_error::what(); }
+  /// Appends `more` to the message, keeping the exception's type (jit adds
+  /// where the failing op was called from while tracing).
+  void append(const std::string& more) { text_ = std::make_shared<const std::string>(what() + more); }
+
+ private:
+  std::shared_ptr<const std::string> text_;  // shared: copying an exception must not throw
 };
 
 /// A shape (rank, sizes, element count) does not fit the op.

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -87,79 +88,79 @@ struct OutOptions {
 // ----------------------------------------------------------------- creation
 
 /// Arrays filled on their devices; each device writes only its block.
-Array zeros(const Shape& shape, DType dtype, const NamedSharding& sharding);
-Array ones(const Shape& shape, DType dtype, const NamedSharding& sharding);
-Array full(const Shape& shape, Scalar value, DType dtype, const NamedSharding& sharding);
+Array zeros(const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
+Array ones(const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
+Array full(const Shape& shape, Scalar value, DType dtype, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
 /// [start, stop) with `step`, 1-d.
-Array arange(double start, double stop, double step, DType dtype, const NamedSharding& sharding);
+Array arange(double start, double stop, double step, DType dtype, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
 /// `num` evenly spaced values in [start, stop] (stop included when `endpoint`).
 Array linspace(double start, double stop, std::int64_t num, DType dtype, const NamedSharding& sharding,
-               bool endpoint = true);
+               bool endpoint = true, std::source_location loc = std::source_location::current());
 /// n x m with ones on diagonal `k`.
-Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const NamedSharding& sharding);
+Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
 /// A replicated scalar (rank 0) on the given mesh.
-Array scalar(Scalar value, DType dtype, const Mesh& mesh);
+Array scalar(Scalar value, DType dtype, const Mesh& mesh, std::source_location loc = std::source_location::current());
 
 // -------------------------------------------------------------- elementwise
 
-Array add(const Array& a, const Array& b, const OutOptions& opt = {});
-Array subtract(const Array& a, const Array& b, const OutOptions& opt = {});
-Array multiply(const Array& a, const Array& b, const OutOptions& opt = {});
+Array add(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array subtract(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array multiply(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// True division: integer operands give f32.
-Array divide(const Array& a, const Array& b, const OutOptions& opt = {});
+Array divide(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// Division rounded toward minus infinity (jnp.floor_divide); integers stay
 /// integers (unsigned: plain division), x // 0 gives 0 for integers.
-Array floor_divide(const Array& a, const Array& b, const OutOptions& opt = {});
+Array floor_divide(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// Remainder with the sign of the divisor (jnp.remainder, Python's %);
 /// x % 0 gives 0 for integers.
-Array remainder(const Array& a, const Array& b, const OutOptions& opt = {});
-Array pow(const Array& a, const Array& b, const OutOptions& opt = {});
-Array maximum(const Array& a, const Array& b, const OutOptions& opt = {});
-Array minimum(const Array& a, const Array& b, const OutOptions& opt = {});
-Array equal(const Array& a, const Array& b, const OutOptions& opt = {});
-Array not_equal(const Array& a, const Array& b, const OutOptions& opt = {});
-Array less(const Array& a, const Array& b, const OutOptions& opt = {});
-Array less_equal(const Array& a, const Array& b, const OutOptions& opt = {});
-Array greater(const Array& a, const Array& b, const OutOptions& opt = {});
-Array greater_equal(const Array& a, const Array& b, const OutOptions& opt = {});
+Array remainder(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array pow(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array maximum(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array minimum(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array equal(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array not_equal(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array less(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array less_equal(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array greater(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array greater_equal(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// Logical ops on truth values (nonzero is true); result bool.
-Array logical_and(const Array& a, const Array& b, const OutOptions& opt = {});
-Array logical_or(const Array& a, const Array& b, const OutOptions& opt = {});
-Array logical_xor(const Array& a, const Array& b, const OutOptions& opt = {});
-Array logical_not(const Array& a);
+Array logical_and(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array logical_or(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array logical_xor(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array logical_not(const Array& a, std::source_location loc = std::source_location::current());
 /// Elementwise choice: cond ? x : y, broadcast together.
-Array where(const Array& cond, const Array& x, const Array& y, const OutOptions& opt = {});
-Array where(const Array& cond, const Array& x, Scalar y);
-Array where(const Array& cond, Scalar x, const Array& y);
-Array clip(const Array& x, std::optional<Scalar> lo, std::optional<Scalar> hi);
+Array where(const Array& cond, const Array& x, const Array& y, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array where(const Array& cond, const Array& x, Scalar y, std::source_location loc = std::source_location::current());
+Array where(const Array& cond, Scalar x, const Array& y, std::source_location loc = std::source_location::current());
+Array clip(const Array& x, std::optional<Scalar> lo, std::optional<Scalar> hi, std::source_location loc = std::source_location::current());
 
-Array negative(const Array& x);
-Array abs(const Array& x);
-Array exp(const Array& x);
-Array log(const Array& x);
-Array log1p(const Array& x);
-Array expm1(const Array& x);
-Array sqrt(const Array& x);
-Array rsqrt(const Array& x);
-Array sin(const Array& x);
-Array cos(const Array& x);
-Array tanh(const Array& x);
-Array sigmoid(const Array& x);
-Array floor(const Array& x);
-Array ceil(const Array& x);
+Array negative(const Array& x, std::source_location loc = std::source_location::current());
+Array abs(const Array& x, std::source_location loc = std::source_location::current());
+Array exp(const Array& x, std::source_location loc = std::source_location::current());
+Array log(const Array& x, std::source_location loc = std::source_location::current());
+Array log1p(const Array& x, std::source_location loc = std::source_location::current());
+Array expm1(const Array& x, std::source_location loc = std::source_location::current());
+Array sqrt(const Array& x, std::source_location loc = std::source_location::current());
+Array rsqrt(const Array& x, std::source_location loc = std::source_location::current());
+Array sin(const Array& x, std::source_location loc = std::source_location::current());
+Array cos(const Array& x, std::source_location loc = std::source_location::current());
+Array tanh(const Array& x, std::source_location loc = std::source_location::current());
+Array sigmoid(const Array& x, std::source_location loc = std::source_location::current());
+Array floor(const Array& x, std::source_location loc = std::source_location::current());
+Array ceil(const Array& x, std::source_location loc = std::source_location::current());
 /// Rounds half to even, like jnp.round.
-Array round(const Array& x);
-Array sign(const Array& x);
-Array isnan(const Array& x);
-Array isfinite(const Array& x);
+Array round(const Array& x, std::source_location loc = std::source_location::current());
+Array sign(const Array& x, std::source_location loc = std::source_location::current());
+Array isnan(const Array& x, std::source_location loc = std::source_location::current());
+Array isfinite(const Array& x, std::source_location loc = std::source_location::current());
 /// Converts to `dtype` as XLA does, never raising: float -> int truncates
 /// toward zero and saturates (NaN -> 0); int -> int wraps; nonzero -> true.
-Array astype(const Array& x, DType dtype);
+Array astype(const Array& x, DType dtype, std::source_location loc = std::source_location::current());
 
 // Binary ops with a weakly typed C++ scalar on either side.
-#define TESSERA_SCALAR_BINARY(name)                  \
-  Array name(const Array& a, Scalar b);              \
-  Array name(Scalar a, const Array& b);
+#define TESSERA_SCALAR_BINARY(name)                                                            \
+  Array name(const Array& a, Scalar b, std::source_location loc = std::source_location::current()); \
+  Array name(Scalar a, const Array& b, std::source_location loc = std::source_location::current());
 TESSERA_SCALAR_BINARY(add)
 TESSERA_SCALAR_BINARY(subtract)
 TESSERA_SCALAR_BINARY(multiply)
@@ -177,10 +178,12 @@ TESSERA_SCALAR_BINARY(greater)
 TESSERA_SCALAR_BINARY(greater_equal)
 #undef TESSERA_SCALAR_BINARY
 
-#define TESSERA_OPERATOR(op, name)                                               \
-  inline Array operator op(const Array& a, const Array& b) { return name(a, b); } \
-  inline Array operator op(const Array& a, Scalar b) { return name(a, b); }       \
-  inline Array operator op(Scalar a, const Array& b) { return name(a, b); }
+// Operators cannot take a call site (C++ gives them no default arguments), so
+// they pass an empty one.
+#define TESSERA_OPERATOR(op, name)                                                                             \
+  inline Array operator op(const Array& a, const Array& b) { return name(a, b, {}, std::source_location{}); } \
+  inline Array operator op(const Array& a, Scalar b) { return name(a, b, std::source_location{}); }           \
+  inline Array operator op(Scalar a, const Array& b) { return name(a, b, std::source_location{}); }
 TESSERA_OPERATOR(+, add)
 TESSERA_OPERATOR(-, subtract)
 TESSERA_OPERATOR(*, multiply)
@@ -193,10 +196,10 @@ TESSERA_OPERATOR(<=, less_equal)
 TESSERA_OPERATOR(>, greater)
 TESSERA_OPERATOR(>=, greater_equal)
 #undef TESSERA_OPERATOR
-inline Array operator-(const Array& a) { return negative(a); }
-inline Array operator!(const Array& a) { return logical_not(a); }
-inline Array operator&&(const Array& a, const Array& b) { return logical_and(a, b); }
-inline Array operator||(const Array& a, const Array& b) { return logical_or(a, b); }
+inline Array operator-(const Array& a) { return negative(a, std::source_location{}); }
+inline Array operator!(const Array& a) { return logical_not(a, std::source_location{}); }
+inline Array operator&&(const Array& a, const Array& b) { return logical_and(a, b, {}, std::source_location{}); }
+inline Array operator||(const Array& a, const Array& b) { return logical_or(a, b, {}, std::source_location{}); }
 
 // --------------------------------------------------------------- reductions
 
@@ -231,14 +234,14 @@ struct DotDims {
 
 /// NumPy matmul: 1-d operands are promoted and the added dim removed; leading
 /// dims broadcast as batch dims. The local GEMM calls BLAS.
-Array matmul(const Array& a, const Array& b, const OutOptions& opt = {});
+Array matmul(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// jnp.dot: matmul for rank <= 2; sum over the last dim of a and the
 /// second-to-last of b otherwise.
-Array dot(const Array& a, const Array& b, const OutOptions& opt = {});
-Array dot_general(const Array& a, const Array& b, const DotDims& dims, const OutOptions& opt = {});
+Array dot(const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array dot_general(const Array& a, const Array& b, const DotDims& dims, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// Two-operand einsum, e.g. "bij,bjk->bik"; every label appears in the output
 /// or is summed.
-Array einsum(const std::string& subscripts, const Array& a, const Array& b, const OutOptions& opt = {});
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 
 // -------------------------------------------------------------------- shape
 
@@ -273,34 +276,34 @@ struct DiffOptions {
   std::optional<Array> append = std::nullopt;
 };
 /// n-th discrete difference along `axis` (jnp.diff).
-Array diff(const Array& x, int n = 1, int axis = -1, const DiffOptions& opt = {});
+Array diff(const Array& x, int n = 1, int axis = -1, const DiffOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// Inclusive prefix sum along `axis` (result dtype as for sum).
-Array cumsum(const Array& x, int axis);
+Array cumsum(const Array& x, int axis, std::source_location loc = std::source_location::current());
 /// 1-d convolution of every line of `x` along `axis` with the 1-d `kernel`,
 /// "same" mode, zero boundary (np.convolve flips the kernel).
-Array convolve(const Array& x, const Array& kernel, int axis = -1);
+Array convolve(const Array& x, const Array& kernel, int axis = -1, std::source_location loc = std::source_location::current());
 /// 2-d convolution over the last two dims, "same" mode, zero boundary.
-Array convolve2d(const Array& x, const Array& kernel);
+Array convolve2d(const Array& x, const Array& kernel, std::source_location loc = std::source_location::current());
 /// 1-d linear interpolation (jnp.interp): xp increasing; values outside take
 /// the end values.
-Array interp(const Array& x, const Array& xp, const Array& fp);
+Array interp(const Array& x, const Array& xp, const Array& fp, std::source_location loc = std::source_location::current());
 
 // ----------------------------------------------------------------- indexing
 
 /// Gathers along `axis`: out[..., i, ...] = x[..., indices[i], ...]
 /// (indices 1-d, integer; out of range raises).
-Array take(const Array& x, const Array& indices, int axis = 0);
+Array take(const Array& x, const Array& indices, int axis = 0, std::source_location loc = std::source_location::current());
 /// x.at[indices].add(updates) along axis 0: out = x; out[indices[i]] += updates[i].
-Array scatter_add(const Array& x, const Array& indices, const Array& updates, const OutOptions& opt = {});
+Array scatter_add(const Array& x, const Array& indices, const Array& updates, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// out[s] = sum of data[i] with segment_ids[i] == s, for s in [0, num_segments);
 /// ids out of range are dropped (as in JAX).
-Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_segments, const OutOptions& opt = {});
+Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_segments, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 
 // ---------------------------------------------------------------- sharding
 
 /// Moves `x` to `sharding` (same as reshard; the name jit users know).
-Array with_sharding_constraint(const Array& x, const NamedSharding& sharding);
-Array with_sharding_constraint(const Array& x, const PartitionSpec& spec);
+Array with_sharding_constraint(const Array& x, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
+Array with_sharding_constraint(const Array& x, const PartitionSpec& spec, std::source_location loc = std::source_location::current());
 
 // ------------------------------------------------------------------ random
 
@@ -318,9 +321,9 @@ Key fold_in(const Key& key, std::uint32_t data);
 /// Uniform in [lo, hi). A value depends only on the key and its global
 /// index, so it is the same for every mesh and sharding.
 Array uniform(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo = 0.0,
-              double hi = 1.0);
+              double hi = 1.0, std::source_location loc = std::source_location::current());
 /// Standard normal, same guarantee.
-Array normal(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding);
+Array normal(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
 
 // Key arrays. A key array holds keys as data: a u32 array whose last dim has
 // size 2 (k0, k1), one key per position of the other dims -- what JAX's
@@ -330,28 +333,28 @@ Array normal(const Key& key, const Shape& shape, DType dtype, const NamedShardin
 // equal those of the Key forms bitwise.
 
 /// `key` as a key array u32[2] laid out per `sharding` (rank 1).
-Array key_data(const Key& key, const NamedSharding& sharding);
+Array key_data(const Key& key, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
 /// `keys` as a key array u32[n, 2] laid out per `sharding` (rank 2).
-Array key_data(std::span<const Key> keys, const NamedSharding& sharding);
+Array key_data(std::span<const Key> keys, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
 /// The one key of a key array of shape (2,) or (1, ..., 1, 2), read to the
 /// host (JAX's wrap_key_data, giving a Key).
 Key wrap_key_data(const Array& data);
 /// Keys of shape (*B, 2) -> (*B, num, 2): `num` keys split from each, sharded
 /// like the input over B.
-Array split(const Array& keys, int num = 2);
+Array split(const Array& keys, int num = 2, std::source_location loc = std::source_location::current());
 /// Keys of shape (*B, 2) -> (*B, 2), each folded with `data`.
-Array fold_in(const Array& keys, std::uint32_t data);
+Array fold_in(const Array& keys, std::uint32_t data, std::source_location loc = std::source_location::current());
 /// The same with the data as an integer array: a scalar (e.g. axis_index
 /// inside a shard_map body) or one value per key (shape B). Values are taken
 /// modulo 2^32, as JAX does.
-Array fold_in(const Array& keys, const Array& data);
+Array fold_in(const Array& keys, const Array& data, std::source_location loc = std::source_location::current());
 /// Samplers drawing from a key array holding one key; without a sharding the
 /// result is replicated on the key's mesh (inside a shard_map body: local).
 Array uniform(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo = 0.0,
-              double hi = 1.0);
-Array uniform(const Array& key, const Shape& shape, DType dtype = DType::f32, double lo = 0.0, double hi = 1.0);
-Array normal(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding);
-Array normal(const Array& key, const Shape& shape, DType dtype = DType::f32);
+              double hi = 1.0, std::source_location loc = std::source_location::current());
+Array uniform(const Array& key, const Shape& shape, DType dtype = DType::f32, double lo = 0.0, double hi = 1.0, std::source_location loc = std::source_location::current());
+Array normal(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc = std::source_location::current());
+Array normal(const Array& key, const Shape& shape, DType dtype = DType::f32, std::source_location loc = std::source_location::current());
 }  // namespace random
 
 }  // namespace tessera

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <exception>
 #include <utility>
 
 #include "comm/communicator.hpp"
@@ -17,6 +18,34 @@ std::string msg(const char* op, const std::string& text) { return std::string("[
 void check_operand(const Array& a, const char* op, const char* name) {
   if (!a.valid()) throw Error(msg(op, std::string(name) + " is an empty (default-constructed) array"));
 }
+
+namespace {
+thread_local int t_call_depth = 0;
+thread_local std::source_location t_site;
+thread_local bool t_has_site = false;
+thread_local int t_uncaught = 0;
+}  // namespace
+
+CallSite::CallSite(const std::source_location& loc) noexcept {
+  if (t_call_depth++ == 0) {
+    t_site = loc;
+    t_has_site = loc.line() != 0;
+    t_uncaught = std::uncaught_exceptions();
+  }
+}
+
+CallSite::~CallSite() {
+  // Unwinding out of the outermost call keeps the site for the catcher.
+  if (--t_call_depth == 0 && std::uncaught_exceptions() == t_uncaught) t_has_site = false;
+}
+
+std::optional<std::source_location> take_error_site() {
+  if (!t_has_site) return std::nullopt;
+  t_has_site = false;
+  return t_site;
+}
+
+void clear_error_site() { t_has_site = false; }
 
 void check_valid(const Array& a, const char* op, const char* name) {
   check_operand(a, op, name);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,23 @@ void check_operand(const Array& a, const char* op, const char* name = "operand")
 /// check_operand, and an Error for a value traced by jit: ops not yet built
 /// on primitives run eagerly only.
 void check_valid(const Array& a, const char* op, const char* name = "operand");
+/// Marks a public op's call. The outermost one on a thread remembers where
+/// the user called it from; when the call raises, the site stays for
+/// take_error_site() (jit appends it to errors raised while tracing). Sites
+/// with line 0 (calls made by the library itself) are not remembered.
+class CallSite {
+ public:
+  explicit CallSite(const std::source_location& loc) noexcept;
+  ~CallSite();
+  CallSite(const CallSite&) = delete;
+  CallSite& operator=(const CallSite&) = delete;
+};
+/// The site of the outermost op call that raised on this thread since the
+/// last take, if any (and forgets it).
+std::optional<std::source_location> take_error_site();
+/// Forgets any remembered site.
+void clear_error_site();
+
 /// Axis in [-rank, rank) -> [0, rank); ShapeError otherwise.
 int normalize_axis(int axis, int rank, const char* op);
 /// Sorted, unique, normalised axes (all when axes.all()); ShapeError on repeats.

@@ -96,23 +96,28 @@ Array filled(const Shape& shape, DType dtype, const NamedSharding& sharding, con
 
 // -------------------------------------------------------------- front ends
 
-Array zeros(const Shape& shape, DType dtype, const NamedSharding& sharding) {
+Array zeros(const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   return filled(shape, dtype, sharding, Scalar(0), "zeros");
 }
 
-Array ones(const Shape& shape, DType dtype, const NamedSharding& sharding) {
+Array ones(const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   return filled(shape, dtype, sharding, Scalar(1), "ones");
 }
 
-Array full(const Shape& shape, Scalar value, DType dtype, const NamedSharding& sharding) {
+Array full(const Shape& shape, Scalar value, DType dtype, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   return filled(shape, dtype, sharding, value, "full");
 }
 
-Array scalar(Scalar value, DType dtype, const Mesh& mesh) {
+Array scalar(Scalar value, DType dtype, const Mesh& mesh, std::source_location loc) {
+  detail::CallSite site(loc);
   return filled(Shape{}, dtype, NamedSharding(mesh, P()), value, "scalar");
 }
 
-Array arange(double start, double stop, double step, DType dtype, const NamedSharding& sharding) {
+Array arange(double start, double stop, double step, DType dtype, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "arange";
   reject_bool(dtype, op);
   if (!std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
@@ -136,7 +141,8 @@ Array arange(double start, double stop, double step, DType dtype, const NamedSha
   return detail::bind1(detail::make_arange(n, start, step, dtype, sharding), {});
 }
 
-Array linspace(double start, double stop, std::int64_t num, DType dtype, const NamedSharding& sharding, bool endpoint) {
+Array linspace(double start, double stop, std::int64_t num, DType dtype, const NamedSharding& sharding, bool endpoint, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "linspace";
   reject_bool(dtype, op);
   if (num < 0) throw ShapeError(msg(op, "num must be >= 0, got num=" + std::to_string(num)));
@@ -153,7 +159,8 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, const N
   return detail::bind1(detail::make_linspace(params, dtype, sharding), {});
 }
 
-Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const NamedSharding& sharding) {
+Array eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "eye";
   if (n < 0 || m < 0)
     throw ShapeError(msg(op, "n and m must be >= 0, got n=" + std::to_string(n) + ", m=" + std::to_string(m)));

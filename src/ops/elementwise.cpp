@@ -85,10 +85,19 @@ Array unary_op(UnaryOp op, const char* name, const Array& x, bool float_valued) 
 
 }  // namespace
 
-#define TESSERA_BINARY(fn, OP)                                                                              \
-  Array fn(const Array& a, const Array& b, const OutOptions& opt) { return binary_op(OP, #fn, a, b, opt); } \
-  Array fn(const Array& a, Scalar b) { return binary_scalar(OP, #fn, a, b, false); }                        \
-  Array fn(Scalar a, const Array& b) { return binary_scalar(OP, #fn, b, a, true); }
+#define TESSERA_BINARY(fn, OP)                                                              \
+  Array fn(const Array& a, const Array& b, const OutOptions& opt, std::source_location loc) { \
+    detail::CallSite site(loc);                                                             \
+    return binary_op(OP, #fn, a, b, opt);                                                   \
+  }                                                                                         \
+  Array fn(const Array& a, Scalar b, std::source_location loc) {                            \
+    detail::CallSite site(loc);                                                             \
+    return binary_scalar(OP, #fn, a, b, false);                                             \
+  }                                                                                         \
+  Array fn(Scalar a, const Array& b, std::source_location loc) {                            \
+    detail::CallSite site(loc);                                                             \
+    return binary_scalar(OP, #fn, b, a, true);                                              \
+  }
 TESSERA_BINARY(add, BinaryOp::Add)
 TESSERA_BINARY(subtract, BinaryOp::Sub)
 TESSERA_BINARY(multiply, BinaryOp::Mul)
@@ -106,19 +115,28 @@ TESSERA_BINARY(greater, BinaryOp::Gt)
 TESSERA_BINARY(greater_equal, BinaryOp::Ge)
 #undef TESSERA_BINARY
 
-Array logical_and(const Array& a, const Array& b, const OutOptions& opt) {
+Array logical_and(const Array& a, const Array& b, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   return binary_op(BinaryOp::And, "logical_and", a, b, opt);
 }
-Array logical_or(const Array& a, const Array& b, const OutOptions& opt) {
+Array logical_or(const Array& a, const Array& b, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   return binary_op(BinaryOp::Or, "logical_or", a, b, opt);
 }
-Array logical_xor(const Array& a, const Array& b, const OutOptions& opt) {
+Array logical_xor(const Array& a, const Array& b, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   return binary_op(BinaryOp::Xor, "logical_xor", a, b, opt);
 }
-Array logical_not(const Array& a) { return unary_op(UnaryOp::Not, "logical_not", a, false); }
+Array logical_not(const Array& a, std::source_location loc) {
+  detail::CallSite site(loc);
+  return unary_op(UnaryOp::Not, "logical_not", a, false);
+}
 
-#define TESSERA_UNARY(fn, OP, FLOAT) \
-  Array fn(const Array& x) { return unary_op(OP, #fn, x, FLOAT); }
+#define TESSERA_UNARY(fn, OP, FLOAT)                    \
+  Array fn(const Array& x, std::source_location loc) { \
+    detail::CallSite site(loc);                        \
+    return unary_op(OP, #fn, x, FLOAT);                \
+  }
 TESSERA_UNARY(negative, UnaryOp::Neg, false)
 TESSERA_UNARY(abs, UnaryOp::Abs, false)
 TESSERA_UNARY(exp, UnaryOp::Exp, true)
@@ -139,13 +157,15 @@ TESSERA_UNARY(isnan, UnaryOp::IsNan, false)
 TESSERA_UNARY(isfinite, UnaryOp::IsFinite, false)
 #undef TESSERA_UNARY
 
-Array astype(const Array& x, DType dtype) {
+Array astype(const Array& x, DType dtype, std::source_location loc) {
+  detail::CallSite site(loc);
   detail::check_operand(x, "astype");
   detail::checked_nbytes(x.shape(), dtype, "astype");
   return detail::cast(x, dtype);
 }
 
-Array where(const Array& cond, const Array& x, const Array& y, const OutOptions& opt) {
+Array where(const Array& cond, const Array& x, const Array& y, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* name = "where";
   detail::check_operand(cond, name, "cond");
   detail::check_operand(x, name, "x");
@@ -174,10 +194,17 @@ Array where_scalar(const Array& cond, const Array& arr, const Scalar& sc, bool s
 }
 }  // namespace
 
-Array where(const Array& cond, const Array& x, Scalar y) { return where_scalar(cond, x, y, false); }
-Array where(const Array& cond, Scalar x, const Array& y) { return where_scalar(cond, y, x, true); }
+Array where(const Array& cond, const Array& x, Scalar y, std::source_location loc) {
+  detail::CallSite site(loc);
+  return where_scalar(cond, x, y, false);
+}
+Array where(const Array& cond, Scalar x, const Array& y, std::source_location loc) {
+  detail::CallSite site(loc);
+  return where_scalar(cond, y, x, true);
+}
 
-Array clip(const Array& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+Array clip(const Array& x, std::optional<Scalar> lo, std::optional<Scalar> hi, std::source_location loc) {
+  detail::CallSite site(loc);
   detail::check_operand(x, "clip");
   Array r = x;
   if (lo) r = maximum(r, *lo);
@@ -185,7 +212,8 @@ Array clip(const Array& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   return r;
 }
 
-Array with_sharding_constraint(const Array& x, const NamedSharding& sharding) {
+Array with_sharding_constraint(const Array& x, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   detail::check_operand(x, "with_sharding_constraint");
   if (!(x.sharding().mesh() == sharding.mesh()))
     throw ShardingError(msg("with_sharding_constraint", "the sharding is on " + sharding.mesh().str() +
@@ -195,7 +223,8 @@ Array with_sharding_constraint(const Array& x, const NamedSharding& sharding) {
   return detail::bind1(detail::make_constraint("with_sharding_constraint", sharding), {x});
 }
 
-Array with_sharding_constraint(const Array& x, const PartitionSpec& spec) {
+Array with_sharding_constraint(const Array& x, const PartitionSpec& spec, std::source_location loc) {
+  detail::CallSite site(loc);
   detail::check_operand(x, "with_sharding_constraint");
   return with_sharding_constraint(
       x, detail::resolve_spec(x.sharding().mesh(), spec, x.ndim(), "with_sharding_constraint"));

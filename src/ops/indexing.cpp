@@ -61,7 +61,8 @@ void check_index_array(const Array& idx, const char* op, const char* name) {
 
 // ------------------------------------------------------------------- take
 
-Array take(const Array& x, const Array& indices, int axis) {
+Array take(const Array& x, const Array& indices, int axis, std::source_location loc) {
+  detail::CallSite site(loc);
   constexpr const char* op = "take";
   detail::check_operand(x, op, "x");
   detail::check_operand(indices, op, "indices");
@@ -98,7 +99,8 @@ Array take(const Array& x, const Array& indices, int axis) {
 
 // ------------------------------------------------------------ scatter_add
 
-Array scatter_add(const Array& x, const Array& indices, const Array& updates, const OutOptions& opt) {
+Array scatter_add(const Array& x, const Array& indices, const Array& updates, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   constexpr const char* op = "scatter_add";
   detail::check_operand(x, op, "x");
   detail::check_operand(indices, op, "indices");
@@ -119,7 +121,8 @@ Array scatter_add(const Array& x, const Array& indices, const Array& updates, co
 
 // ------------------------------------------------------------ segment_sum
 
-Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_segments, const OutOptions& opt) {
+Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_segments, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   constexpr const char* op = "segment_sum";
   detail::check_operand(data, op, "data");
   detail::check_operand(segment_ids, op, "segment_ids");

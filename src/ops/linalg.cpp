@@ -77,7 +77,8 @@ std::vector<int> rest(int rank, const std::vector<int>& x, const std::vector<int
 
 }  // namespace
 
-Array dot_general(const Array& a, const Array& b, const DotDims& dims, const OutOptions& opt) {
+Array dot_general(const Array& a, const Array& b, const DotDims& dims, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "dot_general";
   check_operands(a, b, op);
   auto norm = [&](const std::vector<int>& v, int rank, const char* side, const char* what) {
@@ -125,7 +126,8 @@ Array dot_general(const Array& a, const Array& b, const DotDims& dims, const Out
   return contract(a, b, std::move(c), opt, op);
 }
 
-Array matmul(const Array& a, const Array& b, const OutOptions& opt) {
+Array matmul(const Array& a, const Array& b, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "matmul";
   check_operands(a, b, op);
   const int ra = a.ndim(), rb = b.ndim();
@@ -153,7 +155,8 @@ Array matmul(const Array& a, const Array& b, const OutOptions& opt) {
   return contract(a, b, std::move(c), opt, op);
 }
 
-Array dot(const Array& a, const Array& b, const OutOptions& opt) {
+Array dot(const Array& a, const Array& b, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "dot";
   check_operands(a, b, op);
   const int ra = a.ndim(), rb = b.ndim();
@@ -170,7 +173,8 @@ Array dot(const Array& a, const Array& b, const OutOptions& opt) {
   return contract(a, b, std::move(c), opt, op);
 }
 
-Array einsum(const std::string& subscripts, const Array& a, const Array& b, const OutOptions& opt) {
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "einsum";
   check_operands(a, b, op);
   const std::string quoted = "'" + subscripts + "'";

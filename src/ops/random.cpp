@@ -89,14 +89,16 @@ Key fold_in(const Key& key, std::uint32_t data) {
   return Key{w[0], w[1]};
 }
 
-Array uniform(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo, double hi) {
+Array uniform(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo, double hi, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "uniform";
   check_sample(shape, dtype, sharding, op);
   const auto [l, h] = detail::uniform_bounds(dtype, lo, hi, op);
   return detail::bind1(detail::make_sampler(detail::Sampler::Uniform, shape, dtype, sharding, key, l, h), {});
 }
 
-Array normal(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding) {
+Array normal(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   check_sample(shape, dtype, sharding, "normal");
   return detail::bind1(detail::make_sampler(detail::Sampler::Normal, shape, dtype, sharding, key), {});
 }

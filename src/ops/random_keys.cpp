@@ -64,12 +64,14 @@ void record_local(const Mesh& mesh, const char* op) {
 
 namespace random {
 
-Array key_data(const Key& key, const NamedSharding& sharding) {
+Array key_data(const Key& key, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   sharding.check_rank(1, "key_data");
   return detail::bind1(detail::make_key_data({key}, {2}, sharding), {});
 }
 
-Array key_data(std::span<const Key> keys, const NamedSharding& sharding) {
+Array key_data(std::span<const Key> keys, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   sharding.check_rank(2, "key_data");
   const Shape shape{static_cast<std::int64_t>(keys.size()), 2};
   detail::checked_nbytes(shape, DType::u32, "device_put");
@@ -88,7 +90,8 @@ Key wrap_key_data(const Array& data) {
   return Key{w[0], w[1]};
 }
 
-Array split(const Array& keys, int num) {
+Array split(const Array& keys, int num, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "split";
   check_keys(keys, op);
   if (num < 0) throw ShapeError(msg(op, "num must be >= 0, got num=" + std::to_string(num)));
@@ -98,7 +101,8 @@ Array split(const Array& keys, int num) {
   return out;
 }
 
-Array fold_in(const Array& keys, std::uint32_t data) {
+Array fold_in(const Array& keys, std::uint32_t data, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "fold_in";
   check_keys(keys, op);
   const Array k = key_dim_whole(keys, op);
@@ -107,7 +111,8 @@ Array fold_in(const Array& keys, std::uint32_t data) {
   return out;
 }
 
-Array fold_in(const Array& keys, const Array& data) {
+Array fold_in(const Array& keys, const Array& data, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "fold_in";
   check_keys(keys, op);
   detail::check_operand(data, op, "data");
@@ -168,17 +173,21 @@ Array sample(detail::Sampler kind, const Array& key, const Shape& shape, DType d
 
 }  // namespace
 
-Array uniform(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo, double hi) {
+Array uniform(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding, double lo, double hi, std::source_location loc) {
+  detail::CallSite site(loc);
   return sample(detail::Sampler::Uniform, key, shape, dtype, sharding, lo, hi, "uniform");
 }
-Array uniform(const Array& key, const Shape& shape, DType dtype, double lo, double hi) {
+Array uniform(const Array& key, const Shape& shape, DType dtype, double lo, double hi, std::source_location loc) {
+  detail::CallSite site(loc);
   check_keys(key, "uniform");
   return sample(detail::Sampler::Uniform, key, shape, dtype, replicated_on(key), lo, hi, "uniform");
 }
-Array normal(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding) {
+Array normal(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc) {
+  detail::CallSite site(loc);
   return sample(detail::Sampler::Normal, key, shape, dtype, sharding, 0.0, 1.0, "normal");
 }
-Array normal(const Array& key, const Shape& shape, DType dtype) {
+Array normal(const Array& key, const Shape& shape, DType dtype, std::source_location loc) {
+  detail::CallSite site(loc);
   check_keys(key, "normal");
   return sample(detail::Sampler::Normal, key, shape, dtype, replicated_on(key), 0.0, 1.0, "normal");
 }

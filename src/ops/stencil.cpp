@@ -16,7 +16,8 @@ using detail::msg;
 
 // ===================================================================== diff
 
-Array diff(const Array& x, int n, int axis, const DiffOptions& opt) {
+Array diff(const Array& x, int n, int axis, const DiffOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "diff";
   detail::check_operand(x, op, "x");
   if (n < 0) throw ShapeError(msg(op, "n must be >= 0, got " + std::to_string(n)));
@@ -57,7 +58,8 @@ Array diff(const Array& x, int n, int axis, const DiffOptions& opt) {
 
 // =================================================================== cumsum
 
-Array cumsum(const Array& x, int axis) {
+Array cumsum(const Array& x, int axis, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "cumsum";
   detail::check_operand(x, op, "x");
   axis = detail::normalize_axis(axis, x.ndim(), op);
@@ -66,7 +68,8 @@ Array cumsum(const Array& x, int axis) {
 
 // ================================================================= convolve
 
-Array convolve(const Array& x, const Array& kernel, int axis) {
+Array convolve(const Array& x, const Array& kernel, int axis, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "convolve";
   detail::check_operand(x, op, "x");
   detail::check_operand(kernel, op, "kernel");
@@ -80,7 +83,8 @@ Array convolve(const Array& x, const Array& kernel, int axis) {
 
 // =============================================================== convolve2d
 
-Array convolve2d(const Array& x, const Array& kernel) {
+Array convolve2d(const Array& x, const Array& kernel, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "convolve2d";
   detail::check_operand(x, op, "x");
   detail::check_operand(kernel, op, "kernel");
@@ -93,7 +97,8 @@ Array convolve2d(const Array& x, const Array& kernel) {
 
 // =================================================================== interp
 
-Array interp(const Array& x, const Array& xp, const Array& fp) {
+Array interp(const Array& x, const Array& xp, const Array& fp, std::source_location loc) {
+  detail::CallSite site(loc);
   const char* op = "interp";
   detail::check_operand(x, op, "x");
   detail::check_operand(xp, op, "xp");

@@ -716,7 +716,8 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
     tracers.push_back(trace.new_value(AbstractArray{a.shape(), a.dtype(), a.sharding()}));
   }
   std::vector<Array> outs;
-  {
+  clear_error_site();
+  try {
     TraceScope scope(&trace);
     outs = f(tracers);
     if (!st.opt.out_shardings.empty()) {
@@ -725,6 +726,15 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
                                           " entries for " + std::to_string(outs.size()) + " results"));
       for (size_t i = 0; i < outs.size(); ++i) outs[i] = with_sharding_constraint(outs[i], st.opt.out_shardings[i]);
     }
+  } catch (Error& e) {
+    // An op raised while tracing: say where the user called it.
+    if (auto site = take_error_site()) {
+      std::string where = " (in ";
+      where += site->file_name();
+      where += ":" + std::to_string(site->line()) + ", traced by " + st.name + ")";
+      e.append(where);
+    }
+    throw;
   }
   for (const Array& o : outs) {
     check_operand(o, name, "result");
@@ -733,6 +743,9 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
   propagate_back(trace.prog);
   auto c = compile(st.name, std::move(trace.prog), mesh);
   std::lock_guard<std::mutex> lock(st.mu);
+  // Another thread may have compiled the same signature meanwhile: keep one.
+  for (const auto& e : st.entries)
+    if (e.statics == statics && same_sig(e.sig, args)) return e.compiled;
   st.entries.push_back({abstract_of(args), statics, c});
   return c;
 }

@@ -72,7 +72,7 @@ constexpr const char* kReduceNames[] = {"sum", "mean", "max", "min", "prod", "an
 
 struct UnaryOp {
   const char* name;
-  Array (*fn)(const Array&);
+  Array (*fn)(const Array&, std::source_location);
   double lipschitz;  // < 0: not safe on a value that may differ slightly
 };
 const UnaryOp kUnary[] = {
@@ -106,7 +106,7 @@ bool Gen::unary() {
   const int x = operand(0, u.lipschitz < 0);
   if (x < 0) return false;
   const int o = emit(u.name, std::string(u.name) + "(" + vn(x) + ")", {x},
-                     [f = u.fn](const Mesh&, const Args& a) { return f(a[0]); });
+                     [f = u.fn](const Mesh&, const Args& a) { return f(a[0], std::source_location{}); });
   if (o >= 0 && !exact(x)) set_err(o, u.lipschitz * st(x).err + 2 * slack(o));
   return true;
 }

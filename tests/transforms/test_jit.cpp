@@ -438,3 +438,29 @@ TEST(Jit, RequiredLayoutsFlowBackToProducers) {
   // The constraint itself moves nothing.
   EXPECT_NE(text.find("(none, 0 B per device) for with_sharding_constraint", at), std::string::npos) << text;
 }
+
+// An op that raises while tracing names the user's file and line (ops called
+// by name; operators have no call site in C++).
+TEST(Jit, TracingErrorsNameTheCallSite) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::zeros({8, 4}, ts::f32, ts::NamedSharding(m, ts::P("x")));
+  const int line = __LINE__ + 1;
+  auto f = ts::jit([](ts::Array v) { return ts::sin(ts::matmul(v, v)); }, {}, "model");
+  expect_error<ts::ShapeError>([&] { f(x); }, "[matmul]",
+                               {"test_jit.cpp:" + std::to_string(line) + ", traced by model)"});
+  // Eagerly the same error has no site (the caller's stack says where).
+  try {
+    ts::matmul(x, x);
+    FAIL();
+  } catch (const ts::ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()).find("test_jit.cpp"), std::string::npos) << e.what();
+  }
+  // A later error from an operator does not reuse an old site.
+  auto g = ts::jit([](ts::Array v) { return v + ts::zeros({3}, ts::f32, v.sharding()); });
+  try {
+    g(x);
+    FAIL();
+  } catch (const ts::Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("test_jit.cpp"), std::string::npos) << e.what();
+  }
+}
