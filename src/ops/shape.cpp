@@ -115,9 +115,7 @@ Array concat_impl(const std::vector<Array>& xs, int axis, const char* op, bool s
   if (r == 0) throw ShapeError(msg(op, "zero-dimensional arrays cannot be concatenated, got shape ()"));
   if (!stack) axis = detail::normalize_axis(axis, r, op);
   const DType dtype = check_concat(xs, shapes, dtypes, shardings, axis, stack, op);
-  std::vector<Array> args;
-  for (const auto& x : xs) args.push_back(detail::cast(x, dtype));
-  return detail::bind1(detail::make_concatenate(op, axis, stack), std::move(args));
+  return detail::bind1(detail::make_concatenate(op, axis, stack, dtype), xs);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 
 #include "backend/cpu/shape.hpp"
 #include "ops/common.hpp"
+#include "transforms/trace.hpp"
 
 namespace tessera::detail {
 
@@ -626,12 +627,13 @@ class Flip final : public AffineOp {
   int axis_;
 };
 
-// Each operand writes its slab of the concatenated dim. stack gives every
-// operand a new size-1 dim at `axis` first (sharing its buffers), then
-// concatenates those.
+// Each operand writes its slab of the concatenated dim. Operands are
+// converted to the result dtype first (locally; their layouts, which choose
+// the result's, as they came). stack gives every operand a new size-1 dim at
+// `axis` (sharing its buffers), then concatenates those.
 class Concatenate final : public AffineOp {
  public:
-  Concatenate(const char* name, int axis, bool stack) : AffineOp(name), axis_(axis), stack_(stack) {}
+  Concatenate(const char* name, int axis, bool stack, DType t) : AffineOp(name), axis_(axis), stack_(stack), t_(t) {}
   std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
     Shape out = in[0].shape;
     if (stack_) {
@@ -640,7 +642,7 @@ class Concatenate final : public AffineOp {
       out[axis_] = 0;
       for (const auto& a : in) out[axis_] += a.shape[axis_];
     }
-    return {TypeInfo{out, in[0].dtype}};
+    return {TypeInfo{out, t_}};
   }
   // Dims other than the concatenated one are shared by all; stack's new dim
   // is the result's only; each operand's concatenated dim is its own factor,
@@ -665,17 +667,28 @@ class Concatenate final : public AffineOp {
     b.r.results = {rd};
     return b.r;
   }
-  std::string params() const override { return "axis=" + std::to_string(axis_); }
+  std::string params() const override {
+    std::string s = "axis=" + std::to_string(axis_);
+    s += " dtype=";
+    s += dtype_name(t_);
+    return s;
+  }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {
-    if (!stack_) return AffineOp::eval_global(in, out, layouts);
-    std::vector<Array> ex;
+    std::vector<Array> xs;
     for (const Array& x : in) {
-      Shape s = x.shape();
+      // Evaluated now whatever trace is current: these are concrete arrays.
+      const TraceScope eager(nullptr);
+      const Array c = cast(x, t_);
+      if (!stack_) {
+        xs.push_back(c);
+        continue;
+      }
+      Shape s = c.shape();
       s.insert(s.begin() + axis_, 1);
-      ex.push_back(wrap(s, x.dtype(), expanded(x.sharding(), x.ndim()), x.impl()->buffers));
+      xs.push_back(wrap(s, t_, expanded(c.sharding(), c.ndim()), c.impl()->buffers));
     }
-    return AffineOp::eval_global(ex, out, layouts);
+    return AffineOp::eval_global(xs, out, layouts);
   }
 
  protected:
@@ -711,6 +724,7 @@ class Concatenate final : public AffineOp {
 
   int axis_;
   bool stack_;
+  DType t_;
 };
 
 }  // namespace
@@ -728,8 +742,8 @@ PrimitivePtr make_pad(std::vector<std::pair<std::int64_t, std::int64_t>> widths,
 }
 PrimitivePtr make_roll(std::int64_t shift, int axis) { return std::make_shared<Roll>(shift, axis); }
 PrimitivePtr make_flip(int axis) { return std::make_shared<Flip>(axis); }
-PrimitivePtr make_concatenate(const char* name, int axis, bool stack) {
-  return std::make_shared<Concatenate>(name, axis, stack);
+PrimitivePtr make_concatenate(const char* name, int axis, bool stack, DType t) {
+  return std::make_shared<Concatenate>(name, axis, stack, t);
 }
 
 }  // namespace tessera::detail

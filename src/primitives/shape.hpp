@@ -39,9 +39,9 @@ PrimitivePtr make_pad(std::vector<std::pair<std::int64_t, std::int64_t>> widths,
 PrimitivePtr make_roll(std::int64_t shift, int axis);
 /// Reverses `axis` (of size > 1).
 PrimitivePtr make_flip(int axis);
-/// Operands of one dtype and rank, equal but along `axis`; `stack`: each
-/// operand gets a new size-1 dim at `axis` first (named "stack").
-PrimitivePtr make_concatenate(const char* name, int axis, bool stack);
+/// Operands of one rank, equal but along `axis`, converted to `t`; `stack`:
+/// each operand gets a new size-1 dim at `axis` first (named "stack").
+PrimitivePtr make_concatenate(const char* name, int axis, bool stack, DType t);
 
 /// The layout a reshape of an array of shape `in` laid out as `s` into
 /// `out` keeps when it can (see reshape.cpp).
