@@ -42,10 +42,9 @@ void copy_tiled(const unsigned char* s, unsigned char* d, std::int64_t an, std::
 
 }  // namespace
 
-// Dims contiguous in both are merged so
-// whole runs go through one memcpy; when the innermost destination dim reads
-// with a stride and another dim reads contiguously (a transpose), the two
-// are copied in tiles.
+// Dims contiguous in both are merged so whole runs go through one memcpy;
+// when the innermost destination dim reads with a stride and another dim
+// reads contiguously (a transpose), the two are copied in tiles.
 void strided_copy(const unsigned char* src, const std::vector<std::int64_t>& sstr, unsigned char* dst,
                   const std::vector<std::int64_t>& dstr, const Shape& len, std::size_t isz) {
   struct Dim {
