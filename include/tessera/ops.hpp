@@ -245,14 +245,14 @@ Array einsum(const std::string& subscripts, const Array& a, const Array& b, cons
 
 // -------------------------------------------------------------------- shape
 
-Array reshape(const Array& x, const Shape& shape, const OutOptions& opt = {});
+Array reshape(const Array& x, const Shape& shape, const OutOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// Permutes dims; empty `perm` reverses them.
-Array transpose(const Array& x, const std::vector<int>& perm = {});
-Array swapaxes(const Array& x, int axis1, int axis2);
-Array broadcast_to(const Array& x, const Shape& shape);
-Array expand_dims(const Array& x, int axis);
+Array transpose(const Array& x, const std::vector<int>& perm = {}, std::source_location loc = std::source_location::current());
+Array swapaxes(const Array& x, int axis1, int axis2, std::source_location loc = std::source_location::current());
+Array broadcast_to(const Array& x, const Shape& shape, std::source_location loc = std::source_location::current());
+Array expand_dims(const Array& x, int axis, std::source_location loc = std::source_location::current());
 /// Removes the given size-1 dims (all size-1 dims when empty).
-Array squeeze(const Array& x, const std::vector<int>& axes = {});
+Array squeeze(const Array& x, const std::vector<int>& axes = {}, std::source_location loc = std::source_location::current());
 
 /// One dim of a slice: start/stop/step like Python (stop exclusive; negative
 /// values count from the end; missing values take the defaults).
@@ -261,13 +261,13 @@ struct SliceSpec {
   std::int64_t step = 1;
 };
 /// x[s0, s1, ...]; missing trailing dims are taken whole.
-Array slice(const Array& x, const std::vector<SliceSpec>& slices);
-Array concatenate(const std::vector<Array>& xs, int axis);
-Array stack(const std::vector<Array>& xs, int axis);
+Array slice(const Array& x, const std::vector<SliceSpec>& slices, std::source_location loc = std::source_location::current());
+Array concatenate(const std::vector<Array>& xs, int axis, std::source_location loc = std::source_location::current());
+Array stack(const std::vector<Array>& xs, int axis, std::source_location loc = std::source_location::current());
 /// Constant padding: (before, after) per dim.
-Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths, Scalar value = 0);
-Array roll(const Array& x, std::int64_t shift, int axis);
-Array flip(const Array& x, int axis);
+Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths, Scalar value = 0, std::source_location loc = std::source_location::current());
+Array roll(const Array& x, std::int64_t shift, int axis, std::source_location loc = std::source_location::current());
+Array flip(const Array& x, int axis, std::source_location loc = std::source_location::current());
 
 // ------------------------------------------------------- stencils and scans
 

@@ -120,7 +120,8 @@ Array concat_impl(const std::vector<Array>& xs, int axis, const char* op, bool s
 
 }  // namespace
 
-Array reshape(const Array& x, const Shape& shape, const OutOptions& opt) {
+Array reshape(const Array& x, const Shape& shape, const OutOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "reshape");
   const std::int64_t total = x.size();
   Shape out = shape;
@@ -174,12 +175,14 @@ Array reshape(const Array& x, const Shape& shape, const OutOptions& opt) {
   return detail::bind1(detail::make_reshape(out, requested), {x});
 }
 
-Array transpose(const Array& x, const std::vector<int>& perm) {
+Array transpose(const Array& x, const std::vector<int>& perm, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "transpose");
   return transpose_impl(x, perm, "transpose");
 }
 
-Array swapaxes(const Array& x, int axis1, int axis2) {
+Array swapaxes(const Array& x, int axis1, int axis2, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "swapaxes");
   const int r = x.ndim();
   const int a = detail::normalize_axis(axis1, r, "swapaxes");
@@ -190,7 +193,8 @@ Array swapaxes(const Array& x, int axis1, int axis2) {
   return transpose_impl(x, perm, "swapaxes");
 }
 
-Array broadcast_to(const Array& x, const Shape& shape) {
+Array broadcast_to(const Array& x, const Shape& shape, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "broadcast_to");
   const int ri = x.ndim(), ro = static_cast<int>(shape.size());
   auto fail = [&](const std::string& why) {
@@ -215,12 +219,14 @@ Array broadcast_to(const Array& x, const Shape& shape) {
   return detail::bind1(detail::make_broadcast_to(shape), {x});
 }
 
-Array expand_dims(const Array& x, int axis) {
+Array expand_dims(const Array& x, int axis, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "expand_dims");
   return detail::bind1(detail::make_expand_dims(detail::normalize_axis(axis, x.ndim() + 1, "expand_dims")), {x});
 }
 
-Array squeeze(const Array& x, const std::vector<int>& axes) {
+Array squeeze(const Array& x, const std::vector<int>& axes, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "squeeze");
   const int r = x.ndim();
   std::vector<bool> drop(static_cast<std::size_t>(r), false);
@@ -239,7 +245,8 @@ Array squeeze(const Array& x, const std::vector<int>& axes) {
   return detail::bind1(detail::make_squeeze(std::move(drop)), {x});
 }
 
-Array slice(const Array& x, const std::vector<SliceSpec>& slices) {
+Array slice(const Array& x, const std::vector<SliceSpec>& slices, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "slice");
   const int r = x.ndim();
   if (static_cast<int>(slices.size()) > r)
@@ -276,12 +283,14 @@ Array slice(const Array& x, const std::vector<SliceSpec>& slices) {
   return detail::bind1(detail::make_slice(std::move(dims)), {x});
 }
 
-Array concatenate(const std::vector<Array>& xs, int axis) {
+Array concatenate(const std::vector<Array>& xs, int axis, std::source_location loc) {
+  detail::CallSite site(loc);
   if (xs.empty()) throw ShapeError(msg("concatenate", "needs at least one array, got none"));
   return concat_impl(xs, axis, "concatenate", /*stack=*/false);
 }
 
-Array stack(const std::vector<Array>& xs, int axis) {
+Array stack(const std::vector<Array>& xs, int axis, std::source_location loc) {
+  detail::CallSite site(loc);
   if (xs.empty()) throw ShapeError(msg("stack", "needs at least one array, got none"));
   for (const auto& x : xs) check_operand(x, "stack");
   for (size_t k = 1; k < xs.size(); ++k)
@@ -291,7 +300,8 @@ Array stack(const std::vector<Array>& xs, int axis) {
   return concat_impl(xs, detail::normalize_axis(axis, xs[0].ndim() + 1, "stack"), "stack", /*stack=*/true);
 }
 
-Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths, Scalar value) {
+Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths, Scalar value, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "pad");
   const int r = x.ndim();
   if (static_cast<int>(widths.size()) != r && !(widths.size() == 1 && r > 0))
@@ -322,7 +332,8 @@ Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t
       detail::make_pad(std::move(w), detail::cpu::scalar_bytes(value, x.dtype()), detail::scalar_str(value)), {x});
 }
 
-Array roll(const Array& x, std::int64_t shift, int axis) {
+Array roll(const Array& x, std::int64_t shift, int axis, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "roll");
   axis = detail::normalize_axis(axis, x.ndim(), "roll");
   const std::int64_t n = x.shape()[axis];
@@ -332,7 +343,8 @@ Array roll(const Array& x, std::int64_t shift, int axis) {
   return detail::bind1(detail::make_roll(sh, axis), {x});
 }
 
-Array flip(const Array& x, int axis) {
+Array flip(const Array& x, int axis, std::source_location loc) {
+  detail::CallSite site(loc);
   check_operand(x, "flip");
   axis = detail::normalize_axis(axis, x.ndim(), "flip");
   const std::int64_t n = x.shape()[axis];

@@ -699,7 +699,8 @@ TEST(RandomRule, GoldenText) {
   r = rule_of([&] { ts::random::normal(one, {13, 7}, ts::f32, s); });
   EXPECT_EQ(r.first, "([k])->([i,j]) {i=13,j=7,k=2} need_replication={k}");
   EXPECT_EQ(r.second, "normal ");
-  r = rule_of([&] { ts::random::uniform(ts::reshape(one, {1, 2}), {5}, ts::f64, -1.0, 1.0); });
+  const ts::Array one_row = ts::reshape(one, {1, 2});
+  r = rule_of([&] { ts::random::uniform(one_row, {5}, ts::f64, -1.0, 1.0); });
   EXPECT_EQ(r.first, "([1,j])->([i]) {i=5,j=2} need_replication={j}");
   EXPECT_EQ(r.second, "uniform lo=-1 hi=1");
   r = rule_of([&] { ts::random::key_data(k, rep); });
