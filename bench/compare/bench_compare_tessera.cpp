@@ -119,6 +119,7 @@ class Runner {
           out.push_back(std::string(c) + "_" + size);
       out.push_back("dispatch");
       out.push_back("uneven_diff");
+      for (const char* w : {"chain_jit", "chain_eager", "trace_compile", "mlp_big_jit"}) out.push_back(w);
       return out;
     }();
     return v;
@@ -131,6 +132,9 @@ class Runner {
     if (w == "mlp_auto" || w == "mlp_shard_map") return mlp(w);
     if (w == "dispatch") return dispatch();
     if (w == "uneven_diff") return uneven();
+    if (w == "chain_jit" || w == "chain_eager") return chain(w);
+    if (w == "trace_compile") return trace_compile();
+    if (w == "mlp_big_jit") return mlp_big();
     for (const char* size : {"_4k", "_64m"}) {
       const std::string suffix(size);
       if (w.size() > suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0)
@@ -314,6 +318,106 @@ class Runner {
     json r = result("uneven_diff", "(" + nstr() + ",1) rows " + shards, t);
     r["dtype"] = ts::dtype_name(ts::diff(x, 1, 0, {.prepend = z}).dtype());
     r["bytes"] = 2.0 * m * k * 8;
+    r["limit"] = "streamN";
+    return r;
+  }
+
+  // The 20-op elementwise chain of the jit rows: 4 rounds of
+  // a = tanh(a * 0.9 + c) - v * 0.01 (5 ops each). `c` is 0.1 except in
+  // trace_compile, which varies it so that JAX builds a new program each rep;
+  // the same constant is varied here to keep the two programs alike.
+  static ts::Array chain_body(const ts::Array& v, float c) {
+    ts::Array a = v;
+    for (int i = 0; i < 4; ++i) a = ts::tanh(a * 0.9f + c) - v * 0.01f;
+    return a;
+  }
+
+  // Communication steps of a compiled program, from its text: the lines that
+  // name a collective or a reshard, trimmed.
+  static std::vector<std::string> communication(const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream ss(text);
+    for (std::string line; std::getline(ss, line);) {
+      if (line.find("all-reduce") == std::string::npos && line.find("reduce-scatter") == std::string::npos &&
+          line.find("reshard") == std::string::npos && line.find("all-gather") == std::string::npos)
+        continue;
+      out.push_back(line.substr(line.find_first_not_of(' ')));
+    }
+    return out;
+  }
+
+  // chain_jit: the chain under ts::jit (one fused pass per device expected);
+  // chain_eager: the same 20 ops dispatched one by one.
+  json chain(const std::string& w) {
+    const std::int64_t len = std::int64_t(1) << 24;
+    const ts::NamedSharding s(line(), ts::P("x"));
+    auto v = ts::random::uniform(ts::random::key(4), {len}, ts::f32, s, -3, 3);
+    json r;
+    if (w == "chain_jit") {
+      auto f = ts::jit([](ts::Array x) { return chain_body(x, 0.1f); }, {.in_shardings = {s}, .out_shardings = {s}},
+                       "chain");
+      auto t = time_calls(reps_, [&] { f(v).block_until_ready(); });
+      r = result(w, "(" + nstr() + ",)", t);
+      const std::string text = f.lower(v).as_text();
+      r["steps"] = text.substr(text.find("compiled:"), text.find('\n', text.find("compiled:")) - text.find("compiled:"));
+      r["cache_size"] = f.cache_size();  // 1: every timed call took the cached program
+      r["dtype"] = ts::dtype_name(f(v).dtype());
+      r["shape"] = f(v).shape();
+    } else {
+      auto t = time_calls(reps_, [&] { chain_body(v, 0.1f).block_until_ready(); });
+      r = result(w, "(" + nstr() + ",)", t);
+      r["dtype"] = ts::dtype_name(chain_body(v, 0.1f).dtype());
+      r["shape"] = chain_body(v, 0.1f).shape();
+    }
+    // Both rows against the fused minimum (v read once, the result written
+    // once), so the eager row's ratio shows what the 19 extra round trips
+    // through memory cost.
+    r["bytes"] = 2.0 * len * 4;
+    r["limit"] = "streamN";
+    return r;
+  }
+
+  // Tracing and compiling the chain afresh on a (1024,) input: a new jit
+  // object per call has an empty cache, so lower() traces and compiles.
+  json trace_compile() {
+    const ts::NamedSharding s(line(), ts::P("x"));
+    auto v = ts::random::uniform(ts::random::key(5), {1024}, ts::f32, s, -3, 3);
+    int k = 0;
+    auto t = time_calls(reps_, [&] {
+      const float c = 0.1f + 1e-6f * static_cast<float>(++k);
+      auto f = ts::jit([c](ts::Array x) { return chain_body(x, c); }, {.in_shardings = {s}, .out_shardings = {s}},
+                       "chain");
+      f.lower(v);  // traces and compiles eagerly; the text is not built
+    });
+    json r = result("trace_compile", "(1024,) over (" + nstr() + ",)", t);
+    r["compiled"] = k;
+    r["limit"] = "none";
+    return r;
+  }
+
+  // sigmoid(x @ w + b): x (16384,) sharded on the contracting dim, w and b
+  // replicated. The cheap plan slices w locally (no copy: it is replicated)
+  // and all-reduces the 512 partial sums; the cost is reading w once over
+  // all devices.
+  json mlp_big() {
+    const std::int64_t K = 16384, N = 512;
+    ts::Mesh mesh = line();
+    const ts::NamedSharding sx(mesh, ts::P("x")), rep(mesh, ts::P());
+    auto key = ts::random::key(6);
+    auto x = ts::random::normal(key, {K}, ts::f32, sx);
+    auto wt = ts::random::normal(ts::random::fold_in(key, 1), {K, N}, ts::f32, rep);
+    auto b = ts::random::uniform(ts::random::fold_in(key, 2), {N}, ts::f32, rep);
+    auto f = ts::jit([](ts::Array xa, ts::Array wa, ts::Array ba) { return ts::sigmoid(ts::matmul(xa, wa) + ba); },
+                     {.in_shardings = {sx, rep, rep}, .out_shardings = {rep}}, "mlp_big");
+    auto t = time_calls(reps_, [&] { f(x, wt, b).block_until_ready(); });
+    json r = result("mlp_big_jit", "x (" + nstr() + ",), w b replicated", t);
+    auto y = f(x, wt, b);
+    r["dtype"] = ts::dtype_name(y.dtype());
+    r["shape"] = y.shape();
+    r["communication"] = communication(f.lower(x, wt, b).as_text());
+    r["cache_size"] = f.cache_size();
+    r["flops"] = 2.0 * K * N;
+    r["bytes"] = 4.0 * (K * N + K + 2 * N);  // w, x, b read; the result written
     r["limit"] = "streamN";
     return r;
   }

@@ -2,7 +2,7 @@
 """Tessera and JAX side by side: alternates the two runners and prints one table.
 
     python compare.py --build build/default [--rounds 5] [--reps 3] [--devices N]
-                      [--only diff,sum] [--out DIR]
+                      [--only diff,sum,jit] [--out DIR]
 
 For every group of workloads and every round, runs bench_compare_tessera and
 jax_workloads.py one after the other, each in its own process (so only one
@@ -38,6 +38,7 @@ GROUPS = [
     ("collectives 64 MiB", [f"{c}_64m" for c in COLLECTIVES]),
     ("dispatch", ["dispatch"]),
     ("uneven", ["uneven_diff"]),
+    ("jit", ["chain_jit", "chain_eager", "trace_compile", "mlp_big_jit"]),
 ]
 TITLES = {
     "diff_1dev": "diff axis 0, 4096² f64, prepend 0",
@@ -49,6 +50,10 @@ TITLES = {
     "mlp_shard_map": "  same, shard_map + psum",
     "dispatch": "dispatch: x+1 on 16 f32",
     "uneven_diff": "uneven: diff on 4097x4096 f64",
+    "chain_jit": "jit: 20-op tanh chain, 2^24 f32",
+    "chain_eager": "  same chain, eager (op by op)",
+    "trace_compile": "  trace + compile it afresh, 1024 f32",
+    "mlp_big_jit": "jit: sigmoid(x@w+b) x 16384, w 16384x512 f32",
 }
 for c in COLLECTIVES:
     name, owned = (c[: -len("_owned")], True) if c.endswith("_owned") else (c, False)
@@ -311,6 +316,13 @@ def main():
     jd = meta.get(("jax", "dispatch"), {})
     if "eager_seconds" in jd:
         notes.append(f"jax dispatch without jit (x + 1 eagerly): {fmt_time(jd['eager_seconds'])} per op")
+    for w in ("chain_jit", "mlp_big_jit"):
+        for side in ("tessera", "jax"):
+            m = meta.get((side, w), {})
+            if m.get("steps"):
+                notes.append(f"{side} {w}: {m['steps']}")
+            if m.get("communication"):
+                notes.append(f"{side} {w} plan: " + "; ".join(m["communication"]))
     for note in notes:
         print("  " + note)
     limits_line = (f"limits (best of before/after): streaming copy (read + write) 1 thread {lim['stream1_gbps']:.1f} GB/s, "

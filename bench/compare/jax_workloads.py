@@ -10,8 +10,10 @@ shardings as the Tessera runner and prints one JSON line per workload:
      "samples": [...], "inner": <calls per sample>}
 or {"side": "jax", "workload": ..., "error": "<JAX's exception text>"}.
 
-Every function is jitted with in_shardings and out_shardings; every call
-ends in block_until_ready() (dispatch: `inner` calls, then one block). One
+Every function is jitted with in_shardings and out_shardings, except
+chain_eager (the chain's jnp ops dispatched one by one) and trace_compile
+(jit(...).lower(x).compile() of a fresh function, not run); every call ends
+in block_until_ready() (dispatch: `inner` calls, then one block). One
 untimed warm-up call (it compiles) precedes the samples; `inner` grows until a
 sample takes >= 2 ms. Axis types are Auto on every mesh, as on the Tessera
 side.
@@ -27,7 +29,7 @@ WORKLOADS = (["diff_1dev", "diff_rows", "diff_cols", "sin", "sum", "mlp_auto", "
              + [f"{c}_{s}" for s in ("4k", "64m")
                 for c in ("psum", "psum_owned", "all_gather", "all_gather_owned", "psum_scatter", "ppermute",
                           "ppermute_owned", "all_to_all")]
-             + ["dispatch", "uneven_diff"])
+             + ["dispatch", "uneven_diff", "chain_jit", "chain_eager", "trace_compile", "mlp_big_jit"])
 
 MIN_SAMPLE = 2e-3  # seconds per sample, at least
 
@@ -122,6 +124,12 @@ class Runner:
             return self.mlp(w)
         if w == "uneven_diff":
             return self.uneven()
+        if w in ("chain_jit", "chain_eager"):
+            return self.chain(w)
+        if w == "trace_compile":
+            return self.trace_compile()
+        if w == "mlp_big_jit":
+            return self.mlp_big()
         for suffix, nbytes in (("_4k", 4096), ("_64m", 64 << 20)):
             if w.endswith(suffix):
                 return self.collective(w, w[: -len(suffix)], nbytes)
@@ -248,6 +256,73 @@ class Runner:
             return self.timed("uneven_diff", layout, f, arg, uneven_errors=errors)
         text = errors.get("device_put") or errors["jit"]
         return {"side": "jax", "workload": "uneven_diff", "layout": layout, "error": text, "errors": errors}
+
+    # ------------------------------------------------------------ jit workloads
+    def chain_fn(self, c=0.1):
+        """The 20-op chain: 4 rounds of a = tanh(a * 0.9 + c) - v * 0.01 (5 ops each)."""
+        jnp = self.jnp
+
+        def chain(v):
+            a = v
+            for _ in range(4):
+                a = jnp.tanh(a * 0.9 + c) - v * 0.01
+            return a
+        return chain
+
+    def chain(self, w):
+        jax = self.jax
+        s = self.NamedSharding(self.line(), self.P("x"))
+        host = self.np.random.default_rng(4).uniform(-3, 3, size=1 << 24).astype(self.np.float32)
+        v = jax.device_put(host, s)
+        if w == "chain_jit":
+            f = jax.jit(self.chain_fn(), in_shardings=s, out_shardings=s)
+        else:
+            f = self.chain_fn()  # not jitted: every jnp op is dispatched on its own
+        return self.timed(w, f"({self.n},)", f, v)
+
+    def trace_compile(self):
+        jax = self.jax
+        s = self.NamedSharding(self.line(), self.P("x"))
+        v = jax.device_put(self.np.random.default_rng(5).uniform(-3, 3, size=1024).astype(self.np.float32), s)
+        count = [0]
+
+        # A fresh closure per call, with its own constant: jit's tracing cache
+        # is keyed on the function object and its lowering and compilation
+        # caches on the traced program, so a new function misses all of them,
+        # and the distinct constant makes the program text differ too (no
+        # content-keyed cache could hit). jax.clear_caches() is not used: it
+        # would also empty the caches of jnp's own jitted helpers, which stay
+        # warm for a new user function, as Tessera's process state does.
+        def once():
+            count[0] += 1
+            f = jax.jit(self.chain_fn(0.1 + 1e-6 * count[0]), in_shardings=s, out_shardings=s)
+            f.lower(v).compile()
+
+        samples, inner = time_calls(self.reps, once)
+        return self.result("trace_compile", f"(1024,) over ({self.n},)", samples, inner, compiled=count[0])
+
+    def mlp_big(self):
+        jax, P, np = self.jax, self.P, self.np
+        mesh = self.line()
+        sx, rep = self.NamedSharding(mesh, P("x")), self.NamedSharding(mesh, P())
+        rng = np.random.default_rng(6)
+        x = jax.device_put(rng.standard_normal(16384, dtype=np.float32), sx)
+        wt = jax.device_put(rng.standard_normal((16384, 512), dtype=np.float32), rep)
+        b = jax.device_put(rng.uniform(size=512).astype(np.float32), rep)
+        f = jax.jit(lambda xa, wa, ba: jax.nn.sigmoid(xa @ wa + ba), in_shardings=(sx, rep, rep), out_shardings=rep)
+        # What XLA's partitioner chose for the contracting dim: the result
+        # type of every dot, slice and collective in the compiled module
+        # ("f32[8192,512] dynamic-slice" on 2 devices: w sliced locally).
+        hlo = f.lower(x, wt, b).compile().as_text()
+        plan = []
+        for l in hlo.splitlines():
+            for op in ("dot", "dynamic-slice", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                       "collective-permute"):
+                for form in (f" {op}(", f" {op}-start("):
+                    if form in l and " = " in l:
+                        plan.append(l.split(" = ", 1)[1].split("{")[0].split(" ")[0] + " " + form.strip(" ("))
+        return self.timed("mlp_big_jit", f"x ({self.n},), w b replicated", f, x, wt, b,
+                          communication=sorted(set(plan)))
 
 
 def main():
