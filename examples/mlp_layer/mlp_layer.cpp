@@ -1,7 +1,8 @@
 // A neural-network layer from the SPMD tutorial: sigmoid(x @ w + b) with the
 // batch sharded over one mesh axis and the output features over the other,
-// written three ways: automatic (global view), explicit (sharding in the
-// types) and manual (shard_map: per-device code on local blocks).
+// written four ways: automatic (global view), compiled (jit), explicit
+// (sharding in the types) and manual (shard_map: per-device code on local
+// blocks).
 #include "mlp_layer.hpp"
 
 #include <ostream>
@@ -50,6 +51,23 @@ int mlp_layer(std::ostream& os, long batch, long features) {
     failures += ok ? 0 : 1;
     os << "  automatic: " << ts::typeof(x) << " @ " << ts::typeof(w) << " -> " << ts::typeof(y) << ", moved "
        << ts::format_bytes(ex.bytes_moved()) << " ... " << (ok ? "ok" : "FAILED") << "\n";
+  }
+  {
+    // Under jit: traced once, compiled to one matmul kernel and one fused
+    // loop for the bias and the sigmoid; each call is one task per device.
+    ts::Mesh mesh = ts::make_mesh(g, {"i", "j"});
+    auto [x, w, b] = make(mesh, ts::P("i", ts::none), ts::P(ts::none, "j"), ts::P("j"));
+    auto layer = ts::jit([](ts::Array xx, ts::Array ww, ts::Array bb) { return ts::sigmoid(ts::matmul(xx, ww) + bb); },
+                         {}, "layer");
+    ts::Array y = layer(x, w, b);
+    const std::string text = layer.lower(x, w, b).as_text();
+    const bool fused = text.find("fused loop [add, sigmoid]") != std::string::npos;
+    const bool ok = close(y) && y.sharding() == ts::NamedSharding(mesh, ts::P("i", "j")) && fused &&
+                    layer.cache_size() == 1;
+    failures += ok ? 0 : 1;
+    os << "  jit:       " << text.substr(text.find("compiled:"), text.find('\n', text.find("compiled:")) -
+                                                                       text.find("compiled:"))
+       << " (matmul kernel, fused add+sigmoid), " << ts::typeof(y) << " ... " << (ok ? "ok" : "FAILED") << "\n";
   }
   {
     ts::Mesh mesh = ts::make_mesh(g, {"i", "j"}, {ts::AxisType::Explicit, ts::AxisType::Explicit});
