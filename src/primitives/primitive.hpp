@@ -121,6 +121,12 @@ class Primitive {
   /// How partial results over sharded reduction factors combine (a sum for
   /// dot products, a max for max-reductions).
   virtual ReduceOp partial_op() const { return ReduceOp::Sum; }
+  /// True when every factor keeps the mesh axes its operand dims carry (the
+  /// assignment Explicit axes get), whatever the cost model would prefer:
+  /// operands are used where they lie, and out_spec is reached from there.
+  /// Reductions: gathering a sharded reduced dim instead of combining
+  /// partials would make a float result's bits depend on a cost decision.
+  virtual bool keeps_operand_layouts() const { return false; }
 
   /// Result layouts the primitive fixes itself instead of the engine
   /// choosing them from the rule (std::nullopt: the engine chooses). Used by

@@ -30,6 +30,9 @@
 // decision. When the natural assignment is valid it is taken; when operands
 // conflict on Explicit axes the caller must say what it wants (out_spec) or
 // the primitive's conflict message is raised.
+// A primitive whose operands must stay where they lie (reductions: see
+// Primitive::keeps_operand_layouts) gets that natural assignment too, with
+// or without out_spec.
 #include "sharding/propagate.hpp"
 
 #include <algorithm>
@@ -139,6 +142,10 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
     for (size_t d = 0; d < rule.operands[i].size(); ++d)
       add(rule.operands[i][d], in[i].sharding.spec()[static_cast<int>(d)].axes());
   }
+  // The natural assignment: each factor the axes its operand dims carry.
+  std::vector<AxisList> natural(nf);
+  for (int f = 0; f < nf; ++f)
+    if (!cand[f].empty()) natural[f] = cand[f][0];
   bool natural_ok = true;
   {
     std::set<std::string> used;
@@ -161,7 +168,10 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
   std::size_t combos = 1;
   for (int f = 0; f < nf; ++f) {
     choices[f] = cand[f];
-    if (is_explicit && natural_ok && !want) {
+    if (natural_ok && prim.keeps_operand_layouts()) {
+      // Operands stay where they lie; only the way to out_spec is priced.
+      choices[f] = {natural[f]};
+    } else if (is_explicit && natural_ok && !want) {
       // Explicit axes stay where the user put them.
       if (choices[f].empty()) choices[f].push_back({});
     } else {
@@ -239,9 +249,10 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
         p.results.push_back(r == 0 && want_s ? *want_s : p.local.back());
         // Partial results are reduced straight into the final blocks when
         // those lie inside the local ones (a reduce-scatter: each device
-        // receives only its final block from each peer), else into the
-        // local blocks and then resharded.
-        const bool scatter = group > 1 && !(p.results.back() == p.local.back()) &&
+        // receives only its final block from each peer; over size-1 axes,
+        // a local copy of those blocks), else into the local blocks and
+        // then resharded.
+        const bool scatter = !red.empty() && !(p.results.back() == p.local.back()) &&
                              blocks_inside(out[r].shape, p.results.back(), p.local.back());
         p.combined.push_back(scatter ? p.results.back() : p.local.back());
         const NamedSharding& into = p.combined.back();

@@ -1,19 +1,27 @@
 // Reductions: local reduce + all-reduce / reduce-scatter over the mesh axes
-// of the reduced dims, checked against a host reference on many layouts.
+// of the reduced dims, checked against a host reference on many layouts;
+// the primitives' sharding rules, and every op under jit bitwise equal to
+// eager.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
+#include <string>
 #include <type_traits>
 
 #include "test_util.hpp"
+#include "transforms/trace.hpp"
 
 namespace ts = tessera;
 using ts::testing::numel;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
 using ts::testing::iota_data;
+using ts::testing::random_spec;
+using ts::testing::test_meshes;
 
 namespace {
 
@@ -138,9 +146,11 @@ TEST(ReduceSharding, AllReduceOverShardedAxisKeepsOtherSharding) {
   EXPECT_EQ(ex.records[0].kind, "all-reduce");
   // Each device receives its 3-element block from its one partner: 12 bytes.
   for (auto b : ex.records[0].bytes_received) EXPECT_EQ(b, 12);
-  // Reducing an unsharded dim communicates nothing.
+  // Reducing an unsharded dim communicates nothing: no record beyond the
+  // reshard's.
   auto ex2 = ts::explain([&] { (void)ts::sum(ts::reshard(x, ts::P(ts::none, "y")), {0}); });
-  EXPECT_EQ(ex2.records.back().kind, "none");
+  ASSERT_EQ(ex2.records.size(), 1u) << ex2.str();
+  EXPECT_EQ(ex2.records.back().op, "reshard");
 }
 
 TEST(ReduceSharding, ReduceScatterWhenOutputIsSharded) {
@@ -354,4 +364,186 @@ TEST(ReduceDeterminism, BitwiseEqualAcrossRuns) {
   auto x = ts::device_put(h, {301, 7}, ts::NamedSharding(m, ts::P({"x", "y"})));
   auto first = ts::sum(x, {0}).to_vector<float>();
   for (int i = 0; i < 5; ++i) EXPECT_EQ(ts::sum(x, {0}).to_vector<float>(), first);
+}
+
+// ------------------------------------------------------------ sharding rule
+
+namespace {
+
+// Records the rule text and the parameters of every primitive bound while it
+// is the innermost trace, then runs the primitive eagerly.
+class RuleRecorder : public ts::detail::Trace {
+ public:
+  std::vector<std::string> rules, params;
+  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
+    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
+    params.push_back(std::string(prim->name()) + " " + prim->params());
+    return ts::detail::eval_eager(*prim, args);
+  }
+};
+
+// The rule and parameters of the first primitive `f` binds.
+template <class F>
+std::pair<std::string, std::string> rule_of(F&& f) {
+  RuleRecorder rec;
+  {
+    ts::detail::TraceScope scope(&rec);
+    f();
+  }
+  EXPECT_FALSE(rec.rules.empty());
+  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
+}
+
+}  // namespace
+
+TEST(ReduceRule, GoldenText) {
+  ts::NamedSharding rep(ts::make_mesh({8}, {"x"}), ts::P());
+  auto z = [&](ts::Shape s, ts::DType t = ts::f32) { return ts::zeros(s, t, rep); };
+  // One factor per operand dim, in dim order; reduced dims are reduction
+  // factors, absent from the result (or size-1 dims outside every factor
+  // with keepdims).
+  auto r = rule_of([&] { ts::sum(z({8, 16}), 1); });
+  EXPECT_EQ(r.first, "([i,j])->([i]) {i=8,j=16} reduction={j}");
+  EXPECT_EQ(r.second, "sum axes=[1]");
+  r = rule_of([&] { ts::max(z({8, 16}), 0, {.keepdims = true}); });
+  EXPECT_EQ(r.first, "([i,j])->([1,j]) {i=8,j=16} reduction={i}");
+  EXPECT_EQ(r.second, "max axes=[0] keepdims=true");
+  r = rule_of([&] { ts::prod(z({2, 3, 4}), {0, 2}, {.out_sharding = ts::P("x")}); });
+  EXPECT_EQ(r.first, "([i,j,k])->([j]) {i=2,j=3,k=4} reduction={i,k}");
+  EXPECT_EQ(r.second, "prod axes=[0, 2] out_sharding=PartitionSpec('x',)");
+  r = rule_of([&] { ts::all(z({5, 6}, ts::bool_)); });
+  EXPECT_EQ(r.first, "([i,j])->([]) {i=5,j=6} reduction={i,j}");
+  EXPECT_EQ(r.second, "all axes=[0, 1]");
+  r = rule_of([&] { ts::min(z({}), {}); });
+  EXPECT_EQ(r.first, "([])->([])");
+  EXPECT_EQ(r.second, "min axes=[]");
+  // mean binds a sum named "mean" (then a divide).
+  r = rule_of([&] { ts::mean(z({8, 16}), {-1}, {.keepdims = true}); });
+  EXPECT_EQ(r.first, "([i,j])->([i,1]) {i=8,j=16} reduction={j}");
+  EXPECT_EQ(r.second, "mean op=sum axes=[1] keepdims=true");
+  // argmax lowers itself; its rule describes it.
+  r = rule_of([&] { ts::argmax(z({8, 16}), 0); });
+  EXPECT_EQ(r.first, "([i,j])->([j]) {i=8,j=16} reduction={i}");
+  EXPECT_EQ(r.second, "argmax axes=[0]");
+}
+
+// ------------------------------------------------------------------- jit
+
+namespace {
+
+// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
+void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
+  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
+  a.copy_to_host(ha.data(), a.dtype());
+  b.copy_to_host(hb.data(), b.dtype());
+  EXPECT_TRUE(ha == hb) << what;
+}
+
+enum class Op { Sum, Prod, Max, Min, Any, All, Mean, Argmax, Argmin };
+constexpr const char* kOpNames[] = {"sum", "prod", "max", "min", "any", "all", "mean", "argmax", "argmin"};
+
+struct ReduceCase {
+  Op op;
+  std::vector<int> axes;  // empty: all (argmax: axes[0])
+  bool keepdims = false;
+  std::optional<ts::PartitionSpec> out;
+};
+
+ts::Array apply(const ReduceCase& c, const ts::Array& x) {
+  const ts::Axes ax = c.axes.empty() ? ts::Axes() : ts::Axes(c.axes);
+  const ts::ReduceOptions opt{.keepdims = c.keepdims, .out_sharding = c.out};
+  switch (c.op) {
+    case Op::Sum: return ts::sum(x, ax, opt);
+    case Op::Prod: return ts::prod(x, ax, opt);
+    case Op::Max: return ts::max(x, ax, opt);
+    case Op::Min: return ts::min(x, ax, opt);
+    case Op::Any: return ts::any(x, ax, opt);
+    case Op::All: return ts::all(x, ax, opt);
+    case Op::Mean: return ts::mean(x, ax, opt);
+    case Op::Argmax: return ts::argmax(x, c.axes[0], opt);
+    case Op::Argmin: return ts::argmin(x, c.axes[0], opt);
+  }
+  return x;
+}
+
+}  // namespace
+
+// Every op under jit equals eager bitwise (values, dtype, sharding) on every
+// test mesh, on spread and random layouts including uneven sizes and sizes
+// smaller than the device count, with and without keepdims and a random
+// out_sharding; the program names the primitive.
+TEST(ReduceJit, EveryOpMatchesEagerBitwise) {
+  std::mt19937 rng(11);
+  int cases = 0;
+  for (const ts::Shape& shape : {ts::Shape{13, 5}, ts::Shape{3, 2}, ts::Shape{1, 9}, ts::Shape{0, 3}, ts::Shape{2, 3, 7}}) {
+    const int rank = static_cast<int>(shape.size());
+    std::vector<float> h(static_cast<size_t>(numel(shape)));
+    for (size_t i = 0; i < h.size(); ++i) h[i] = std::sin(0.37f * static_cast<float>(i)) * 1e3f;
+    if (h.size() > 4) h[3] = h[1];  // a tie for argmax/argmin
+    for_each_layout(rank, [&](const ts::NamedSharding& s0) {
+      // Half the layouts random (mixed spec forms) instead.
+      const ts::NamedSharding s = rng() % 2 ? s0 : ts::NamedSharding(s0.mesh(), random_spec(rng, s0.mesh(), rank));
+      const ts::Array xf = ts::device_put(h, shape, s);
+      const ts::Array xi = ts::astype(xf, ts::i32);
+      for (int o = 0; o <= static_cast<int>(Op::Argmin); ++o) {
+        ReduceCase c{static_cast<Op>(o), {}, false, std::nullopt};
+        const bool arg = c.op == Op::Argmax || c.op == Op::Argmin;
+        std::vector<std::vector<int>> axis_sets = {{0}, {rank - 1}};
+        if (!arg) axis_sets.push_back({}), axis_sets.push_back({0, rank - 1});
+        const std::vector<int>& axes = axis_sets[rng() % axis_sets.size()];
+        c.axes = axes;
+        c.keepdims = rng() % 2;
+        bool empty = false;
+        for (int a : axes.empty() ? std::vector<int>{0, rank - 1} : axes) empty = empty || shape[a] == 0;
+        if (empty && (c.op == Op::Max || c.op == Op::Min || arg)) continue;
+        const int reduced = axes.empty() ? rank : static_cast<int>(axes.size());
+        if (rng() % 3 == 0) c.out = random_spec(rng, s.mesh(), c.keepdims ? rank : rank - reduced);
+        const ts::Array& x = c.op == Op::Prod || c.op == Op::Min ? xi : xf;
+        const std::string what = std::string(kOpNames[o]) + " of " + ts::typeof(x) + " axes " +
+                                 std::to_string(axes.size()) + (c.keepdims ? " keepdims" : "") +
+                                 (c.out ? " out " + c.out->str() : "");
+        auto f = ts::jit([c](ts::Array v) { return apply(c, v); });
+        expect_same(f(x), apply(c, x), what);
+        const std::string ir = f.lower(x).as_text();
+        EXPECT_NE(ir.find(std::string("= ") + kOpNames[o] + "["), std::string::npos) << what << "\n" << ir;
+        if (arg) {
+          EXPECT_NE(ir.find("global %"), std::string::npos) << what << "\n" << ir;
+        }
+        ++cases;
+      }
+    });
+  }
+  EXPECT_GT(cases, 1000);
+}
+
+// Under jit the combine is a program step: a reduce-scatter into the
+// requested layout, a max-combine for max; explain sees the same records as
+// eager.
+TEST(ReduceJit, CombineStepsAndRecords) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::device_put(iota_data<double>(16 * 24), {16, 24}, ts::NamedSharding(m, ts::P("x")));
+  auto scatter = [](ts::Array v) { return ts::sum(v, {0}, {.out_sharding = ts::P("x")}); };
+  auto f = ts::jit(scatter);
+  ts::Array a, b;
+  auto ex_eager = ts::explain([&] { a = scatter(x); });
+  auto ex_jit = ts::explain([&] { b = f(x); });
+  expect_same(b, a, "reduce-scatter");
+  EXPECT_EQ(ex_jit.str(), ex_eager.str());
+  std::string ir = f.lower(x).as_text();
+  EXPECT_NE(ir.find("= reduce-scatter %"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("over (x) (168 B per device) for sum"), std::string::npos) << ir;
+  auto g = ts::jit([](ts::Array v) { return ts::max(v, {0}); });
+  expect_same(g(x), ts::max(x, {0}), "max");
+  ir = g.lower(x).as_text();
+  EXPECT_NE(ir.find("= all-reduce(max) %"), std::string::npos) << ir;
+  // argmax's two combines run inside its global step.
+  auto h = ts::jit([](ts::Array v) { return ts::argmax(v, 0); });
+  ex_eager = ts::explain([&] { a = ts::argmax(x, 0); });
+  ex_jit = ts::explain([&] { b = h(x); });
+  expect_same(b, a, "argmax");
+  EXPECT_EQ(ex_jit.str(), ex_eager.str());
+  EXPECT_EQ(ex_eager.records.size(), 2u) << ex_eager.str();
 }
