@@ -210,18 +210,18 @@ struct ReduceOptions {
 };
 
 /// sum and prod of bool and i8 give i32, of u8 give u32; other dtypes are kept.
-Array sum(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+Array sum(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// Integer and bool inputs give f32.
-Array mean(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
-Array max(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
-Array min(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
-Array prod(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
-Array any(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
-Array all(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {});
+Array mean(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array max(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array min(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array prod(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array any(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array all(const Array& x, const Axes& axes = {}, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
 /// Index (i32) of the first maximum / minimum along one axis (NaN wins, like
 /// jnp.argmax).
-Array argmax(const Array& x, int axis, const ReduceOptions& opt = {});
-Array argmin(const Array& x, int axis, const ReduceOptions& opt = {});
+Array argmax(const Array& x, int axis, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
+Array argmin(const Array& x, int axis, const ReduceOptions& opt = {}, std::source_location loc = std::source_location::current());
 
 // ----------------------------------------------------------- linear algebra
 

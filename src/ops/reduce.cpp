@@ -66,28 +66,35 @@ Array arg_reduce(bool is_max, const char* op, const Array& x, int axis_in, const
 
 }  // namespace
 
-Array sum(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+Array sum(const Array& x, const Axes& axes, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   return reduce(ReduceOp::Sum, "sum", x, axes, opt);
 }
-Array prod(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+Array prod(const Array& x, const Axes& axes, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   return reduce(ReduceOp::Prod, "prod", x, axes, opt);
 }
-Array max(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+Array max(const Array& x, const Axes& axes, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   check_nonempty(x, axes, "max");
   return reduce(ReduceOp::Max, "max", x, axes, opt);
 }
-Array min(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+Array min(const Array& x, const Axes& axes, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   check_nonempty(x, axes, "min");
   return reduce(ReduceOp::Min, "min", x, axes, opt);
 }
-Array any(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+Array any(const Array& x, const Axes& axes, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   return reduce(ReduceOp::Any, "any", x, axes, opt);
 }
-Array all(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+Array all(const Array& x, const Axes& axes, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   return reduce(ReduceOp::All, "all", x, axes, opt);
 }
 
-Array mean(const Array& x, const Axes& axes, const ReduceOptions& opt) {
+Array mean(const Array& x, const Axes& axes, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
   detail::check_operand(x, "mean");
   const std::vector<int> ax = detail::normalize_axes(axes, x.ndim(), "mean");
   std::int64_t count = 1;
@@ -97,7 +104,13 @@ Array mean(const Array& x, const Axes& axes, const ReduceOptions& opt) {
   return divide(s, static_cast<double>(count));  // 0/0 gives NaN, like jnp.mean of nothing
 }
 
-Array argmax(const Array& x, int axis, const ReduceOptions& opt) { return arg_reduce(true, "argmax", x, axis, opt); }
-Array argmin(const Array& x, int axis, const ReduceOptions& opt) { return arg_reduce(false, "argmin", x, axis, opt); }
+Array argmax(const Array& x, int axis, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
+  return arg_reduce(true, "argmax", x, axis, opt);
+}
+Array argmin(const Array& x, int axis, const ReduceOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
+  return arg_reduce(false, "argmin", x, axis, opt);
+}
 
 }  // namespace tessera

@@ -237,6 +237,24 @@ int add_reshard(Compiled& c, int src, const NamedSharding& s, const std::string&
 
 bool tile_compatible(const Slot& a, const Slot& b) { return a.shape == b.shape && a.sharding == b.sharding; }
 
+// True when operand `in` broadcasts into result `o` block by block (NumPy
+// rules, right-aligned): every dim of `in` either equals the result's and is
+// sharded alike, or has size 1 and is whole. Each device's block of `in` is
+// then its block of `o` with the size-1 and missing dims repeated, so a
+// fused loop can read it tile by tile through strides (a bias row added to
+// a matmul result, a scalar).
+bool broadcasts_into(const Slot& in, const Slot& o) {
+  const size_t ri = in.shape.size(), ro = o.shape.size();
+  if (ri > ro || in.shape == o.shape) return false;
+  for (size_t d = 0; d < ri; ++d) {
+    const int di = static_cast<int>(d), dout = static_cast<int>(d + ro - ri);
+    const auto& axes = in.sharding.spec()[di].axes();
+    if (in.shape[d] == o.shape[dout] ? axes != o.sharding.spec()[dout].axes() : in.shape[d] != 1 || !axes.empty())
+      return false;
+  }
+  return true;
+}
+
 void fuse(Compiled& c) {
   std::vector<Step> out;
   size_t i = 0;
@@ -248,7 +266,7 @@ void fuse(Compiled& c) {
       const Slot& o = c.slots[t.out[0]];
       if (ref >= 0 && !tile_compatible(o, c.slots[ref])) return false;
       for (int in : t.in)
-        if (!tile_compatible(c.slots[in], o)) return false;
+        if (!tile_compatible(c.slots[in], o) && !broadcasts_into(c.slots[in], o)) return false;
       return true;
     };
     if (!fusable_at(i, -1)) {
@@ -421,9 +439,48 @@ void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   q.prim->eval_cpu(in, out);
 }
 
+// Writes the values a broadcast operand (row-major block at `src`, element
+// strides `strides` per result dim, 0 where repeated) takes at the result
+// elements [t0, t0 + len) of a block of shape `shape` into `dst`. Walks the
+// tile row by row: a row is a contiguous copy, or one value repeated.
+void broadcast_tile(const unsigned char* src, const std::vector<std::int64_t>& strides, const Shape& shape,
+                    std::int64_t t0, std::int64_t len, std::size_t isz, unsigned char* dst) {
+  const size_t rank = shape.size();
+  const std::int64_t inner = rank ? shape[rank - 1] : 1;
+  const std::int64_t inner_stride = rank ? strides[rank - 1] : 0;
+  for (std::int64_t f = t0, end = t0 + len; f < end;) {
+    const std::int64_t col = f % inner, count = std::min(inner - col, end - f);
+    std::int64_t off = 0, row = f / inner;
+    for (size_t d = rank - 1; d-- > 0;) {
+      off += (row % shape[d]) * strides[d];
+      row /= shape[d];
+    }
+    const unsigned char* p = src + (off + col * inner_stride) * static_cast<std::int64_t>(isz);
+    if (inner_stride == 0) {
+      auto repeat = [&](auto tag) {
+        using T = decltype(tag);
+        T v;
+        std::memcpy(&v, p, sizeof v);
+        std::fill_n(reinterpret_cast<T*>(dst), count, v);
+      };
+      switch (isz) {
+        case 1: repeat(std::uint8_t{}); break;
+        case 2: repeat(std::uint16_t{}); break;
+        case 4: repeat(std::uint32_t{}); break;
+        default: repeat(std::uint64_t{}); break;
+      }
+    } else {
+      std::memcpy(dst, p, static_cast<std::size_t>(count) * isz);
+    }
+    dst += count * static_cast<std::int64_t>(isz);
+    f += count;
+  }
+}
+
 void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   const int dev = c.mesh.devices()[pos].id();
-  const std::int64_t n = num_elements(c.slots[st.out.empty() ? st.in[0] : st.out[0]].local[pos]);
+  const Shape& shape = c.slots[c.eqn_out[st.eqns[0]][0]].local[pos];  // every member's result block
+  const std::int64_t n = num_elements(shape);
   std::string label;  // "fused[sin,multiply,add]", only while a trace records
   if (tracing()) {
     label = "fused[";
@@ -445,10 +502,13 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     unsigned char* base = nullptr;  // full buffer, or nullptr for scratch
     int scratch = -1;
     std::size_t isz = 0;
+    std::vector<std::int64_t> strides;  // broadcast operand: element strides per result dim (0: repeated)
   };
   const size_t m = st.eqns.size();
+  // Scratch tiles: one per member's result, then one per broadcast operand.
   thread_local std::vector<std::vector<unsigned char>> scratch;
   if (scratch.size() < m) scratch.resize(m);
+  scratch.resize(m);  // broadcast operands' tiles are appended below
   std::vector<std::vector<Ref>> ins(m);
   std::vector<Ref> outs(m);
   std::vector<int> made;
@@ -463,7 +523,19 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
         r.scratch = static_cast<int>(it - made.begin());
       else
         r.base = static_cast<unsigned char*>(bufs[s][pos].data());
-      ins[k].push_back(r);
+      const Shape& ls = c.slots[s].local[pos];
+      if (it == made.end() && ls != shape) {
+        // Broadcast: strides of its block aligned to the result's dims.
+        r.strides.assign(shape.size(), 0);
+        std::int64_t stride = 1;
+        for (size_t d = ls.size(); d-- > 0;) {
+          if (ls[d] != 1) r.strides[d + shape.size() - ls.size()] = stride;
+          stride *= ls[d];
+        }
+        r.scratch = static_cast<int>(scratch.size());
+        scratch.emplace_back(static_cast<std::size_t>(kTile) * r.isz);
+      }
+      ins[k].push_back(std::move(r));
     }
     Ref o;
     o.isz = itemsize(c.slots[so].dtype);
@@ -481,9 +553,15 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     const std::int64_t len = std::min(kTile, n - t0);
     for (size_t k = 0; k < m; ++k) {
       args.clear();
-      for (const Ref& r : ins[k])
+      for (const Ref& r : ins[k]) {
+        if (!r.strides.empty()) {
+          broadcast_tile(r.base, r.strides, shape, t0, len, r.isz, scratch[r.scratch].data());
+          args.push_back(scratch[r.scratch].data());
+          continue;
+        }
         args.push_back(r.base ? static_cast<const void*>(r.base + t0 * static_cast<std::int64_t>(r.isz))
                               : static_cast<const void*>(scratch[r.scratch].data()));
+      }
       void* o = outs[k].base ? static_cast<void*>(outs[k].base + t0 * static_cast<std::int64_t>(outs[k].isz))
                              : static_cast<void*>(scratch[k].data());
       c.prog.eqns[st.eqns[k]].prim->eval_tile(args, o, len);
