@@ -116,4 +116,8 @@ std::vector<Array> Primitive::eval_global(const std::vector<Array>&, const std::
   throw Error(msg(std::string(name()).c_str(), "internal: eval_global called on a primitive that does not lower itself"));
 }
 
+std::unique_ptr<TileSink> Primitive::sink(const LocalIn&, const LocalOut&) const {
+  throw Error(msg(std::string(name()).c_str(), "internal: sink() called on a primitive that is not sinkable"));
+}
+
 }  // namespace tessera::detail

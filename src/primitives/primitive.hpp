@@ -91,6 +91,15 @@ struct LocalOut {
 using LocalArgs = std::vector<LocalIn>;
 using LocalOuts = std::vector<LocalOut>;
 
+/// A reduction fed its operand's block tile by tile in row-major order (the
+/// end of a fused loop); finish() writes its result block.
+class TileSink {
+ public:
+  virtual ~TileSink() = default;
+  virtual void feed(const void* tile, std::int64_t n) = 0;
+  virtual void finish() = 0;
+};
+
 class Primitive {
  public:
   virtual ~Primitive() = default;
@@ -118,6 +127,13 @@ class Primitive {
   virtual bool identity() const { return false; }
   /// "op=add" style text; part of the IR and of the jit cache key.
   virtual std::string params() const { return ""; }
+  /// True for single-operand primitives that can take their operand as a
+  /// stream (reductions): a fused loop may end in them, feeding the
+  /// operand's tiles instead of writing it to memory.
+  virtual bool sinkable() const { return false; }
+  /// The stream consumer for one device's blocks (sinkable() only). It must
+  /// give bitwise what eval_cpu gives.
+  virtual std::unique_ptr<TileSink> sink(const LocalIn& in, const LocalOut& out) const;
   /// How partial results over sharded reduction factors combine (a sum for
   /// dot products, a max for max-reductions).
   virtual ReduceOp partial_op() const { return ReduceOp::Sum; }

@@ -73,10 +73,19 @@ class Reduce final : public Primitive {
     return reduce_rule(in[0].shape, axes_, keepdims_);
   }
   std::optional<PartitionSpec> out_spec() const override { return out_spec_; }
+  bool sinkable() const override { return true; }
+  std::unique_ptr<TileSink> sink(const LocalIn& in, const LocalOut& out) const override {
+    struct Sink final : TileSink {
+      std::unique_ptr<cpu::Reducer> r;
+      void feed(const void* tile, std::int64_t n) override { r->feed(tile, n); }
+      void finish() override { r->finish(); }
+    };
+    auto s = std::make_unique<Sink>();
+    s->r = cpu::make_reducer(op_, t_, in.shape, reduced(in.shape.size()), out.data);
+    return s;
+  }
   void eval_cpu(const LocalArgs& in, LocalOuts& out) const override {
-    std::vector<bool> reduced(in[0].shape.size(), false);
-    for (int a : axes_) reduced[a] = true;
-    cpu::reduce(op_, t_, in[0].data, in[0].shape, reduced, out[0].data);
+    cpu::reduce(op_, t_, in[0].data, in[0].shape, reduced(in[0].shape.size()), out[0].data);
   }
   // Every operand element is read and combined once.
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>&) const override {
@@ -91,6 +100,12 @@ class Reduce final : public Primitive {
   bool keeps_operand_layouts() const override { return true; }
 
  private:
+  std::vector<bool> reduced(size_t rank) const {
+    std::vector<bool> r(rank, false);
+    for (int a : axes_) r[a] = true;
+    return r;
+  }
+
   const char* name_;
   ReduceOp op_;
   DType t_;

@@ -164,6 +164,7 @@ void propagate_back(Program& p) {
 struct Step {
   enum Kind { Kernel, Fused, Reshard, Reduce, Global } kind = Kernel;
   std::vector<int> eqns;       // Kernel, Global: one; Fused: the run, in order
+  int sink_eqn = -1, sink_out = -1;  // Fused: the reduction the run ends in, and its result's slot
   std::vector<int> in, out;    // slots read and written (Fused: external inputs, materialised outputs)
   std::optional<NamedSharding> target;  // Reshard / Reduce: layout of `out[0]`
   std::vector<std::string> axes;  // Reduce
@@ -277,31 +278,41 @@ void fuse(Compiled& c) {
     const int ref = s.out[0];
     size_t j = i + 1;
     while (j < c.steps.size() && fusable_at(j, ref)) ++j;
-    if (j - i < 2) {
+    std::vector<int> made;
+    for (size_t k = i; k < j; ++k) made.push_back(c.steps[k].out[0]);
+    // A reduction of a value made in the run ends it: the loop feeds it
+    // tiles instead of writing the value.
+    const bool sink = j < c.steps.size() && c.steps[j].kind == Step::Kernel && c.steps[j].in.size() == 1 &&
+                      c.prog.eqns[c.steps[j].eqns[0]].prim->sinkable() &&
+                      std::find(made.begin(), made.end(), c.steps[j].in[0]) != made.end();
+    if (j - i < 2 && !sink) {
       out.push_back(s);
       ++i;
       continue;
     }
     Step f;
     f.kind = Step::Fused;
-    std::vector<int> made;
     for (size_t k = i; k < j; ++k) {
       f.eqns.push_back(c.steps[k].eqns[0]);
       for (int in : c.steps[k].in)
         if (std::find(made.begin(), made.end(), in) == made.end() &&
             std::find(f.in.begin(), f.in.end(), in) == f.in.end())
           f.in.push_back(in);
-      made.push_back(c.steps[k].out[0]);
     }
+    const size_t after = sink ? j + 1 : j;
     // A value made in the run escapes when a later step or the result reads it.
     for (int m : made) {
       bool escapes = std::find(c.outputs.begin(), c.outputs.end(), m) != c.outputs.end();
-      for (size_t k = j; k < c.steps.size() && !escapes; ++k)
+      for (size_t k = after; k < c.steps.size() && !escapes; ++k)
         escapes = std::find(c.steps[k].in.begin(), c.steps[k].in.end(), m) != c.steps[k].in.end();
       if (escapes) f.out.push_back(m);
     }
+    if (sink) {
+      f.sink_eqn = c.steps[j].eqns[0];
+      f.sink_out = c.steps[j].out[0];
+    }
     out.push_back(std::move(f));
-    i = j;
+    i = after;
   }
   c.steps = std::move(out);
 }
@@ -488,14 +499,32 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
       if (k) label += ",";
       label += c.prog.eqns[st.eqns[k]].prim->name();
     }
+    if (st.sink_eqn >= 0) label += std::string(",") + std::string(c.prog.eqns[st.sink_eqn].prim->name());
     label += "]";
   }
   // Recorded with the bytes the loop writes to the result.
-  const int res = st.out.empty() ? c.eqn_out[st.eqns.back()][0] : st.out.back();
-  TimelineScope scope(label, "fused", n * static_cast<std::int64_t>(itemsize(c.slots[res].dtype)));
+  const int res = st.sink_out >= 0 ? st.sink_out : st.out.empty() ? c.eqn_out[st.eqns.back()][0] : st.out.back();
+  TimelineScope scope(label, "fused", num_elements(c.slots[res].local[pos]) *
+                                          static_cast<std::int64_t>(itemsize(c.slots[res].dtype)));
   for (int s : st.out)
     bufs[s][pos] = Buffer(dev, static_cast<std::size_t>(n) * itemsize(c.slots[s].dtype));
-  if (n == 0) return;
+  std::unique_ptr<TileSink> sink;
+  int sink_from = -1;  // the member whose result the sink reads
+  if (st.sink_eqn >= 0) {
+    const Slot& so = c.slots[st.sink_out];
+    const int si = c.eqn_in[st.sink_eqn][0];
+    const Slot& sl = c.slots[si];
+    Buffer b(dev, static_cast<std::size_t>(num_elements(so.local[pos])) * itemsize(so.dtype));
+    sink = c.prog.eqns[st.sink_eqn].prim->sink(LocalIn{nullptr, sl.local[pos], sl.dtype, sl.boxes[pos]},
+                                                 LocalOut{b.data(), so.local[pos], so.dtype, so.boxes[pos]});
+    bufs[st.sink_out][pos] = std::move(b);
+    for (size_t k = 0; k < st.eqns.size(); ++k)
+      if (c.eqn_out[st.eqns[k]][0] == si) sink_from = static_cast<int>(k);
+  }
+  if (n == 0) {
+    if (sink) sink->finish();
+    return;
+  }
   // Per member: where its operands and result live (a base pointer into a
   // full buffer, advanced per tile, or a scratch tile).
   struct Ref {
@@ -565,8 +594,10 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
       void* o = outs[k].base ? static_cast<void*>(outs[k].base + t0 * static_cast<std::int64_t>(outs[k].isz))
                              : static_cast<void*>(scratch[k].data());
       c.prog.eqns[st.eqns[k]].prim->eval_tile(args, o, len);
+      if (static_cast<int>(k) == sink_from) sink->feed(o, len);
     }
   }
+  if (sink) sink->finish();
 }
 
 Array slot_array(const Compiled& c, int s, const Buffers& bufs) {
@@ -858,10 +889,12 @@ std::string Lowered::as_text() const {
         s += "  fused loop [";
         for (size_t k = 0; k < st.eqns.size(); ++k)
           s += (k ? ", " : "") + std::string(c.prog.eqns[st.eqns[k]].prim->name());
+        if (st.sink_eqn >= 0) s += " -> " + std::string(c.prog.eqns[st.sink_eqn].prim->name());
         s += "] reads";
         for (int in : st.in) s += " " + slot_name(in);
         s += ", writes";
         for (int o : st.out) s += " " + slot_name(o) + ": " + slot_type(c, o);
+        if (st.sink_out >= 0) s += " " + slot_name(st.sink_out) + ": " + slot_type(c, st.sink_out);
         s += "\n";
         break;
       }

@@ -4,6 +4,7 @@
 // eager.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cpu/reduce.hpp"
 #include "test_util.hpp"
 #include "transforms/trace.hpp"
 
@@ -548,4 +550,43 @@ TEST(ReduceJit, CombineStepsAndRecords) {
   expect_same(b, a, "argmax");
   EXPECT_EQ(ex_jit.str(), ex_eager.str());
   EXPECT_EQ(ex_eager.records.size(), 2u) << ex_eager.str();
+}
+
+// The streaming form of the local reduction (the end of a fused loop under
+// jit) gives bitwise the whole-block result for any split into pieces.
+TEST(ReduceKernel, AnySplitGivesTheSameBits) {
+  namespace cpu = ts::detail::cpu;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> val(-1e3f, 1e3f);
+  const std::vector<ts::Shape> shapes = {{}, {1}, {7}, {37}, {3, 21}, {4, 8}, {2, 3, 19}, {5, 1, 9}, {0, 4}};
+  for (const ts::Shape& shape : shapes) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = val(rng);
+    const int rank = static_cast<int>(shape.size());
+    for (unsigned mask = 0; mask < (1u << rank); ++mask) {
+      std::vector<bool> reduced(rank);
+      std::int64_t nout = 1;
+      for (int d = 0; d < rank; ++d) {
+        reduced[d] = (mask >> d) & 1u;
+        if (!reduced[d]) nout *= shape[d];
+      }
+      for (auto op : {ts::detail::ReduceOp::Sum, ts::detail::ReduceOp::Max}) {
+        std::vector<float> whole(static_cast<size_t>(nout)), pieces(static_cast<size_t>(nout));
+        cpu::reduce(op, ts::f32, x.data(), shape, reduced, whole.data());
+        for (int trial = 0; trial < 4; ++trial) {
+          auto r = cpu::make_reducer(op, ts::f32, shape, reduced, pieces.data());
+          for (std::int64_t at = 0; at < n;) {
+            const std::int64_t len = std::min<std::int64_t>(n - at, 1 + static_cast<std::int64_t>(rng() % 23));
+            r->feed(x.data() + at, len);
+            at += len;
+          }
+          r->finish();
+          EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), whole.size() * sizeof(float)), 0)
+              << "shape rank " << rank << " mask " << mask;
+        }
+      }
+    }
+  }
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <atomic>
+#include <functional>
 #include <random>
 #include <thread>
 #include <string>
@@ -493,4 +494,36 @@ TEST(Jit, BroadcastOperandsFuse) {
   const std::string text = f.lower(x, row, col, s).as_text();
   EXPECT_NE(text.find("compiled: 1 steps\n  fused loop [add, sigmoid, multiply, subtract]"), std::string::npos) << text;
   EXPECT_GT(layouts, 10);
+}
+
+// A reduction at the end of an elementwise chain joins the fused loop: the
+// chain's result is never written, and the values equal eager bitwise (the
+// streamed reduction adds in the same order) on every layout.
+TEST(Jit, TrailingReductionsFuse) {
+  auto loss = [](ts::Array a, ts::Array b) { ts::Array d = a - b;
+    return ts::mean(d * d);
+  };
+  auto rows = [](ts::Array a, ts::Array) { return ts::max(ts::sin(a) * 2.0f, 1); };
+  auto cols = [](ts::Array a, ts::Array b) { return ts::sum(a * b + 1.0f, 0, {.keepdims = true}); };
+  const std::vector<std::function<ts::Array(ts::Array, ts::Array)>> progs = {loss, rows, cols};
+  std::mt19937 rng(5);
+  int layouts = 0;
+  for (size_t p = 0; p < progs.size(); ++p) {
+    auto f = ts::jit(progs[p]);
+    for (ts::Shape shape : {ts::Shape{37, 21}, ts::Shape{3, 2}, ts::Shape{1, 9}}) {
+      for_each_layout(2, [&](const ts::NamedSharding& s) {
+        const auto n = shape[0] * shape[1];
+        auto a = ts::device_put(iota_data<float>(n), shape, s);
+        auto b = ts::device_put(iota_data<float>(n, 9), shape, ts::NamedSharding(s.mesh(), random_spec(rng, s.mesh(), 2)));
+        expect_same(f(a, b), progs[p](a, b), "program " + std::to_string(p) + " on " + ts::typeof(a));
+        ++layouts;
+      });
+    }
+  }
+  EXPECT_GT(layouts, 30);
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto a = ts::zeros({64, 4}, ts::f32, ts::NamedSharding(m, ts::P("x")));
+  const std::string text = ts::jit(loss).lower(a, a).as_text();
+  EXPECT_NE(text.find("fused loop [subtract, multiply -> mean]"), std::string::npos) << text;
+  EXPECT_NE(text.find("all-reduce"), std::string::npos) << text;
 }

@@ -1,7 +1,9 @@
 // Reduction kernels (see reduce.hpp).
 #include "backend/cpu/reduce.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <limits>
 #include <type_traits>
 
@@ -40,57 +42,125 @@ constexpr bool kRuns = (r == ReduceOp::Max || r == ReduceOp::Min) ? true
                        : (r == ReduceOp::Any || r == ReduceOp::All) ? std::is_same_v<T, bool>
                                                                     : !std::is_same_v<T, bool> && sizeof(T) >= 4;
 
-// Walks the input in order, stepping all dims but the last with NdIndex;
-// the last dim is either reduced into one value or accumulated elementwise
-// into an output row.
+// Reduces a row-major block fed in order, in pieces of any size. Rows are
+// the lines of the last dim, stepped with NdIndex over the others. A reduced
+// last dim folds each row into one accumulator (f32 sums in f64); a kept one
+// accumulates the row elementwise into an output row. Sums split a reduced
+// row into eight lanes (element j into lane j mod 8 up to the last full
+// group of eight), merged in a fixed tree into the row's accumulator before
+// the tail: independent lanes let the compiler vectorise, and the order of
+// every addition depends only on the element's place in its row, never on
+// where a piece starts, so any split of the block gives the same bits.
 template <ReduceOp r, class T>
-void local_reduce(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out) {
+class Streamer final : public Reducer {
   using A = Acc<T>;
-  const int rank = static_cast<int>(shape.size());
-  std::int64_t nout = 1, nin = 1;
-  for (int d = 0; d < rank; ++d) {
-    nin *= shape[d];
-    if (!reduced[d]) nout *= shape[d];
+
+ public:
+  Streamer(const Shape& shape, const std::vector<bool>& reduced, void* out)
+      : rank_(static_cast<int>(shape.size())),
+        out_(static_cast<T*>(out)),
+        rows_(first_dims(shape, rank_ > 0 ? rank_ - 1 : 0), strides(shape, reduced)) {
+    std::int64_t nout = 1;
+    for (int d = 0; d < rank_; ++d)
+      if (!reduced[d]) nout *= shape[d];
+    acc_.assign(static_cast<size_t>(nout), static_cast<A>(identity<T>(r)));
+    inner_ = rank_ > 0 ? shape[rank_ - 1] : 1;
+    fold_ = rank_ == 0 || reduced[rank_ - 1];
+    full8_ = r == ReduceOp::Sum ? inner_ / 8 * 8 : 0;
   }
-  std::vector<A> acc(static_cast<size_t>(nout), static_cast<A>(identity<T>(r)));
-  if (nin > 0 && rank > 0) {
-    std::vector<std::int64_t> ostride(rank, 0);
+
+  void feed(const void* piece, std::int64_t n) override {
+    const T* x = static_cast<const T*>(piece);
+    while (n > 0) {
+      if (j_ == 0) start_row();
+      const std::int64_t take = std::min(n, inner_ - j_);
+      if (fold_)
+        fold(x, take);
+      else
+        for (std::int64_t k = 0; k < take; ++k) row_[j_ + k] = combine1<r, A>(row_[j_ + k], static_cast<A>(x[k]));
+      j_ += take;
+      x += take;
+      n -= take;
+      if (j_ == inner_) end_row();
+    }
+  }
+
+  void finish() override {
+    for (size_t i = 0; i < acc_.size(); ++i) out_[i] = static_cast<T>(acc_[i]);
+  }
+
+ private:
+  static std::vector<std::int64_t> strides(const Shape& shape, const std::vector<bool>& reduced) {
+    std::vector<std::int64_t> st(shape.size(), 0);
     std::int64_t s = 1;
-    for (int d = rank - 1; d >= 0; --d) {
+    for (size_t d = shape.size(); d-- > 0;)
       if (!reduced[d]) {
-        ostride[d] = s;
+        st[d] = s;
         s *= shape[d];
       }
-    }
-    const std::int64_t inner = shape[rank - 1];
-    const T* p = in;
-    for (NdIndex it(first_dims(shape, rank - 1), ostride); !it.done(); it.next(), p += inner) {
-      const std::int64_t o = it.offset(0);
-      if (reduced[rank - 1]) {
-        A v = acc[o];
-        std::int64_t j = 0;
-        if constexpr (r == ReduceOp::Sum) {
-          // Eight independent partial sums (combined in a fixed order, so
-          // still deterministic) let the compiler vectorise a contiguous sum.
-          A lane[8] = {};
-          for (; j + 8 <= inner; j += 8)
-            for (int k = 0; k < 8; ++k) lane[k] = combine1<r, A>(lane[k], static_cast<A>(p[j + k]));
-          const A l01 = combine1<r, A>(lane[0], lane[1]), l23 = combine1<r, A>(lane[2], lane[3]);
-          const A l45 = combine1<r, A>(lane[4], lane[5]), l67 = combine1<r, A>(lane[6], lane[7]);
-          v = combine1<r, A>(v, combine1<r, A>(combine1<r, A>(l01, l23), combine1<r, A>(l45, l67)));
-        }
-        for (; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(p[j]));
-        acc[o] = v;
-      } else {
-        A* row = acc.data() + o;
-        for (std::int64_t j = 0; j < inner; ++j) row[j] = combine1<r, A>(row[j], static_cast<A>(p[j]));
-      }
-    }
-  } else if (rank == 0) {
-    acc[0] = combine1<r, A>(acc[0], static_cast<A>(in[0]));
+    return st;
   }
-  for (std::int64_t i = 0; i < nout; ++i) out[i] = static_cast<T>(acc[i]);
-}
+
+  void start_row() {
+    const std::int64_t o = rows_.offset(0);
+    if (fold_) {
+      v_ = acc_[o];
+      for (A& l : lane_) l = A{};
+      merged_ = false;
+    } else {
+      row_ = acc_.data() + o;
+    }
+  }
+
+  void end_row() {
+    if (fold_) {
+      merge();
+      acc_[rows_.offset(0)] = v_;
+    }
+    j_ = 0;
+    if (rank_ > 0) rows_.next();
+  }
+
+  // The lanes join the row's accumulator once, after the last full group.
+  void merge() {
+    if constexpr (r == ReduceOp::Sum) {
+      if (merged_) return;
+      merged_ = true;
+      const A l01 = combine1<r, A>(lane_[0], lane_[1]), l23 = combine1<r, A>(lane_[2], lane_[3]);
+      const A l45 = combine1<r, A>(lane_[4], lane_[5]), l67 = combine1<r, A>(lane_[6], lane_[7]);
+      v_ = combine1<r, A>(v_, combine1<r, A>(combine1<r, A>(l01, l23), combine1<r, A>(l45, l67)));
+    }
+  }
+
+  void fold(const T* x, std::int64_t take) {
+    std::int64_t k = 0;
+    if constexpr (r == ReduceOp::Sum) {
+      for (; k < take && j_ + k < full8_ && ((j_ + k) & 7) != 0; ++k)
+        lane_[(j_ + k) & 7] = combine1<r, A>(lane_[(j_ + k) & 7], static_cast<A>(x[k]));
+      A lane[8];
+      for (int q = 0; q < 8; ++q) lane[q] = lane_[q];
+      for (; k + 8 <= take && j_ + k + 8 <= full8_; k += 8)
+        for (int q = 0; q < 8; ++q) lane[q] = combine1<r, A>(lane[q], static_cast<A>(x[k + q]));
+      for (int q = 0; q < 8; ++q) lane_[q] = lane[q];
+      for (; k < take && j_ + k < full8_; ++k)
+        lane_[(j_ + k) & 7] = combine1<r, A>(lane_[(j_ + k) & 7], static_cast<A>(x[k]));
+      if (j_ + k == full8_) merge();
+    }
+    A v = v_;
+    for (; k < take; ++k) v = combine1<r, A>(v, static_cast<A>(x[k]));
+    v_ = v;
+  }
+
+  int rank_;
+  T* out_;
+  NdIndex<1> rows_;
+  std::vector<A> acc_;
+  std::int64_t inner_ = 1, full8_ = 0, j_ = 0;
+  bool fold_ = true, merged_ = false;
+  A v_{};
+  A lane_[8] = {};
+  A* row_ = nullptr;
+};
 
 // True when (v, i) should replace the current best: larger (or smaller), NaN
 // first, ties to the lower index.
@@ -121,14 +191,26 @@ bool reduce_runs(ReduceOp op, DType t) {
   });
 }
 
-void reduce(ReduceOp op, DType t, const void* in, const Shape& shape, const std::vector<bool>& reduced, void* out) {
-  dispatch(t, [&](auto tag) {
+std::unique_ptr<Reducer> make_reducer(ReduceOp op, DType t, const Shape& shape, const std::vector<bool>& reduced,
+                                      void* out) {
+  return dispatch(t, [&](auto tag) -> std::unique_ptr<Reducer> {
     using T = decltype(tag);
-    with_op(op, [&](auto kind) {
+    return with_op(op, [&](auto kind) -> std::unique_ptr<Reducer> {
       if constexpr (kRuns<decltype(kind)::value, T>)
-        local_reduce<decltype(kind)::value, T>(static_cast<const T*>(in), shape, reduced, static_cast<T*>(out));
+        return std::make_unique<Streamer<decltype(kind)::value, T>>(shape, reduced, out);
+      else
+        return nullptr;
     });
   });
+}
+
+void reduce(ReduceOp op, DType t, const void* in, const Shape& shape, const std::vector<bool>& reduced, void* out) {
+  auto r = make_reducer(op, t, shape, reduced, out);
+  if (!r) return;
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  r->feed(in, n);
+  r->finish();
 }
 
 void arg_best(bool is_max, DType t, const void* in, const Shape& shape, int axis, std::int64_t base, void* value,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/reduce_op.hpp"
@@ -16,6 +17,23 @@ namespace tessera::detail::cpu {
 /// promoted dtypes (32- and 64-bit integers, floats), any/all on bool,
 /// max/min on every dtype. The front ends cast operands so that it holds.
 bool reduce_runs(ReduceOp op, DType t);
+
+/// A reduction of one block fed piece by piece in row-major order (the end
+/// of a fused loop). Any split of the block into pieces gives bitwise the
+/// result reduce() gives.
+class Reducer {
+ public:
+  virtual ~Reducer() = default;
+  /// The next n elements of the block.
+  virtual void feed(const void* piece, std::int64_t n) = 0;
+  /// Writes the result (after the whole block was fed).
+  virtual void finish() = 0;
+};
+
+/// A Reducer of a block of `shape` over the dims with reduced[d] into `out`
+/// (as reduce()); nullptr when `op` does not run on `t`.
+std::unique_ptr<Reducer> make_reducer(ReduceOp op, DType t, const Shape& shape, const std::vector<bool>& reduced,
+                                      void* out);
 
 /// Reduces the row-major block `in` of `shape` (dtype `t`) over the dims
 /// with reduced[d] into `out`, laid out as the block with those dims of size
