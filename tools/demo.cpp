@@ -290,9 +290,9 @@ int cmd_demo(const Context& ctx, const DemoOptions& opt) {
   const int fd_failures = examples::finite_difference(std::cout, opt.small_only ? 256 : 2048);
   check.done += 3;
   check.failed += fd_failures;
-  subheading("examples/mlp_layer: sigmoid(x @ w + b), automatic, explicit and manual mode");
+  subheading("examples/mlp_layer: sigmoid(x @ w + b), automatic, jit, explicit and manual mode");
   const int mlp_failures = examples::mlp_layer(std::cout);
-  check.done += 3;
+  check.done += 4;
   check.failed += mlp_failures;
 
   // ---------------------------------------------------------- manual mode
