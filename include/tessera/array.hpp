@@ -63,8 +63,7 @@ class Array {
   /// Internal: copies the gathered array into `out` as dtype `as`; a value
   /// that does not fit `as` raises DTypeError naming `op`.
   void copy_to_host(void* out, DType as, const char* op = "to_vector") const;
-  /// Internal: wraps a finished implementation. Inside a shard_map body it
-  /// also records which manual axes the new value varies over.
+  /// Internal: wraps a finished implementation.
   explicit Array(std::shared_ptr<const detail::ArrayImpl> impl);
   /// Internal: the implementation whose buffers ops read. Inside a shard_map
   /// body a captured replicated array reads as this device's copy.

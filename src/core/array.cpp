@@ -12,12 +12,10 @@ namespace tessera {
 using detail::ArrayImpl;
 using detail::Buffer;
 
-Array::Array(std::shared_ptr<const detail::ArrayImpl> impl) : impl_(std::move(impl)) {
-  if (impl_ && detail::in_manual_body()) detail::manual_made(*impl_);
-}
+Array::Array(std::shared_ptr<const detail::ArrayImpl> impl) : impl_(std::move(impl)) {}
 
 const std::shared_ptr<const detail::ArrayImpl>& Array::impl() const {
-  if (impl_ && detail::in_manual_body()) return detail::manual_read(impl_, true);
+  if (impl_ && detail::in_manual_body()) return detail::manual_read(impl_);
   return impl_;
 }
 
@@ -32,7 +30,7 @@ const ArrayImpl& Array::concrete(const char* op) const {
 
 const ArrayImpl& Array::checked(const char* op) const {
   if (!impl_) throw Error(std::string("[") + op + "] the array is empty (default-constructed)");
-  if (detail::in_manual_body()) return *detail::manual_read(impl_, false);
+  if (detail::in_manual_body()) return *detail::manual_read(impl_);
   return *impl_;
 }
 
@@ -209,7 +207,7 @@ std::string type_text(const Shape& shape, DType dtype, const NamedSharding& shar
 
 std::string typeof(const Array& array) {
   std::string s = detail::type_text(array.shape(), array.dtype(), array.sharding());
-  const auto& vma = array.peek().vma;
+  const auto vma = detail::in_manual_body() ? detail::varying_axes(array.peek()) : std::vector<std::string>{};
   if (!vma.empty()) {
     s += "{V:";
     for (size_t i = 0; i < vma.size(); ++i) s += (i ? "," : "") + vma[i];

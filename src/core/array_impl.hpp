@@ -17,9 +17,6 @@ struct ArrayImpl {
   /// One buffer per mesh position (devices()[i] holds buffers[i]), each the
   /// row-major block given by sharding.shard_index(shape, i).
   std::vector<Buffer> buffers;
-  /// Inside shard_map bodies: the manual mesh axes this local value varies
-  /// over (sorted). Set once when the value is made; empty elsewhere.
-  mutable std::vector<std::string> vma;
   /// A value being traced by jit: the trace that owns it (compared by
   /// address, never dereferenced outside src/transforms) and its value
   /// number there. Traced values have no buffers.
@@ -32,12 +29,12 @@ struct ArrayImpl {
 /// Manual-mode hooks (src/transforms/shard_map.cpp). Outside shard_map
 /// bodies they cost one thread-local load.
 bool in_manual_body();
-/// The implementation `a` reads as in the current body (itself, or the local
-/// copy of a captured replicated array); marks the value as read by the op
-/// being evaluated, so the op's result varies over the same axes.
-const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a, bool mark);
-/// Gives a value made in the current body the axes read since the last one.
-void manual_made(const ArrayImpl& a);
+/// The implementation `a` reads as in the current body: itself, or the local
+/// copy of a captured replicated array.
+const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a);
+/// The manual mesh axes a value of the current body varies over (sorted;
+/// empty outside bodies). Kept by the body's trace, not by the value.
+std::vector<std::string> varying_axes(const ArrayImpl& a);
 
 /// Number of elements of a shape.
 std::int64_t num_elements(const Shape& shape);

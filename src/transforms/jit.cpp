@@ -39,6 +39,7 @@
 #include "ops/common.hpp"
 #include "comm/group.hpp"
 #include "runtime/timeline.hpp"
+#include "transforms/shard_map.hpp"
 #include "transforms/spmd.hpp"
 #include "transforms/trace.hpp"
 
@@ -787,7 +788,9 @@ std::vector<Array> JitCache::call(std::vector<Array> args, const std::string& st
   // Inside another jit's trace the function is traced inline.
   if (tracing_jit()) return f(args);
   auto c = get_compiled(*st_, args, statics, f);
-  return execute(*c, args);
+  auto out = execute(*c, args);
+  manual_results(args, out);
+  return out;
 }
 
 Lowered JitCache::lower(std::vector<Array> args, const std::string& statics, const TraceFn& f) {

@@ -13,11 +13,12 @@
 // are checked against out_specs and assembled without copying: the global
 // array's buffers are the local ones.
 //
-// Varying axes (check_vma). Inputs vary over the axes their spec names. An op
-// reads its operands through Array::impl(), which adds their axes to the
-// context's pending set; the next value made (Array's constructor) takes the
-// pending set and clears it. Collectives then set their result's axes
-// explicitly.
+// Varying axes (check_vma). Every member's body runs under a ManualTrace:
+// each primitive an op binds goes through it, and its results vary over the
+// union of its operands' axes. Inputs vary over the axes their spec names;
+// collectives set their result's axes explicitly (psum removes the reduced
+// axes, all_gather too, ppermute adds them). The axes live in the trace's
+// table, keyed by value, not in the values.
 #include "transforms/shard_map.hpp"
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
 #include "transforms/spmd.hpp"
+#include "transforms/trace.hpp"
 
 namespace tessera {
 
@@ -43,12 +45,44 @@ struct ManualContext {
   int pos = 0;                // this device's position in it
   Mesh local_mesh;            // the single-device mesh of local values
   Session* session = nullptr;
-  std::vector<std::string> pending;  // axes read since the last value was made
+  // Varying axes per value made in the body (the owner guards against a
+  // freed value's address being reused).
+  struct Varying {
+    std::weak_ptr<const ArrayImpl> owner;
+    std::vector<std::string> axes;
+  };
+  std::unordered_map<const ArrayImpl*, Varying> vma;
   std::vector<std::pair<std::string, std::int64_t>> log;  // (collective, bytes received), for explain
   std::unordered_map<const ArrayImpl*, std::shared_ptr<const ArrayImpl>> localized;
 };
 
 thread_local ManualContext* t_ctx = nullptr;
+
+// typeof(x) with the axes it varied over in its body ("f32[4,1]{V:y}"), for
+// messages written after the body.
+std::string typeof_varying(const Array& x, const std::vector<std::string>& vma) {
+  std::string s = typeof(x);
+  if (vma.empty()) return s;
+  s += "{V:";
+  for (size_t i = 0; i < vma.size(); ++i) s += (i ? "," : "") + vma[i];
+  return s + "}";
+}
+
+std::vector<std::string> vma_of(const ManualContext& c, const Array& x) {
+  const auto& impl = x.impl();
+  auto it = c.vma.find(impl.get());
+  if (it == c.vma.end() || it->second.owner.lock() != impl) return {};
+  return it->second.axes;
+}
+
+void set_vma(ManualContext& c, const Array& x, std::vector<std::string> axes) {
+  const auto& impl = x.impl();
+  if (axes.empty()) {
+    c.vma.erase(impl.get());
+    return;
+  }
+  c.vma[impl.get()] = {impl, std::move(axes)};
+}
 
 std::vector<std::string> merged(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -108,9 +142,32 @@ Array make_local(ManualContext& c, const Local& l, std::vector<std::string> vma)
   auto impl = std::make_shared<ArrayImpl>(l.shape, l.dtype, NamedSharding(c.local_mesh, P()));
   impl->buffers.push_back(l.data);
   Array a(std::move(impl));
-  a.peek().vma = std::move(vma);
+  set_vma(c, a, std::move(vma));
   return a;
 }
+
+// The trace of one member's body: runs every primitive at once on the
+// local values and gives its results the union of its operands' varying
+// axes (a result that is one of the operands keeps its own).
+class ManualTrace final : public Trace {
+ public:
+  explicit ManualTrace(ManualContext& c) : c_(c) {}
+  std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
+    std::vector<std::string> axes;
+    for (const Array& a : args) axes = merged(std::move(axes), vma_of(c_, a));
+    std::vector<Array> out = eval_eager(*prim, args);
+    if (!axes.empty())
+      for (const Array& o : out) {
+        bool operand = false;
+        for (const Array& a : args) operand = operand || a.impl() == o.impl();
+        if (!operand) set_vma(c_, o, axes);
+      }
+    return out;
+  }
+
+ private:
+  ManualContext& c_;
+};
 
 std::vector<std::string> without(std::vector<std::string> v, const std::vector<std::string>& axes) {
   v.erase(std::remove_if(v.begin(), v.end(),
@@ -129,13 +186,10 @@ void check_local(const Array& x, const char* op) {
 
 bool in_manual_body() { return t_ctx != nullptr; }
 
-const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a, bool mark) {
+const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a) {
   ManualContext& c = *t_ctx;
   const Mesh& m = a->sharding.mesh();
-  if (m.size() == 1 && m.devices()[0] == c.local_mesh.devices()[0]) {
-    if (mark && !a->vma.empty()) c.pending = merged(std::move(c.pending), a->vma);
-    return a;
-  }
+  if (m.size() == 1 && m.devices()[0] == c.local_mesh.devices()[0]) return a;
   // A global array captured by the body: fine when replicated (it reads as
   // this device's copy), an error otherwise.
   auto it = c.localized.find(a.get());
@@ -150,11 +204,19 @@ const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const 
   return c.localized.emplace(a.get(), std::move(local)).first->second;
 }
 
-void manual_made(const ArrayImpl& a) {
-  ManualContext& c = *t_ctx;
-  if (c.pending.empty()) return;
-  a.vma = merged(std::move(a.vma), c.pending);
-  c.pending.clear();
+std::vector<std::string> varying_axes(const ArrayImpl& a) {
+  if (!t_ctx) return {};
+  auto it = t_ctx->vma.find(&a);
+  if (it == t_ctx->vma.end() || it->second.owner.lock().get() != &a) return {};
+  return it->second.axes;
+}
+
+void manual_results(const std::vector<Array>& in, const std::vector<Array>& out) {
+  if (!t_ctx) return;
+  std::vector<std::string> axes;
+  for (const Array& a : in) axes = merged(std::move(axes), vma_of(*t_ctx, a));
+  if (!axes.empty())
+    for (const Array& o : out) set_vma(*t_ctx, o, axes);
 }
 
 // --------------------------------------------------------------- the call
@@ -178,6 +240,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
   }
   const int n = mesh.size();
   std::vector<std::vector<Array>> outs(n);
+  std::vector<std::vector<std::vector<std::string>>> out_vma(n);  // per device, per output
   std::vector<std::vector<std::pair<std::string, std::int64_t>>> logs(n);
   run_spmd(mesh, [&](int pos, Session& session) {
     const Device dev = mesh.devices()[pos];
@@ -199,12 +262,16 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
         auto impl = std::make_shared<ArrayImpl>(inputs[i].sharding().shard_shape(inputs[i].shape(), pos),
                                                 inputs[i].dtype(), NamedSharding(c.local_mesh, P()));
         impl->buffers.push_back(inputs[i].impl()->buffers[pos]);
-        for (int d = 0; d < inputs[i].ndim(); ++d)
-          impl->vma = merged(std::move(impl->vma), inputs[i].sharding().spec()[d].axes());
+        std::vector<std::string> axes;
+        for (int d = 0; d < inputs[i].ndim(); ++d) axes = merged(std::move(axes), inputs[i].sharding().spec()[d].axes());
         local.emplace_back(std::move(impl));
+        set_vma(c, local.back(), std::move(axes));
       }
       t_ctx = &c;
+      ManualTrace trace(c);
+      TraceScope scope(&trace);
       outs[pos] = body(local);
+      for (const Array& o : outs[pos]) out_vma[pos].push_back(o.valid() ? vma_of(c, o) : std::vector<std::string>{});
     }
   });
   // What the collectives moved, one record per collective kind, for explain.
@@ -248,11 +315,11 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
                                      " on CPU " + std::to_string(mesh.devices()[0].id()) + ", " + typeof(o) +
                                      " on CPU " + std::to_string(mesh.devices()[pos].id())));
       if (opt.check_vma)
-        for (const auto& a : o.peek().vma)
+        for (const auto& a : out_vma[pos][k])
           if (!named.count(a))
             throw ShardingError(msg(op, "out_specs " + spec.str() + " for output " + std::to_string(k) +
                                             " claims it is replicated over mesh axis '" + a +
-                                            "', but it varies over '" + a + "' (" + typeof(o) +
+                                            "', but it varies over '" + a + "' (" + typeof_varying(o, out_vma[pos][k]) +
                                             "); reduce it with psum/all_gather, name '" + a +
                                             "' in out_specs, or pass check_vma=false"));
     }
@@ -329,7 +396,7 @@ Array preduce(const Array& x0, const AxisNames& axes, ReduceOp op, const char* n
   Array x = x0;
   if ((op == ReduceOp::Sum || op == ReduceOp::Prod) && x0.dtype() == DType::bool_) x = astype(x0, DType::i32);
   if ((op == ReduceOp::Any || op == ReduceOp::All) && x0.dtype() != DType::bool_) x = astype(x0, DType::bool_);
-  const auto vma = x.peek().vma;
+  const auto vma = detail::vma_of(c, x);
   auto g = group_for(c, axes.names(), name);
   auto in = local_of(x);
   auto out = g->all_reduce(in, op);
@@ -353,9 +420,9 @@ Array pmean(const Array& x, const AxisNames& axes) {
   }
   const Array xf = detail::is_float(x.dtype()) ? x : astype(x, DType::f32);
   Array s = detail::preduce(xf, axes, detail::ReduceOp::Sum, "pmean");
-  auto vma = s.peek().vma;
+  auto vma = detail::vma_of(c, s);
   Array out = divide(s, static_cast<double>(size));
-  out.peek().vma = vma;
+  detail::set_vma(c, out, std::move(vma));
   return out;
 }
 
@@ -366,7 +433,7 @@ Array all_gather(const Array& x, const AxisNames& axes, int axis, bool tiled) {
   const int rank = x.ndim();
   if (tiled && rank == 0) throw ShapeError("[all_gather] tiled gathering needs an array of rank >= 1, got a scalar");
   const int a = detail::normalize_axis(axis, tiled ? rank : rank + 1, name);
-  const auto vma = x.peek().vma;
+  const auto vma = detail::vma_of(c, x);
   auto g = group_for(c, axes.names(), name);
   auto out = g->all_gather(local_of(x), a, tiled);
   detail::log_comm(c, name, (g->size() - 1) * detail::nbytes(out) / g->size());
@@ -378,7 +445,7 @@ Array psum_scatter(const Array& x, const AxisNames& axes, int scatter_dimension,
   auto& c = context(name);
   detail::check_local(x, name);
   const int d = detail::normalize_axis(scatter_dimension, x.ndim(), name);
-  auto vma = x.peek().vma;
+  auto vma = detail::vma_of(c, x);
   auto g = group_for(c, axes.names(), name);
   if (!tiled && x.shape()[d] != g->size())
     throw ShapeError(msg("psum_scatter", "without tiled, dim " + std::to_string(d) + " must equal the number of "
@@ -395,7 +462,7 @@ Array ppermute(const Array& x, const AxisNames& axes, const std::vector<std::pai
   const char* name = "ppermute";
   auto& c = context(name);
   detail::check_local(x, name);
-  const auto vma = x.peek().vma;
+  const auto vma = detail::vma_of(c, x);
   auto g = group_for(c, axes.names(), name);
   const int size = g->size();
   std::vector<bool> src_seen(size, false), dst_seen(size, false);
@@ -425,7 +492,7 @@ Array all_to_all(const Array& x, const AxisNames& axes, int split_axis, int conc
   const int rank = x.ndim();
   int split = detail::normalize_axis(split_axis, rank, name);
   int concat = detail::normalize_axis(concat_axis, rank, name);
-  auto vma = x.peek().vma;
+  auto vma = detail::vma_of(c, x);
   auto g = group_for(c, axes.names(), name);
   Array in = x;
   if (!tiled) {
@@ -448,7 +515,7 @@ Array all_to_all(const Array& x, const AxisNames& axes, int split_axis, int conc
   Array r = make_local(c, out, detail::merged(vma, axes.names()));
   if (!tiled && split != concat) {
     r = squeeze(r, {split});
-    r.peek().vma = detail::merged(vma, axes.names());
+    detail::set_vma(c, r, detail::merged(vma, axes.names()));
   }
   return r;
 }
@@ -459,7 +526,7 @@ Array axis_index(const std::string& axis) {
   if (i < 0) throw ShardingError("[axis_index] no axis named '" + axis + "' in " + c.mesh.str());
   const std::int32_t v = c.mesh.coords(c.pos)[i];
   Array a = device_put(std::vector<std::int32_t>{v}, {}, NamedSharding(c.local_mesh, P()));
-  a.peek().vma = {axis};
+  detail::set_vma(c, a, {axis});
   return a;
 }
 

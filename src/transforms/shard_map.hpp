@@ -14,4 +14,9 @@ namespace tessera::detail {
 /// `name` names the collective in errors and in explain.
 Array preduce(const Array& x, const AxisNames& axes, ReduceOp op, const char* name);
 
+/// Inside a shard_map body: results of a computation that did not go
+/// through the body's trace (a jitted call) vary over the union of its
+/// inputs' axes. Does nothing elsewhere.
+void manual_results(const std::vector<Array>& in, const std::vector<Array>& out);
+
 }  // namespace tessera::detail

@@ -190,6 +190,18 @@ TEST(Jit, NestedJitAndJitInsideShardMap) {
   EXPECT_EQ(inner.cache_size(), 0);  // traced inline into the outer program
   auto body = ts::shard_map([&](ts::Array xl) { return inner(xl); }, m, {ts::P("x")}, ts::P("x"));
   expect_same(body(x), ts::exp(x) - 1.0f, "jit in shard_map");
+  // A jitted result varies over its inputs' axes, so check_vma still sees
+  // that it is not replicated.
+  std::string local_type;
+  auto wrong = ts::shard_map(
+      [&](ts::Array xl) {
+        ts::Array y = inner(xl);
+        if (ts::axis_index("x").item<int>() == 0) local_type = ts::typeof(y);
+        return y;
+      },
+      m, {ts::P("x")}, ts::P());
+  expect_error<ts::ShardingError>([&] { wrong(x); }, "[shard_map]", {"varies over 'x'", "{V:x}"});
+  EXPECT_EQ(local_type, "f32[3]{V:x}");
 }
 
 TEST(Jit, Errors) {
