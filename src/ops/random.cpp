@@ -48,11 +48,15 @@ std::pair<double, double> uniform_bounds(DType dtype, double lo, double hi, cons
   return dispatch(dtype, [&](auto t) -> std::pair<double, double> {
     using T = decltype(t);
     if constexpr (std::is_floating_point_v<T>) {
-      const T l = static_cast<T>(lo), h = static_cast<T>(hi);
-      if (!std::isfinite(l) || !std::isfinite(h) || !(l < h))
+      // Volatile: GCC 12 at -O2 with -fsanitize=thread folds the round trip
+      // double(T(lo)) back to lo, which would sample from the unrounded
+      // bounds in that build only.
+      const volatile T l = static_cast<T>(lo), h = static_cast<T>(hi);
+      const T lv = l, hv = h;
+      if (!std::isfinite(lv) || !std::isfinite(hv) || !(lv < hv))
         throw Error(msg(op, "expected finite bounds with lo < hi in " + dtype_name(dtype) + ", got lo=" +
                                 number_str(lo) + ", hi=" + number_str(hi)));
-      return {static_cast<double>(l), static_cast<double>(h)};
+      return {static_cast<double>(lv), static_cast<double>(hv)};
     } else {
       throw DTypeError(msg(op, "expected a float dtype"));  // unreachable: check_sample comes first
     }

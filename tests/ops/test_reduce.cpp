@@ -583,7 +583,7 @@ TEST(ReduceKernel, AnySplitGivesTheSameBits) {
             at += len;
           }
           r->finish();
-          EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), whole.size() * sizeof(float)), 0)
+          EXPECT_TRUE(whole.empty() || std::memcmp(whole.data(), pieces.data(), whole.size() * sizeof(float)) == 0)
               << "shape rank " << rank << " mask " << mask;
         }
       }
