@@ -463,7 +463,7 @@ void broadcast_tile(const unsigned char* src, const std::vector<std::int64_t>& s
   for (std::int64_t f = t0, end = t0 + len; f < end;) {
     const std::int64_t col = f % inner, count = std::min(inner - col, end - f);
     std::int64_t off = 0, row = f / inner;
-    for (size_t d = rank - 1; d-- > 0;) {
+    for (size_t d = rank > 0 ? rank - 1 : 0; d-- > 0;) {
       off += (row % shape[d]) * strides[d];
       row /= shape[d];
     }
