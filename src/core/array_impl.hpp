@@ -54,6 +54,14 @@ void for_each_run(const std::vector<Slice>& src_box, const std::vector<Slice>& d
 void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
               const std::vector<Slice>& box, std::size_t itemsize);
 
+/// The part of a row-major block covering `block` that is the box `box`
+/// (inside it), as a view of `buffer` without copying, when that part is
+/// contiguous: `box` spans the block whole on every dim after the first one
+/// where they differ, and is one index wide on the dims before it (rows of a
+/// matrix, a slab of a 3-d block). An empty Buffer when it is not.
+Buffer contiguous_view(const Buffer& buffer, const std::vector<Slice>& block, const std::vector<Slice>& box,
+                       std::size_t itemsize);
+
 /// The box [0, shape[d]) on every dim.
 std::vector<Slice> whole_box(const Shape& shape);
 

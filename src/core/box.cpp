@@ -119,4 +119,23 @@ void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, con
   });
 }
 
+Buffer contiguous_view(const Buffer& buffer, const std::vector<Slice>& block, const std::vector<Slice>& box,
+                       std::size_t itemsize) {
+  const size_t rank = block.size();
+  size_t first = 0;  // the first dim where the box is narrower than the block
+  while (first < rank && box[first] == block[first]) ++first;
+  for (size_t d = first + 1; d < rank; ++d)
+    if (!(box[d] == block[d])) return Buffer();
+  for (size_t d = 0; d < first; ++d)
+    if (box[d].size() != 1 && first < rank) return Buffer();
+  // Offset of the box's first element, and its size, in elements.
+  std::int64_t offset = 0, count = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    offset = offset * block[d].size() + (box[d].start - block[d].start);
+    count *= box[d].size();
+  }
+  if (count == 0) return Buffer();
+  return buffer.view(static_cast<std::size_t>(offset) * itemsize, static_cast<std::size_t>(count) * itemsize);
+}
+
 }  // namespace tessera::detail

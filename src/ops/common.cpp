@@ -237,14 +237,29 @@ std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<S
   }
   const int n = a.sharding().mesh().size();
   record_comm(plan_record(plan, op));
-  std::vector<int> piece_begin(n + 1, 0);
-  for (const auto& p : plan.pieces) ++piece_begin[p.dst + 1];
-  for (int t = 0; t < n; ++t) piece_begin[t + 1] += piece_begin[t];
   std::vector<Buffer> out(n);
   const auto& src = a.impl()->buffers;
+  // A position whose whole box is one contiguous part of its own block (rows
+  // of a replicated matrix) takes a view of it instead of a copy.
+  std::vector<char> viewed(n, 0);
+  bool any_view = false;
+  for (const auto& p : plan.pieces)
+    if (p.src == p.dst && p.box == boxes[p.dst]) {
+      out[p.dst] = contiguous_view(src[p.src], a.sharding().shard_index(a.shape(), p.src), p.box, itemsize(a.dtype()));
+      viewed[p.dst] = out[p.dst].data() != nullptr;
+      any_view = any_view || viewed[p.dst];
+    }
+  ReshardPlan rest = plan;
+  if (any_view)
+    rest.pieces.erase(std::remove_if(rest.pieces.begin(), rest.pieces.end(),
+                                     [&](const TransferPiece& p) { return viewed[p.dst] != 0; }),
+                      rest.pieces.end());
+  std::vector<int> piece_begin(n + 1, 0);
+  for (const auto& p : rest.pieces) ++piece_begin[p.dst + 1];
+  for (int t = 0; t < n; ++t) piece_begin[t + 1] += piece_begin[t];
   for (int t = 0; t < n; ++t)
-    if (piece_begin[t] == piece_begin[t + 1] && !box_empty(boxes[t])) out[t] = src[t];
-  if (!plan.pieces.empty()) communicator_for(a.sharding().mesh()).exchange(plan, piece_begin, src, out);
+    if (!viewed[t] && piece_begin[t] == piece_begin[t + 1] && !box_empty(boxes[t])) out[t] = src[t];
+  if (!rest.pieces.empty()) communicator_for(a.sharding().mesh()).exchange(rest, piece_begin, src, out);
   return out;
 }
 

@@ -146,6 +146,16 @@ class Buffer {
   void* data() const { return ptr_.get(); }
   std::size_t nbytes() const { return nbytes_; }
   int device_id() const { return device_id_; }
+  /// `nbytes` starting `offset` bytes in, sharing this buffer's memory (which
+  /// stays allocated while the view lives). Buffers are immutable once
+  /// filled, so a view is a cheap copy.
+  Buffer view(std::size_t offset, std::size_t nbytes) const {
+    Buffer b;
+    b.ptr_ = std::shared_ptr<void>(ptr_, static_cast<unsigned char*>(ptr_.get()) + offset);
+    b.nbytes_ = nbytes;
+    b.device_id_ = device_id_;
+    return b;
+  }
 
  private:
   std::shared_ptr<void> ptr_;

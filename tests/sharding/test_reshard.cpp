@@ -375,6 +375,36 @@ TEST(ReshardNamed, ReplicatedToShardedIsLocalSlice) {
   check_reshard<float>({9, 6}, ts::NamedSharding(mesh, ts::P()), t, 0);
 }
 
+// Rows of a replicated matrix are contiguous in its buffer: the local slice
+// shares that memory instead of copying it (eagerly and inside a jitted
+// call). Column blocks are not contiguous and are copied.
+TEST(ReshardNamed, ContiguousLocalSlicesAreViews) {
+  ts::Mesh mesh = ts::make_mesh({8}, {"x"});
+  auto host = iota_f(13 * 6);
+  ts::Array a = ts::device_put(host, {13, 6}, ts::NamedSharding(mesh, ts::P()));
+  auto inside = [&](const ts::Array& b, int pos) {
+    const auto* base = static_cast<const unsigned char*>(a.impl()->buffers[pos].data());
+    const auto* p = static_cast<const unsigned char*>(b.impl()->buffers[pos].data());
+    return p >= base && p < base + 13 * 6 * 4;
+  };
+  ts::Array rows = ts::reshard(a, ts::P("x"));
+  EXPECT_EQ(rows.to_vector<float>(), host);
+  for (int pos = 0; pos < 8; ++pos)
+    if (rows.sharding().shard_shape(rows.shape(), pos)[0] > 0) {
+      EXPECT_TRUE(inside(rows, pos)) << pos;
+    }
+  ts::Array cols = ts::reshard(a, ts::P(ts::none, "x"));
+  EXPECT_EQ(cols.to_vector<float>(), host);
+  for (int pos = 0; pos < 6; ++pos) EXPECT_FALSE(inside(cols, pos)) << pos;
+  auto f = ts::jit([](ts::Array v) { return ts::with_sharding_constraint(v, ts::P("x")); });
+  ts::Array j = f(a);
+  EXPECT_EQ(j.to_vector<float>(), host);
+  for (int pos = 0; pos < 8; ++pos)
+    if (j.sharding().shard_shape(j.shape(), pos)[0] > 0) {
+      EXPECT_TRUE(inside(j, pos)) << pos;
+    }
+}
+
 TEST(ReshardNamed, ShardedToReplicatedIsAllGather) {
   ts::Mesh mesh = mesh8();
   ts::NamedSharding s(mesh, ts::P("x")), rep(mesh, ts::P());

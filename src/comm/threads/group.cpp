@@ -227,6 +227,10 @@ class ThreadsGroup final : public Group {
     const auto& tbox = plan.target_boxes[my_position];
     if (mine_first == mine_last) return box_empty(tbox) ? Buffer() : mine;
     const std::size_t isz = itemsize(plan.dtype);
+    // The whole box one contiguous part of this member's own block: a view.
+    if (mine_last - mine_first == 1 && mine_first->src == my_position && mine_first->box == tbox)
+      if (Buffer v = contiguous_view(mine, plan.source.shard_index(plan.shape, my_position), tbox, isz); v.data())
+        return v;
     const auto& d = rv->deposits();
     Buffer out(my_device(), static_cast<std::size_t>(num_elements(box_shape(tbox))) * isz);
     for (auto p = mine_first; p != mine_last; ++p)
