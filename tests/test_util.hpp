@@ -234,4 +234,34 @@ std::vector<T> iota_data(std::int64_t n, int salt = 0) {
   return v;
 }
 
+// Bitwise equality of two arrays: shapes, dtypes, shardings, contents, and
+// every device's block (replicas included).
+inline void expect_same(const Array& a, const Array& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << typeof(a) << " vs " << typeof(b);
+  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
+  a.copy_to_host(ha.data(), a.dtype());
+  b.copy_to_host(hb.data(), b.dtype());
+  EXPECT_TRUE(ha == hb) << what;
+  auto sa = a.addressable_shards(), sb = b.addressable_shards();
+  ASSERT_EQ(sa.size(), sb.size()) << what;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].index, sb[i].index) << what;
+    std::vector<unsigned char> ba(static_cast<size_t>(sa[i].data.nbytes())), bb(static_cast<size_t>(sb[i].data.nbytes()));
+    if (!ba.empty()) sa[i].data.copy_to_host(ba.data(), a.dtype());
+    if (!bb.empty()) sb[i].data.copy_to_host(bb.data(), b.dtype());
+    EXPECT_TRUE(ba == bb) << what << " block " << i;
+  }
+}
+
+// The jitted j equals the plain f on `args` bitwise, and its program
+// applies `prim`.
+template <class J, class F, class... A>
+void expect_jit_matches(J& j, const F& f, const std::string& prim, const std::string& what, const A&... args) {
+  expect_same(j(args...), f(args...), what + " " + prim);
+  const std::string text = j.lower(args...).as_text();
+  EXPECT_NE(text.find("= " + prim), std::string::npos) << text;
+}
+
 }  // namespace tessera::testing

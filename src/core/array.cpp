@@ -206,8 +206,12 @@ std::string type_text(const Shape& shape, DType dtype, const NamedSharding& shar
 }  // namespace detail
 
 std::string typeof(const Array& array) {
-  std::string s = detail::type_text(array.shape(), array.dtype(), array.sharding());
-  const auto vma = detail::in_manual_body() ? detail::varying_axes(array.peek()) : std::vector<std::string>{};
+  return detail::typeof_varying(
+      array, detail::in_manual_body() ? detail::varying_axes(array.peek()) : std::vector<std::string>{});
+}
+
+std::string detail::typeof_varying(const Array& array, const std::vector<std::string>& vma) {
+  std::string s = type_text(array.shape(), array.dtype(), array.sharding());
   if (!vma.empty()) {
     s += "{V:";
     for (size_t i = 0; i < vma.size(); ++i) s += (i ? "," : "") + vma[i];

@@ -35,6 +35,9 @@ const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const 
 /// The manual mesh axes a value of the current body varies over (sorted;
 /// empty outside bodies). Kept by the body's trace, not by the value.
 std::vector<std::string> varying_axes(const ArrayImpl& a);
+/// typeof(a) as if it varied over `vma` ("f32[4,1]{V:y}"): typeof inside a
+/// body, and messages written after one.
+std::string typeof_varying(const Array& a, const std::vector<std::string>& vma);
 
 /// Number of elements of a shape.
 std::int64_t num_elements(const Shape& shape);

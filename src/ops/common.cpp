@@ -249,11 +249,13 @@ std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<S
       viewed[p.dst] = out[p.dst].data() != nullptr;
       any_view = any_view || viewed[p.dst];
     }
-  ReshardPlan rest = plan;
-  if (any_view)
-    rest.pieces.erase(std::remove_if(rest.pieces.begin(), rest.pieces.end(),
-                                     [&](const TransferPiece& p) { return viewed[p.dst] != 0; }),
-                      rest.pieces.end());
+  // The pieces still to copy: the plan itself unless some became views.
+  std::optional<ReshardPlan> trimmed;
+  if (any_view) {
+    trimmed = plan;
+    std::erase_if(trimmed->pieces, [&](const TransferPiece& p) { return viewed[p.dst] != 0; });
+  }
+  const ReshardPlan& rest = trimmed ? *trimmed : plan;
   std::vector<int> piece_begin(n + 1, 0);
   for (const auto& p : rest.pieces) ++piece_begin[p.dst + 1];
   for (int t = 0; t < n; ++t) piece_begin[t + 1] += piece_begin[t];

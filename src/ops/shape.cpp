@@ -12,20 +12,11 @@
 namespace tessera {
 
 using detail::check_operand;
+using detail::ints_str;
 using detail::msg;
 using detail::num_elements;
 
 namespace {
-
-std::string ints_str(const std::vector<int>& v) {
-  std::string s = "(";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(v[i]);
-  }
-  if (v.size() == 1) s += ",";
-  return s + ")";
-}
 
 Array transpose_impl(const Array& x, std::vector<int> perm, const char* op) {
   const int r = x.ndim();

@@ -32,21 +32,7 @@ namespace {
 using Box = std::vector<Slice>;
 using Entry = PartitionSpec::Entry;
 
-Box empty_box(int rank) { return Box(static_cast<std::size_t>(rank), Slice{0, 0}); }
-
 bool box_contains(const Box& outer, const Box& inner) { return intersect(inner, outer) == inner; }
-
-/// A spec from per-dim entries (trailing none entries dropped) and unreduced axes.
-PartitionSpec spec_of(std::vector<Entry> entries, const std::vector<std::string>& unreduced) {
-  while (!entries.empty() && entries.back().is_none()) entries.pop_back();
-  return PartitionSpec(std::move(entries), unreduced);
-}
-
-std::vector<Entry> entries_of(const NamedSharding& s, int rank) {
-  std::vector<Entry> e(static_cast<std::size_t>(rank));
-  for (int d = 0; d < rank; ++d) e[d] = s.spec()[d];
-  return e;
-}
 
 /// Consecutive input dims [in0, in1) and output dims [out0, out1) with the
 /// same number of elements.

@@ -34,6 +34,19 @@
 
 namespace tessera::detail {
 
+std::vector<Slice> empty_box(int rank) { return std::vector<Slice>(static_cast<std::size_t>(rank), Slice{0, 0}); }
+
+PartitionSpec spec_of(std::vector<PartitionSpec::Entry> entries, const std::vector<std::string>& unreduced) {
+  while (!entries.empty() && entries.back().is_none()) entries.pop_back();
+  return PartitionSpec(std::move(entries), unreduced);
+}
+
+std::vector<PartitionSpec::Entry> entries_of(const NamedSharding& s, int rank) {
+  std::vector<PartitionSpec::Entry> e(static_cast<std::size_t>(rank));
+  for (int d = 0; d < rank; ++d) e[d] = s.spec()[d];
+  return e;
+}
+
 namespace {
 
 using Box = std::vector<Slice>;
@@ -49,30 +62,6 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {  // b > 0
   return a >= 0 ? (a + b - 1) / b : -((-a) / b);
 }
 
-Box empty_box(int rank) { return Box(static_cast<std::size_t>(rank), Slice{0, 0}); }
-
-template <class T>
-std::string ints_str(const std::vector<T>& v) {
-  std::string s = "(";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(v[i]);
-  }
-  if (v.size() == 1) s += ",";
-  return s + ")";
-}
-
-/// A spec from per-dim entries (trailing none entries dropped) and unreduced axes.
-PartitionSpec spec_of(std::vector<Entry> entries, const std::vector<std::string>& unreduced) {
-  while (!entries.empty() && entries.back().is_none()) entries.pop_back();
-  return PartitionSpec(std::move(entries), unreduced);
-}
-
-std::vector<Entry> entries_of(const NamedSharding& s, int rank) {
-  std::vector<Entry> e(static_cast<std::size_t>(rank));
-  for (int d = 0; d < rank; ++d) e[d] = s.spec()[d];
-  return e;
-}
 
 /// `s` with its entries replaced by `e` (the operand's unreduced axes kept).
 NamedSharding with_entries(const NamedSharding& s, std::vector<Entry> e) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -52,5 +53,19 @@ bool reshape_is_local(const Shape& in, const NamedSharding& s, const Shape& out,
 /// Reshape into `out` (same element count), laid out as `requested` or,
 /// without one, as reshape_natural.
 PrimitivePtr make_reshape(Shape out, std::optional<NamedSharding> requested);
+
+// Shared by the shape primitives and their front ends.
+
+/// "(1, 0, 2)": a list of ints as shape_str prints a shape.
+template <class T>
+std::string ints_str(const std::vector<T>& v) {
+  return shape_str(Shape(v.begin(), v.end()));
+}
+/// The empty box of rank `rank`.
+std::vector<Slice> empty_box(int rank);
+/// A spec from per-dim entries (trailing none entries dropped) and unreduced axes.
+PartitionSpec spec_of(std::vector<PartitionSpec::Entry> entries, const std::vector<std::string>& unreduced);
+/// The first `rank` entries of a sharding's spec (none past its end).
+std::vector<PartitionSpec::Entry> entries_of(const NamedSharding& s, int rank);
 
 }  // namespace tessera::detail

@@ -535,10 +535,15 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     std::vector<std::int64_t> strides;  // broadcast operand: element strides per result dim (0: repeated)
   };
   const size_t m = st.eqns.size();
-  // Scratch tiles: one per member's result, then one per broadcast operand.
+  // Scratch tiles: one per member's result, then one per broadcast operand
+  // (kept between calls, grown only).
   thread_local std::vector<std::vector<unsigned char>> scratch;
   if (scratch.size() < m) scratch.resize(m);
-  scratch.resize(m);  // broadcast operands' tiles are appended below
+  auto tile = [&](size_t i, std::size_t isz) {
+    if (scratch.size() <= i) scratch.resize(i + 1);
+    if (scratch[i].size() < static_cast<std::size_t>(kTile) * isz) scratch[i].resize(static_cast<std::size_t>(kTile) * isz);
+  };
+  size_t broadcasts = 0;
   std::vector<std::vector<Ref>> ins(m);
   std::vector<Ref> outs(m);
   std::vector<int> made;
@@ -562,8 +567,9 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
           if (ls[d] != 1) r.strides[d + shape.size() - ls.size()] = stride;
           stride *= ls[d];
         }
-        r.scratch = static_cast<int>(scratch.size());
-        scratch.emplace_back(static_cast<std::size_t>(kTile) * r.isz);
+        const size_t i = m + broadcasts++;
+        tile(i, r.isz);
+        r.scratch = static_cast<int>(i);
       }
       ins[k].push_back(std::move(r));
     }
@@ -573,7 +579,7 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
       o.base = static_cast<unsigned char*>(bufs[so][pos].data());
     } else {
       o.scratch = static_cast<int>(k);
-      if (scratch[k].size() < static_cast<std::size_t>(kTile) * o.isz) scratch[k].resize(kTile * o.isz);
+      tile(k, o.isz);
     }
     outs[k] = o;
     made.push_back(so);

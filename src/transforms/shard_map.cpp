@@ -58,16 +58,6 @@ struct ManualContext {
 
 thread_local ManualContext* t_ctx = nullptr;
 
-// typeof(x) with the axes it varied over in its body ("f32[4,1]{V:y}"), for
-// messages written after the body.
-std::string typeof_varying(const Array& x, const std::vector<std::string>& vma) {
-  std::string s = typeof(x);
-  if (vma.empty()) return s;
-  s += "{V:";
-  for (size_t i = 0; i < vma.size(); ++i) s += (i ? "," : "") + vma[i];
-  return s + "}";
-}
-
 std::vector<std::string> vma_of(const ManualContext& c, const Array& x) {
   const auto& impl = x.impl();
   auto it = c.vma.find(impl.get());

@@ -14,9 +14,12 @@
 #include "primitives/primitive.hpp"
 #include "tessera/tessera.hpp"
 #include "test_util.hpp"
+#include "trace_util.hpp"
 #include "transforms/trace.hpp"
 
 namespace ts = tessera;
+using ts::testing::expect_same;
+using ts::testing::rule_of;
 using ts::testing::numel;
 using ts::testing::sub_block;
 using ts::testing::expect_error;
@@ -331,41 +334,6 @@ TEST(CreationErrors, BadRanges) {
 }
 
 // ------------------------------------------------------- primitives and jit
-
-// Records the rule text and the parameters of every primitive bound while it
-// is the innermost trace, then runs the primitive eagerly.
-class RuleRecorder : public ts::detail::Trace {
- public:
-  std::vector<std::string> rules, params;
-  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
-    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
-    params.push_back(std::string(prim->name()) + " " + prim->params());
-    return ts::detail::eval_eager(*prim, args);
-  }
-};
-
-// The rule and parameters of the one primitive `f` binds.
-template <class F>
-std::pair<std::string, std::string> rule_of(F&& f) {
-  RuleRecorder rec;
-  {
-    ts::detail::TraceScope scope(&rec);
-    f();
-  }
-  EXPECT_EQ(rec.rules.size(), 1u);
-  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
-}
-
-// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
-void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
-  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
-  a.copy_to_host(ha.data(), a.dtype());
-  b.copy_to_host(hb.data(), b.dtype());
-  EXPECT_TRUE(ha == hb) << what;
-}
 
 TEST(CreationRule, GoldenText) {
   const ts::NamedSharding s(mesh24(), ts::P("x", "y"));

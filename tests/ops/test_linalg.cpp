@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "trace_util.hpp"
 #include "transforms/trace.hpp"
 
 namespace ts = tessera;
+using ts::testing::rule_of;
 using ts::testing::numel;
 using ts::testing::expect_error;
 using ts::testing::iota_data;
@@ -279,30 +281,6 @@ TEST(Linalg, GoldenDotAndEinsum) {
 }
 
 // ------------------------------------------------------------ sharding rule
-
-// Records the rule text and the parameters of every primitive bound while it
-// is the innermost trace, then runs the primitive eagerly.
-class RuleRecorder : public ts::detail::Trace {
- public:
-  std::vector<std::string> rules, params;
-  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
-    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
-    params.push_back(std::string(prim->name()) + " " + prim->params());
-    return ts::detail::eval_eager(*prim, args);
-  }
-};
-
-// The rule and parameters of the one primitive `f` binds.
-template <class F>
-std::pair<std::string, std::string> rule_of(F&& f) {
-  RuleRecorder rec;
-  {
-    ts::detail::TraceScope scope(&rec);
-    f();
-  }
-  EXPECT_EQ(rec.rules.size(), 1u);
-  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
-}
 
 TEST(LinalgRule, GoldenText) {
   ts::NamedSharding rep(mesh8(), ts::P());

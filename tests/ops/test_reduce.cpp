@@ -15,9 +15,12 @@
 
 #include "backend/cpu/reduce.hpp"
 #include "test_util.hpp"
+#include "trace_util.hpp"
 #include "transforms/trace.hpp"
 
 namespace ts = tessera;
+using ts::testing::expect_same;
+using ts::testing::rule_of;
 using ts::testing::numel;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
@@ -370,63 +373,34 @@ TEST(ReduceDeterminism, BitwiseEqualAcrossRuns) {
 
 // ------------------------------------------------------------ sharding rule
 
-namespace {
-
-// Records the rule text and the parameters of every primitive bound while it
-// is the innermost trace, then runs the primitive eagerly.
-class RuleRecorder : public ts::detail::Trace {
- public:
-  std::vector<std::string> rules, params;
-  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
-    if (prim->name() != "zeros") {  // the operands made inside the recorded call
-      rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
-      params.push_back(std::string(prim->name()) + " " + prim->params());
-    }
-    return ts::detail::eval_eager(*prim, args);
-  }
-};
-
-// The rule and parameters of the first primitive `f` binds (after zeros).
-template <class F>
-std::pair<std::string, std::string> rule_of(F&& f) {
-  RuleRecorder rec;
-  {
-    ts::detail::TraceScope scope(&rec);
-    f();
-  }
-  EXPECT_FALSE(rec.rules.empty());
-  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
-}
-
-}  // namespace
-
 TEST(ReduceRule, GoldenText) {
   ts::NamedSharding rep(ts::make_mesh({8}, {"x"}), ts::P());
   auto z = [&](ts::Shape s, ts::DType t = ts::f32) { return ts::zeros(s, t, rep); };
+  const auto a = z({8, 16}), b = z({2, 3, 4}), c = z({5, 6}, ts::bool_), d = z({});
   // One factor per operand dim, in dim order; reduced dims are reduction
   // factors, absent from the result (or size-1 dims outside every factor
   // with keepdims).
-  auto r = rule_of([&] { ts::sum(z({8, 16}), 1); });
+  auto r = rule_of([&] { ts::sum(a, 1); });
   EXPECT_EQ(r.first, "([i,j])->([i]) {i=8,j=16} reduction={j}");
   EXPECT_EQ(r.second, "sum axes=[1]");
-  r = rule_of([&] { ts::max(z({8, 16}), 0, {.keepdims = true}); });
+  r = rule_of([&] { ts::max(a, 0, {.keepdims = true}); });
   EXPECT_EQ(r.first, "([i,j])->([1,j]) {i=8,j=16} reduction={i}");
   EXPECT_EQ(r.second, "max axes=[0] keepdims=true");
-  r = rule_of([&] { ts::prod(z({2, 3, 4}), {0, 2}, {.out_sharding = ts::P("x")}); });
+  r = rule_of([&] { ts::prod(b, {0, 2}, {.out_sharding = ts::P("x")}); });
   EXPECT_EQ(r.first, "([i,j,k])->([j]) {i=2,j=3,k=4} reduction={i,k}");
   EXPECT_EQ(r.second, "prod axes=[0, 2] out_sharding=PartitionSpec('x',)");
-  r = rule_of([&] { ts::all(z({5, 6}, ts::bool_)); });
+  r = rule_of([&] { ts::all(c); });
   EXPECT_EQ(r.first, "([i,j])->([]) {i=5,j=6} reduction={i,j}");
   EXPECT_EQ(r.second, "all axes=[0, 1]");
-  r = rule_of([&] { ts::min(z({}), {}); });
+  r = rule_of([&] { ts::min(d, {}); });
   EXPECT_EQ(r.first, "([])->([])");
   EXPECT_EQ(r.second, "min axes=[]");
   // mean binds a sum named "mean" (then a divide).
-  r = rule_of([&] { ts::mean(z({8, 16}), {-1}, {.keepdims = true}); });
+  r = rule_of([&] { ts::mean(a, {-1}, {.keepdims = true}); }, /*only=*/false);
   EXPECT_EQ(r.first, "([i,j])->([i,1]) {i=8,j=16} reduction={j}");
   EXPECT_EQ(r.second, "mean op=sum axes=[1] keepdims=true");
   // argmax lowers itself; its rule describes it.
-  r = rule_of([&] { ts::argmax(z({8, 16}), 0); });
+  r = rule_of([&] { ts::argmax(a, 0); });
   EXPECT_EQ(r.first, "([i,j])->([j]) {i=8,j=16} reduction={i}");
   EXPECT_EQ(r.second, "argmax axes=[0]");
 }
@@ -434,17 +408,6 @@ TEST(ReduceRule, GoldenText) {
 // ------------------------------------------------------------------- jit
 
 namespace {
-
-// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
-void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
-  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
-  a.copy_to_host(ha.data(), a.dtype());
-  b.copy_to_host(hb.data(), b.dtype());
-  EXPECT_TRUE(ha == hb) << what;
-}
 
 enum class Op { Sum, Prod, Max, Min, Any, All, Mean, Argmax, Argmin };
 constexpr const char* kOpNames[] = {"sum", "prod", "max", "min", "any", "all", "mean", "argmax", "argmin"};

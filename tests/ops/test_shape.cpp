@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "test_util.hpp"
+#include "trace_util.hpp"
 #include "tessera/tessera.hpp"
 #include "transforms/trace.hpp"
 
@@ -1067,55 +1068,6 @@ TEST(ShapeFuzz, LargerReshapes) {
 }
 
 // ------------------------------------------------------- primitives and jit
-
-namespace {
-
-// Records the rule text and the parameters of every primitive bound while it
-// is the innermost trace, then runs the primitive eagerly.
-class RuleRecorder : public ts::detail::Trace {
- public:
-  std::vector<std::string> rules, params;
-  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
-    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
-    params.push_back(std::string(prim->name()) + " " + prim->params());
-    return ts::detail::eval_eager(*prim, args);
-  }
-};
-
-// The rule and parameters of the one primitive `f` binds.
-template <class F>
-std::pair<std::string, std::string> rule_of(F&& f) {
-  RuleRecorder rec;
-  {
-    ts::detail::TraceScope scope(&rec);
-    f();
-  }
-  EXPECT_EQ(rec.rules.size(), 1u);
-  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
-}
-
-// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
-void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
-  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
-  a.copy_to_host(ha.data(), a.dtype());
-  b.copy_to_host(hb.data(), b.dtype());
-  EXPECT_TRUE(ha == hb) << what;
-  // Replicas and blocks too.
-  auto sa = a.addressable_shards(), sb = b.addressable_shards();
-  ASSERT_EQ(sa.size(), sb.size()) << what;
-  for (size_t i = 0; i < sa.size(); ++i) {
-    EXPECT_EQ(sa[i].index, sb[i].index) << what;
-    std::vector<unsigned char> ba(static_cast<size_t>(sa[i].data.nbytes())), bb(static_cast<size_t>(sb[i].data.nbytes()));
-    if (!ba.empty()) sa[i].data.copy_to_host(ba.data(), a.dtype());
-    if (!bb.empty()) sb[i].data.copy_to_host(bb.data(), b.dtype());
-    EXPECT_TRUE(ba == bb) << what << " block " << i;
-  }
-}
-
-}  // namespace
 
 TEST(ShapeRule, GoldenText) {
   auto mesh = ts::make_mesh({8}, {"x"});

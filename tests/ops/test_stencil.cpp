@@ -12,9 +12,13 @@
 
 #include "tessera/tessera.hpp"
 #include "test_util.hpp"
+#include "trace_util.hpp"
 #include "transforms/trace.hpp"
 
 namespace ts = tessera;
+using ts::testing::expect_jit_matches;
+using ts::testing::expect_same;
+using ts::testing::rule_of;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
 using ts::testing::iota_data;
@@ -834,34 +838,6 @@ TEST(Interp, Errors) {
 
 // ============================================================== primitives
 
-namespace {
-
-// Records the rule text and the parameters of every primitive bound while it
-// is the innermost trace, then runs the primitive eagerly.
-class RuleRecorder : public ts::detail::Trace {
- public:
-  std::vector<std::string> rules, params;
-  std::vector<ts::Array> process(const ts::detail::PrimitivePtr& prim, const std::vector<ts::Array>& args) override {
-    rules.push_back(prim->rule(ts::detail::abstract_of(args)).str());
-    params.push_back(std::string(prim->name()) + " " + prim->params());
-    return ts::detail::eval_eager(*prim, args);
-  }
-};
-
-// The rule and parameters of the one primitive `f` binds.
-template <class F>
-std::pair<std::string, std::string> rule_of(F&& f) {
-  RuleRecorder rec;
-  {
-    ts::detail::TraceScope scope(&rec);
-    f();
-  }
-  EXPECT_EQ(rec.rules.size(), 1u);
-  return rec.rules.empty() ? std::pair<std::string, std::string>{} : std::pair{rec.rules[0], rec.params[0]};
-}
-
-}  // namespace
-
 TEST(StencilRule, GoldenText) {
   ts::NamedSharding rep(ts::make_mesh({8}, {"x"}), ts::P());
   auto z = [&](ts::Shape s) { return ts::zeros(s, ts::f32, rep); };
@@ -905,29 +881,6 @@ TEST(StencilRule, GoldenText) {
 }
 
 // ===================================================================== jit
-
-namespace {
-
-// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
-void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
-  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
-  a.copy_to_host(ha.data(), a.dtype());
-  b.copy_to_host(hb.data(), b.dtype());
-  EXPECT_TRUE(ha == hb) << what;
-}
-
-// The jitted j equals the plain f on `args`, and its program applies `prim`.
-template <class J, class F, class... A>
-void expect_jit_matches(J& j, const F& f, const std::string& prim, const std::string& what, const A&... args) {
-  expect_same(j(args...), f(args...), what + " " + prim);
-  const std::string text = j.lower(args...).as_text();
-  EXPECT_NE(text.find("= " + prim), std::string::npos) << text;
-}
-
-}  // namespace
 
 // Every op under jit equals eager bitwise (values, dtype, sharding) on every
 // test mesh, x in a spread of layouts (uneven blocks, dims smaller than the

@@ -18,6 +18,7 @@
 #include "test_util.hpp"
 
 namespace ts = tessera;
+using ts::testing::expect_same;
 using ts::testing::expect_error;
 using ts::testing::for_each_layout;
 using ts::testing::iota_data;
@@ -25,17 +26,6 @@ using ts::testing::random_spec;
 using ts::testing::test_meshes;
 
 namespace {
-
-// Bitwise equality of two arrays' contents, shapes, dtypes and shardings.
-void expect_same(const ts::Array& a, const ts::Array& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  EXPECT_EQ(a.sharding(), b.sharding()) << what << ": " << ts::typeof(a) << " vs " << ts::typeof(b);
-  std::vector<unsigned char> ha(static_cast<size_t>(a.nbytes())), hb(static_cast<size_t>(b.nbytes()));
-  a.copy_to_host(ha.data(), a.dtype());
-  b.copy_to_host(hb.data(), b.dtype());
-  EXPECT_TRUE(ha == hb) << what;
-}
 
 ts::Array layer(ts::Array x) { return 2.0f * ts::sin(x) + 1.0f; }
 
