@@ -20,8 +20,7 @@ cpu::Operand operand_of(const LocalIn& a, const Shape& out) {
 cpu::Operand contiguous(const void* p) {
   cpu::Operand o;
   o.data = p;
-  o.strides = {1};
-  return o;
+  return o;  // binary_flat/select_flat read no strides
 }
 
 // Base of the elementwise family: the broadcast rule, fusable.
@@ -78,7 +77,7 @@ class Binary final : public Elementwise {
     cpu::binary(op_, t_, operand_of(in[0], out[0].shape), operand_of(in[1], out[0].shape), out[0].data, out[0].shape);
   }
   void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override {
-    cpu::binary(op_, t_, contiguous(in[0]), contiguous(in[1]), out, {n});
+    cpu::binary_flat(op_, t_, contiguous(in[0]), contiguous(in[1]), out, n);
   }
   std::string params() const override { return t_ == result_ ? "" : std::string("compute=") + dtype_name(t_); }
 
@@ -98,7 +97,7 @@ class BinaryScalar final : public Elementwise {
   }
   void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override {
     const cpu::Operand a = contiguous(in[0]);
-    cpu::binary(op_, t_, left_ ? s_ : a, left_ ? a : s_, out, {n});
+    cpu::binary_flat(op_, t_, left_ ? s_ : a, left_ ? a : s_, out, n);
   }
   std::string params() const override {
     return std::string(left_ ? "lhs=" : "rhs=") + text_ + (t_ == result_ ? "" : std::string(" compute=") + dtype_name(t_));
@@ -120,7 +119,7 @@ class Select final : public Elementwise {
     cpu::select(t_, operand_of(in[0], s), operand_of(in[1], s), operand_of(in[2], s), out[0].data, s);
   }
   void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override {
-    cpu::select(t_, contiguous(in[0]), contiguous(in[1]), contiguous(in[2]), out, {n});
+    cpu::select_flat(t_, contiguous(in[0]), contiguous(in[1]), contiguous(in[2]), out, n);
   }
 
  private:
@@ -138,7 +137,7 @@ class SelectScalar final : public Elementwise {
   }
   void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override {
     const cpu::Operand a = contiguous(in[1]);
-    cpu::select(t_, contiguous(in[0]), is_x_ ? s_ : a, is_x_ ? a : s_, out, {n});
+    cpu::select_flat(t_, contiguous(in[0]), is_x_ ? s_ : a, is_x_ ? a : s_, out, n);
   }
   std::string params() const override { return std::string(is_x_ ? "x=" : "y=") + text_; }
 

@@ -36,6 +36,7 @@
 #include <mutex>
 #include <optional>
 
+#include "backend/cpu/stream.hpp"
 #include "ops/common.hpp"
 #include "comm/group.hpp"
 #include "runtime/timeline.hpp"
@@ -48,9 +49,13 @@ namespace detail {
 
 namespace {
 
-// Elements per tile of a fused loop: 8 KiB of f32, so a chain of a dozen
-// intermediates stays in L1/L2.
-constexpr std::int64_t kTile = 2048;
+// Elements per tile of a fused loop: 2 KiB of f32. Small tiles keep the
+// loop's reads of its operands and writes of its results finely interleaved,
+// close to the access pattern of one hand-fused loop, and a chain of dozens
+// of intermediates stays in L1. Measured on 2^24 f32 over 2 devices:
+// 2*sin(x)+1 took 4.2-4.4 ms with 512-element tiles, 6.7 ms with 1024 and
+// 10 ms with 2048; 256 was no better than 512.
+constexpr std::int64_t kTile = 512;
 
 struct Eqn {
   PrimitivePtr prim;
@@ -533,6 +538,7 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     int scratch = -1;
     std::size_t isz = 0;
     std::vector<std::int64_t> strides;  // broadcast operand: element strides per result dim (0: repeated)
+    unsigned char* stream = nullptr;    // result: computed in scratch, then streamed here past the cache
   };
   const size_t m = st.eqns.size();
   // Scratch tiles: one per member's result, then one per broadcast operand
@@ -577,6 +583,14 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     o.isz = itemsize(c.slots[so].dtype);
     if (std::find(st.out.begin(), st.out.end(), so) != st.out.end()) {
       o.base = static_cast<unsigned char*>(bufs[so][pos].data());
+      // A large result is written once and read by a later step after the
+      // whole loop: storing it past the cache saves reading every line first.
+      if (static_cast<std::size_t>(n) * o.isz >= cpu::kStreamMinBytes) {
+        o.stream = o.base;
+        o.base = nullptr;
+        o.scratch = static_cast<int>(k);
+        tile(k, o.isz);
+      }
     } else {
       o.scratch = static_cast<int>(k);
       tile(k, o.isz);
@@ -601,9 +615,13 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
       void* o = outs[k].base ? static_cast<void*>(outs[k].base + t0 * static_cast<std::int64_t>(outs[k].isz))
                              : static_cast<void*>(scratch[k].data());
       c.prog.eqns[st.eqns[k]].prim->eval_tile(args, o, len);
+      if (outs[k].stream)
+        cpu::stream_copy(outs[k].stream + t0 * static_cast<std::int64_t>(outs[k].isz), o,
+                         static_cast<std::size_t>(len) * outs[k].isz);
       if (static_cast<int>(k) == sink_from) sink->feed(o, len);
     }
   }
+  cpu::stream_fence();  // before the task reports done and another thread reads the results
   if (sink) sink->finish();
 }
 

@@ -85,6 +85,23 @@ TEST(Jit, FusesElementwiseChainsIntoOneLoop) {
   expect_same(f(x), layer(x), "fused");
 }
 
+// Results of 4 MiB and more per device leave a fused loop through
+// non-temporal stores; block lengths that are not a multiple of 16 bytes
+// exercise the tail of each copy.
+TEST(Jit, LargeFusedResultsMatchEager) {
+  auto g = [](ts::Array x) { return std::make_tuple(2.0f * ts::sin(x) + 1.0f, ts::where(ts::greater(x, 0.5f), x, -x)); };
+  auto f = ts::jit(g);
+  for (int devices : {1, 3}) {
+    ts::Mesh m = line(devices);
+    const std::int64_t n = (std::int64_t(3) << 20) + 7;  // over 4 MiB of f32 per device on 1 and 3 devices
+    auto x = ts::random::uniform(ts::random::key(4), {n}, ts::f32, ts::NamedSharding(m, ts::P("x")), -3, 3);
+    auto [a1, b1] = f(x);
+    auto [a2, b2] = g(x);
+    expect_same(a1, a2, "sin chain on " + m.str());
+    expect_same(b1, b2, "where on " + m.str());
+  }
+}
+
 TEST(Jit, LongChainsAndIntermediatesUsedTwice) {
   // Values made inside a fused run and read again later (and returned) are
   // materialised; the rest stay in tiles.

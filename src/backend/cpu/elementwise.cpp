@@ -11,16 +11,28 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <type_traits>
 
-// Hot math loops are compiled for AVX2 and for the baseline; the loader picks
-// the one the CPU runs (no FMA contraction in ISO C++ mode, so both give the
-// same bits). Sanitizer builds skip it: an instrumented ifunc resolver runs
+// Hot loops are compiled several times and the loader picks the clone the
+// CPU runs. Every clone gives the same bits: this file is built with
+// -ffp-contract=off, and the polynomials write each fused multiply-add they
+// want as fma() (one instruction where the CPU has FMA, an exact libm call
+// on the baseline).
+//   TESSERA_MATH_CLONES: the polynomial kernels, for AVX-512, Haswell (AVX2
+//     and FMA) and the baseline. GCC inlines nothing into an arch= clone
+//     that is not always_inline, so these kernels call only the
+//     always_inline helpers below and compiler builtins.
+//   TESSERA_TARGET_CLONES: plain loops over an inlined lambda, for AVX-512,
+//     AVX2 and the baseline.
+// Sanitizer builds skip the clones: an instrumented ifunc resolver runs
 // before the sanitizer runtime is up and crashes.
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define TESSERA_TARGET_CLONES
+#define TESSERA_MATH_CLONES
 #else
-#define TESSERA_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
+#define TESSERA_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define TESSERA_MATH_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 #endif
 
 namespace tessera::cpu {
@@ -53,33 +65,37 @@ T round_half_even(T v) {
 // afterwards, a pass that costs a compare per element.
 constexpr float kTrigFastLimit = 8192.0f;
 
-inline float sincos_f32(float x, int phase) {
+// Always inlined: GCC does not inline plain functions into the arch=haswell
+// clones, and a call per element does not vectorise.
+[[gnu::always_inline]] inline float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+
+[[gnu::always_inline]] inline float sincos_f32(float x, int phase) {
   const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float j = (x * 0.636619772367581343f + magic) - magic;
+  const float j = fma(x, 0.636619772367581343f, magic) - magic;
   const int q = static_cast<int>(j) + phase;
-  const float r = ((x - j * 1.5703125f) - j * 4.837512969970703125e-4f) - j * 7.54978995489188216e-8f;
+  const float r = fma(-j, 7.54978995489188216e-8f, fma(-j, 4.837512969970703125e-4f, fma(-j, 1.5703125f, x)));
   const float r2 = r * r;
-  const float s = r + r * r2 * (-1.6666654611e-1f + r2 * (8.3321608736e-3f + r2 * -1.9515295891e-4f));
-  const float c =
-      1.0f - 0.5f * r2 + r2 * r2 * (4.166664568298827e-2f + r2 * (-1.388731625493765e-3f + r2 * 2.443315711809948e-5f));
+  const float s = fma(r * r2, fma(r2, fma(r2, -1.9515295891e-4f, 8.3321608736e-3f), -1.6666654611e-1f), r);
+  const float c = fma(r2 * r2, fma(r2, fma(r2, 2.443315711809948e-5f, -1.388731625493765e-3f), 4.166664568298827e-2f),
+                      fma(-0.5f, r2, 1.0f));
   // Quadrant by bit operations rather than branches, so the loop vectorises:
   // odd q takes the cosine polynomial, q & 2 flips the sign.
   const std::uint32_t odd = 0u - static_cast<std::uint32_t>(q & 1);
-  const std::uint32_t bits = (std::bit_cast<std::uint32_t>(c) & odd) | (std::bit_cast<std::uint32_t>(s) & ~odd);
-  return std::bit_cast<float>(bits ^ (static_cast<std::uint32_t>(q & 2) << 30));
+  const std::uint32_t bits = (__builtin_bit_cast(std::uint32_t, c) & odd) | (__builtin_bit_cast(std::uint32_t, s) & ~odd);
+  return __builtin_bit_cast(float, bits ^ (static_cast<std::uint32_t>(q & 2) << 30));
 }
 
-TESSERA_TARGET_CLONES void trig_f32(const float* __restrict x, float* __restrict y,
+TESSERA_MATH_CLONES void trig_f32(const float* __restrict x, float* __restrict y,
                                                                std::int64_t n, int phase) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = sincos_f32(x[i], phase);
 }
 
 // True when some |x[i]| is not <= limit (or is NaN): a vectorised scan, so
 // the scalar fix-up passes below cost nothing on ordinary inputs.
-TESSERA_TARGET_CLONES bool any_outside(const float* __restrict x, std::int64_t n, float limit) {
+TESSERA_MATH_CLONES bool any_outside(const float* __restrict x, std::int64_t n, float limit) {
   // An integer or-reduction (a bool one does not vectorise).
   std::uint32_t out = 0;
-  for (std::int64_t i = 0; i < n; ++i) out |= std::fabs(x[i]) <= limit ? 0u : 1u;
+  for (std::int64_t i = 0; i < n; ++i) out |= __builtin_fabsf(x[i]) <= limit ? 0u : 1u;
   return out != 0;
 }
 
@@ -97,22 +113,26 @@ void trig_f32(const float* x, float* y, std::int64_t n) {
 // (overflow, deep underflow, inf, NaN) are recomputed with std::exp.
 constexpr float kExpFastLimit = 87.0f;
 
-inline float exp_f32_one(float x) {
+[[gnu::always_inline]] inline float exp_f32_one(float x) {
   const float magic = 12582912.0f;
   // Clamped by selects (std::fmin is a call that blocks vectorising); NaN
   // passes through and is fixed up afterwards.
   float xc = x > kExpFastLimit ? kExpFastLimit : x;
   xc = xc < -kExpFastLimit ? -kExpFastLimit : xc;
-  const float n = (xc * 1.44269504088896341f + magic) - magic;
-  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  const float n = fma(xc, 1.44269504088896341f, magic) - magic;
+  const float r = fma(-n, -2.12194440e-4f, fma(-n, 0.693359375f, xc));
   const float r2 = r * r;
-  const float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
-                     1.6666665459e-1f) * r + 5.0000001201e-1f) * r2 + r) + 1.0f;
+  float p = fma(1.9875691500e-4f, r, 1.3981999507e-3f);
+  p = fma(p, r, 8.3334519073e-3f);
+  p = fma(p, r, 4.1665795894e-2f);
+  p = fma(p, r, 1.6666665459e-1f);
+  p = fma(p, r, 5.0000001201e-1f);
+  p = fma(p, r2, r) + 1.0f;
   const std::uint32_t scale = static_cast<std::uint32_t>(static_cast<int>(n) + 127) << 23;
-  return p * std::bit_cast<float>(scale);
+  return p * __builtin_bit_cast(float, scale);
 }
 
-TESSERA_TARGET_CLONES void exp_f32(const float* __restrict x, float* __restrict y,
+TESSERA_MATH_CLONES void exp_f32(const float* __restrict x, float* __restrict y,
                                                               std::int64_t n, float sign) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = exp_f32_one(sign * x[i]);
 }
@@ -128,19 +148,21 @@ void exp_f32_checked(const float* x, float* y, std::int64_t n, float sign) {
 // |x| < 0.625, else 1 - 2 / (e^(2|x|) + 1) with the sign of x, where |x| is
 // clamped to 9 (tanh rounds to +-1 in f32 beyond it). Error a few ulp
 // against the exact value; NaN is recomputed with std::tanh afterwards.
-inline float tanh_f32_one(float x) {
-  const float a = std::fabs(x);
+[[gnu::always_inline]] inline float tanh_f32_one(float x) {
+  const float a = __builtin_fabsf(x);
   const float z = x * x;
-  const float p =
-      ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
-       3.33332819422e-1f) * z * x + x;
+  float p = fma(-5.70498872745e-3f, z, 2.06390887954e-2f);
+  p = fma(p, z, -5.37397155531e-2f);
+  p = fma(p, z, 1.33314422036e-1f);
+  p = fma(p, z, -3.33332819422e-1f);
+  p = fma(p * z, x, x);
   const float ac = a < 9.0f ? a : 9.0f;
   const float big = 1.0f - 2.0f / (exp_f32_one(2.0f * ac) + 1.0f);
   // Both branches take x's sign (p alone loses it for x = -0).
-  return std::copysign(a < 0.625f ? p : big, x);
+  return __builtin_copysignf(a < 0.625f ? p : big, x);
 }
 
-TESSERA_TARGET_CLONES void tanh_f32(const float* __restrict x, float* __restrict y, std::int64_t n) {
+TESSERA_MATH_CLONES void tanh_f32(const float* __restrict x, float* __restrict y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = tanh_f32_one(x[i]);
 }
 
@@ -156,31 +178,37 @@ void tanh_f32_checked(const float* x, float* y, std::int64_t n) {
 // in m - 1, plus e ln 2 in two parts. Error a couple of ulp for normal
 // positive x; zero, negatives, subnormals, inf and NaN are recomputed with
 // std::log afterwards.
-inline float log_f32_one(float x) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+[[gnu::always_inline]] inline float log_f32_one(float x) {
+  const std::uint32_t bits = __builtin_bit_cast(std::uint32_t, x);
   float e = static_cast<float>(static_cast<int>((bits >> 23) & 0xffu) - 126);
-  float m = std::bit_cast<float>((bits & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
+  float m = __builtin_bit_cast(float, (bits & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
   const bool low = m < 0.707106781186547524f;
   e = low ? e - 1.0f : e;
   m = low ? m + m - 1.0f : m - 1.0f;
   const float z = m * m;
-  float y = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m - 1.2420140846e-1f) * m +
-                 1.4249322787e-1f) * m - 1.6668057665e-1f) * m + 2.0000714765e-1f) * m - 2.4999993993e-1f) * m +
-             3.3333331174e-1f) * m * z;
-  y += -2.12194440e-4f * e;
-  y += -0.5f * z;
-  return (m + y) + 0.693359375f * e;
+  float y = fma(7.0376836292e-2f, m, -1.1514610310e-1f);
+  y = fma(y, m, 1.1676998740e-1f);
+  y = fma(y, m, -1.2420140846e-1f);
+  y = fma(y, m, 1.4249322787e-1f);
+  y = fma(y, m, -1.6668057665e-1f);
+  y = fma(y, m, 2.0000714765e-1f);
+  y = fma(y, m, -2.4999993993e-1f);
+  y = fma(y, m, 3.3333331174e-1f);
+  y = y * m * z;
+  y = fma(-2.12194440e-4f, e, y);
+  y = fma(-0.5f, z, y);
+  return fma(0.693359375f, e, m + y);
 }
 
-TESSERA_TARGET_CLONES void log_f32(const float* __restrict x, float* __restrict y, std::int64_t n) {
+TESSERA_MATH_CLONES void log_f32(const float* __restrict x, float* __restrict y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = log_f32_one(x[i]);
 }
 
 // True when some x[i] is outside [FLT_MIN, FLT_MAX] (or NaN).
-TESSERA_TARGET_CLONES bool any_not_normal_positive(const float* __restrict x, std::int64_t n) {
+TESSERA_MATH_CLONES bool any_not_normal_positive(const float* __restrict x, std::int64_t n) {
   std::uint32_t out = 0;
   for (std::int64_t i = 0; i < n; ++i)
-    out |= x[i] >= std::numeric_limits<float>::min() && x[i] <= std::numeric_limits<float>::max() ? 0u : 1u;
+    out |= x[i] >= __FLT_MIN__ && x[i] <= __FLT_MAX__ ? 0u : 1u;
   return out != 0;
 }
 
@@ -373,15 +401,44 @@ struct Ops {
   }
 };
 
+// The contiguous cases, the hot loops of elementwise ops and of fused tiles:
+// cloned per instruction set like the math loops above.
 template <class T, class R, class F>
-void binary_loop(const Operand& a, const Operand& b, R* out, const std::vector<std::int64_t>& shape, F f) {
-  std::int64_t n = 1;
-  for (auto s : shape) n *= s;
+TESSERA_TARGET_CLONES void loop_vv(const T* a, const T* b, R* out, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+}
+template <class T, class R, class F>
+TESSERA_TARGET_CLONES void loop_vs(const T* a, T b, R* out, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f(a[i], b);
+}
+template <class T, class R, class F>
+TESSERA_TARGET_CLONES void loop_sv(T a, const T* b, R* out, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f(a, b[i]);
+}
+
+template <class T>
+T scalar_of(const Operand& o) {
+  if (!o.is_scalar) return T{};
+  return kFloat<T> ? static_cast<T>(o.f) : static_cast<T>(o.i);
+}
+
+// Operands that are contiguous runs of n elements or scalars (not both
+// scalars): no shape walk.
+template <class T, class R, class F>
+void flat_loop(const Operand& a, const Operand& b, R* out, std::int64_t n, F f) {
   if (n == 0) return;
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
-  const T sa = a.is_scalar ? (kFloat<T> ? static_cast<T>(a.f) : static_cast<T>(a.i)) : T{};
-  const T sb = b.is_scalar ? (kFloat<T> ? static_cast<T>(b.f) : static_cast<T>(b.i)) : T{};
+  if (a.is_scalar) return loop_sv<T>(scalar_of<T>(a), pb, out, n, f);
+  if (b.is_scalar) return loop_vs<T>(pa, scalar_of<T>(b), out, n, f);
+  loop_vv<T>(pa, pb, out, n, f);
+}
+
+template <class T, class R, class F>
+void binary_loop(const Operand& a, const Operand& b, R* out, std::span<const std::int64_t> shape, F f) {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  if (n == 0) return;
   auto contiguous = [&](const Operand& o) {
     if (o.is_scalar) return false;
     std::int64_t acc = 1;
@@ -392,60 +449,56 @@ void binary_loop(const Operand& a, const Operand& b, R* out, const std::vector<s
     return true;
   };
   const bool ca = contiguous(a), cb = contiguous(b);
-  if (ca && cb) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = f(pa[i], pb[i]);
-    return;
-  }
-  if (ca && b.is_scalar) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = f(pa[i], sb);
-    return;
-  }
-  if (a.is_scalar && cb) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = f(sa, pb[i]);
-    return;
-  }
+  if ((ca || a.is_scalar) && (cb || b.is_scalar) && !(a.is_scalar && b.is_scalar))
+    return flat_loop<T>(a, b, out, n, f);
   // General broadcast: NdIndex over the outer dims, strided inner loop.
+  const T* pa = static_cast<const T*>(a.data);
+  const T* pb = static_cast<const T*>(b.data);
+  const T sa = scalar_of<T>(a), sb = scalar_of<T>(b);
   const int r = static_cast<int>(shape.size());
   const std::int64_t inner = shape[r - 1];
   const std::vector<std::int64_t> none(r, 0);  // a scalar operand carries no strides
   const auto& ast = a.is_scalar ? none : a.strides;
   const auto& bst = b.is_scalar ? none : b.strides;
   const std::int64_t as = ast[r - 1], bs = bst[r - 1];
+  const std::vector<std::int64_t> dims(shape.begin(), shape.end());
   std::int64_t o = 0;
-  for (detail::NdIndex it(detail::first_dims(shape, r - 1), ast, bst); !it.done(); it.next(), o += inner) {
+  for (detail::NdIndex it(detail::first_dims(dims, r - 1), ast, bst); !it.done(); it.next(), o += inner) {
     const std::int64_t ao = it.offset(0), bo = it.offset(1);
     for (std::int64_t j = 0; j < inner; ++j)
       out[o + j] = f(a.is_scalar ? sa : pa[ao + j * as], b.is_scalar ? sb : pb[bo + j * bs]);
   }
 }
 
-template <class T>
-void binary_typed(BinaryOp op, const Operand& a, const Operand& b, void* out, const std::vector<std::int64_t>& shape) {
+// `run(out, f)` runs f over the operands: binary_loop for shaped operands,
+// flat_loop for tiles.
+template <class T, class Run>
+void binary_typed(BinaryOp op, void* out, Run run) {
   using O = Ops<T>;
   T* y = static_cast<T*>(out);
   bool* yb = static_cast<bool*>(out);
   switch (op) {
-    case BinaryOp::Add: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::add(u, v); });
-    case BinaryOp::Sub: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::sub(u, v); });
-    case BinaryOp::Mul: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::mul(u, v); });
-    case BinaryOp::Div: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::div(u, v); });
-    case BinaryOp::FloorDiv: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::floordiv(u, v); });
-    case BinaryOp::Mod: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::mod(u, v); });
-    case BinaryOp::Pow: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::pow(u, v); });
-    case BinaryOp::Max: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::max(u, v); });
-    case BinaryOp::Min: return binary_loop<T>(a, b, y, shape, [](T u, T v) { return O::min(u, v); });
-    case BinaryOp::Eq: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u == v; });
-    case BinaryOp::Ne: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u != v; });
-    case BinaryOp::Lt: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u < v; });
-    case BinaryOp::Le: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u <= v; });
-    case BinaryOp::Gt: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u > v; });
-    case BinaryOp::Ge: return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u >= v; });
+    case BinaryOp::Add: return run(y, [](T u, T v) { return O::add(u, v); });
+    case BinaryOp::Sub: return run(y, [](T u, T v) { return O::sub(u, v); });
+    case BinaryOp::Mul: return run(y, [](T u, T v) { return O::mul(u, v); });
+    case BinaryOp::Div: return run(y, [](T u, T v) { return O::div(u, v); });
+    case BinaryOp::FloorDiv: return run(y, [](T u, T v) { return O::floordiv(u, v); });
+    case BinaryOp::Mod: return run(y, [](T u, T v) { return O::mod(u, v); });
+    case BinaryOp::Pow: return run(y, [](T u, T v) { return O::pow(u, v); });
+    case BinaryOp::Max: return run(y, [](T u, T v) { return O::max(u, v); });
+    case BinaryOp::Min: return run(y, [](T u, T v) { return O::min(u, v); });
+    case BinaryOp::Eq: return run(yb, [](T u, T v) { return u == v; });
+    case BinaryOp::Ne: return run(yb, [](T u, T v) { return u != v; });
+    case BinaryOp::Lt: return run(yb, [](T u, T v) { return u < v; });
+    case BinaryOp::Le: return run(yb, [](T u, T v) { return u <= v; });
+    case BinaryOp::Gt: return run(yb, [](T u, T v) { return u > v; });
+    case BinaryOp::Ge: return run(yb, [](T u, T v) { return u >= v; });
     case BinaryOp::And:
-      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u != T(0) && v != T(0); });
+      return run(yb, [](T u, T v) { return u != T(0) && v != T(0); });
     case BinaryOp::Or:
-      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return u != T(0) || v != T(0); });
+      return run(yb, [](T u, T v) { return u != T(0) || v != T(0); });
     case BinaryOp::Xor:
-      return binary_loop<T>(a, b, yb, shape, [](T u, T v) { return (u != T(0)) != (v != T(0)); });
+      return run(yb, [](T u, T v) { return (u != T(0)) != (v != T(0)); });
   }
 }
 
@@ -476,7 +529,46 @@ void binary(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out,
     if (!b1.is_scalar) b1.strides = {0};
     return binary(op, t, a1, b1, out, one);
   }
-  detail::dispatch(t, [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out, shape); });
+  detail::dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    binary_typed<T>(op, out, [&](auto* y, auto f) { binary_loop<T>(a, b, y, shape, f); });
+  });
+}
+
+void binary_flat(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out, std::int64_t n) {
+  detail::dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    binary_typed<T>(op, out, [&](auto* y, auto f) { flat_loop<T>(a, b, y, n, f); });
+  });
+}
+
+template <class T>
+TESSERA_TARGET_CLONES void select_loop(const bool* c, const T* x, T xs, const T* y, T ys, T* o, std::int64_t n) {
+  if (x && y) {
+    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : y[i];
+  } else if (x) {
+    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : ys;
+  } else if (y) {
+    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] ? xs : y[i];
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] ? xs : ys;
+  }
+}
+
+void select_flat(DType t, const Operand& cond, const Operand& x, const Operand& y, void* out, std::int64_t n) {
+  if (n == 0) return;
+  detail::dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out);
+    if (cond.is_scalar) {
+      const Operand& pick = cond.i != 0 ? x : y;
+      if (pick.is_scalar) std::fill_n(o, n, scalar_of<T>(pick));
+      else std::memcpy(o, pick.data, static_cast<std::size_t>(n) * sizeof(T));
+      return;
+    }
+    select_loop<T>(static_cast<const bool*>(cond.data), x.is_scalar ? nullptr : static_cast<const T*>(x.data),
+                   scalar_of<T>(x), y.is_scalar ? nullptr : static_cast<const T*>(y.data), scalar_of<T>(y), o, n);
+  });
 }
 
 void select(DType t, const Operand& cond, const Operand& x, const Operand& y, void* out,

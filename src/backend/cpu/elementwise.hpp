@@ -35,9 +35,16 @@ struct Operand {
 /// out = op(a, b) over `shape` (row-major, contiguous out), operands in dtype t.
 void binary(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out, const std::vector<std::int64_t>& shape);
 
+/// binary() on n elements whose operands are contiguous runs (strides are
+/// ignored) or scalars, not both scalars: the fused-tile form, no shape walk.
+void binary_flat(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out, std::int64_t n);
+
 /// out = cond ? x : y over `shape`; cond is bool, x/y/out dtype t.
 void select(DType t, const Operand& cond, const Operand& x, const Operand& y, void* out,
             const std::vector<std::int64_t>& shape);
+
+/// select() on n elements of contiguous runs or scalars (fused tiles).
+void select_flat(DType t, const Operand& cond, const Operand& x, const Operand& y, void* out, std::int64_t n);
 
 /// Row-major strides (elements) of `local` broadcast to `out` (right-aligned;
 /// 0 for broadcast dims).
