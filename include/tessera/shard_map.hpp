@@ -27,6 +27,8 @@
 // another) are reported, never combined.
 #pragma once
 
+#include <source_location>
+
 #include <functional>
 #include <string>
 #include <tuple>
@@ -59,9 +61,11 @@ class AxisNames {
 namespace detail {
 using ShardMapBody = std::function<std::vector<Array>(const std::vector<Array>&)>;
 /// Runs `body` once per device of `mesh` and assembles the outputs.
+/// `loc` is where the shard_map was made: errors found while jit traces
+/// the call name it.
 std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
                                   const std::vector<PartitionSpec>& out_specs, const ShardMapOptions& opt,
-                                  const std::vector<Array>& args);
+                                  const std::vector<Array>& args, std::source_location loc = {});
 
 template <class R>
 std::vector<Array> to_outputs(R&& r) {
@@ -91,7 +95,7 @@ std::vector<Array> call_body(F& f, const std::vector<Array>& in, std::index_sequ
 /// std::tuple of Arrays (one out spec each).
 template <class F>
 auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<PartitionSpec> out_specs,
-               ShardMapOptions opt = {}) {
+               ShardMapOptions opt = {}, std::source_location loc = std::source_location::current()) {
   return [=](const auto&... args) {
     std::vector<Array> in{Array(args)...};
     constexpr std::size_t n = sizeof...(args);
@@ -99,7 +103,7 @@ auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<
       if (local.size() != n) throw ShardingError("[shard_map] internal: argument count changed");
       return detail::call_body(f, local, std::make_index_sequence<n>{});
     };
-    std::vector<Array> out = detail::shard_map_call(body, mesh, in_specs, out_specs, opt, in);
+    std::vector<Array> out = detail::shard_map_call(body, mesh, in_specs, out_specs, opt, in, loc);
     using R = decltype(f((void(args), std::declval<Array>())...));
     if constexpr (std::is_same_v<std::decay_t<R>, Array>)
       return out.at(0);
@@ -112,9 +116,10 @@ auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<
 
 /// Single-output form: out_specs is one PartitionSpec.
 template <class F>
-auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, PartitionSpec out_spec, ShardMapOptions opt = {}) {
+auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, PartitionSpec out_spec, ShardMapOptions opt = {},
+               std::source_location loc = std::source_location::current()) {
   return shard_map(std::move(f), std::move(mesh), std::move(in_specs), std::vector<PartitionSpec>{std::move(out_spec)},
-                   opt);
+                   opt, loc);
 }
 
 // ------------------------------------------------ collectives (inside bodies)

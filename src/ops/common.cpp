@@ -47,6 +47,12 @@ std::optional<std::source_location> take_error_site() {
 
 void clear_error_site() { t_has_site = false; }
 
+void note_error_site(const std::source_location& loc) {
+  if (t_has_site || loc.line() == 0) return;
+  t_site = loc;
+  t_has_site = true;
+}
+
 void check_valid(const Array& a, const char* op, const char* name) {
   check_operand(a, op, name);
   if (a.impl()->trace)

@@ -44,6 +44,9 @@ class CallSite {
 std::optional<std::source_location> take_error_site();
 /// Forgets any remembered site.
 void clear_error_site();
+/// Remembers `loc` as the site of the error being raised, unless an op
+/// already did (or loc has line 0).
+void note_error_site(const std::source_location& loc);
 
 /// Axis in [-rank, rank) -> [0, rank); ShapeError otherwise.
 int normalize_axis(int axis, int rank, const char* op);

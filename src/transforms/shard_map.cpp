@@ -211,11 +211,125 @@ void manual_results(const std::vector<Array>& in, const std::vector<Array>& out)
 
 // --------------------------------------------------------------- the call
 
+namespace {
+
+std::string specs_text(const std::vector<PartitionSpec>& specs) {
+  std::string s = "(";
+  for (size_t i = 0; i < specs.size(); ++i) s += (i ? ", " : "") + specs[i].str();
+  return s + ")";
+}
+
+// shard_map applied to traced values (under jit): a primitive that lowers
+// itself, so the compiled program runs the whole call as one global step.
+//
+// Its result types come from running the call once, at trace time, on zero
+// inputs laid out as the real ones. No single abstract trace of the body
+// gives them: with uneven blocks each member sees its own shapes, and
+// collectives couple them (a tiled all_gather's length is the sum of the
+// members' lengths), so the members must run together, as they do here.
+// Shapes never depend on values in Tessera's ops, so the probe's types are
+// the call's; a body that makes them depend on values (reading a value to
+// choose a shape) is caught when the call returns other types. The body
+// runs in the probe as it would in a call, so its errors (check_vma ones
+// included) surface while tracing, with the user's call site.
+class ShardMapPrim final : public Primitive {
+ public:
+  ShardMapPrim(ShardMapBody body, Mesh mesh, std::vector<PartitionSpec> in_specs,
+               std::vector<PartitionSpec> out_specs, ShardMapOptions opt, std::source_location loc)
+      : body_(std::move(body)), mesh_(std::move(mesh)), in_specs_(std::move(in_specs)),
+        out_specs_(std::move(out_specs)), opt_(opt), loc_(loc) {}
+  std::string_view name() const override { return "shard_map"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!probed_) {
+      std::vector<Array> zeros_in;
+      TraceScope eager(nullptr);  // the probe runs for real, outside the jit trace
+      for (size_t i = 0; i < in.size(); ++i) {
+        const NamedSharding s = i < in_specs_.size() ? resolve_spec(mesh_, in_specs_[i], static_cast<int>(in[i].shape.size()), "shard_map")
+                                                     : in[i].sharding;
+        zeros_in.push_back(zeros(in[i].shape, in[i].dtype, s, std::source_location{}));
+      }
+      try {
+        for (const Array& r : shard_map_call(body_, mesh_, in_specs_, out_specs_, opt_, zeros_in))
+          types_.push_back(TypeInfo{r.shape(), r.dtype()});
+      } catch (const Error&) {
+        // An op in the body that raised named its own line; the call's own
+        // checks (out_specs, check_vma) name where the shard_map was made.
+        note_error_site(loc_);
+        throw;
+      }
+      probed_ = true;
+    }
+    return types_;
+  }
+  ShardingRule rule(std::span<const AbstractArray> in) const override {
+    // For the text forms only: every dim its own factor, kept as it lies.
+    ShardingRule r;
+    auto dims = [&](const Shape& shape) {
+      std::vector<int> f;
+      for (auto n : shape) {
+        f.push_back(static_cast<int>(r.factors.size()));
+        r.factors.push_back(Factor{n, FactorKind::PassThrough});
+      }
+      return f;
+    };
+    for (const auto& a : in) r.operands.push_back(dims(a.shape));
+    for (const auto& t : infer(in)) r.results.push_back(dims(t.shape));
+    return r;
+  }
+  std::string params() const override {
+    return "mesh=" + mesh_.str() + " in_specs=" + specs_text(in_specs_) + " out_specs=" + specs_text(out_specs_);
+  }
+  bool lowers_itself() const override { return true; }
+  void eval_cpu(const LocalArgs&, LocalOuts&) const override {
+    throw Error("[shard_map] internal: a primitive that lowers itself has no per-device kernel");
+  }
+  std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray>,
+                                                    const std::vector<TypeInfo>& out) const override {
+    std::vector<NamedSharding> l;
+    for (size_t k = 0; k < out.size(); ++k)
+      l.push_back(resolve_spec(mesh_, out_specs_[k], static_cast<int>(out[k].shape.size()), "shard_map"));
+    return l;
+  }
+  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+                                 const std::vector<NamedSharding>&) const override {
+    auto res = shard_map_call(body_, mesh_, in_specs_, out_specs_, opt_, in);
+    for (size_t k = 0; k < res.size() && k < out.size(); ++k)
+      if (res[k].shape() != out[k].shape || res[k].dtype() != out[k].dtype)
+        throw ShapeError(msg("shard_map", "under jit, output " + std::to_string(k) + " is " + typeof(res[k]) +
+                                              " but was " + dtype_name(out[k].dtype) + shape_str(out[k].shape) +
+                                              " when traced; output shapes must not depend on values"));
+    return res;
+  }
+
+ private:
+  ShardMapBody body_;
+  Mesh mesh_;
+  std::vector<PartitionSpec> in_specs_, out_specs_;
+  ShardMapOptions opt_;
+  std::source_location loc_;
+  mutable std::mutex mu_;
+  mutable bool probed_ = false;
+  mutable std::vector<TypeInfo> types_;
+};
+
+}  // namespace
+
 std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
                                   const std::vector<PartitionSpec>& out_specs, const ShardMapOptions& opt,
-                                  const std::vector<Array>& args) {
+                                  const std::vector<Array>& args, std::source_location loc) {
   const char* op = "shard_map";
   if (t_ctx) throw ShardingError("[shard_map] cannot be called inside a shard_map body");
+  // Traced arguments (under jit): the call becomes one primitive of the
+  // traced program.
+  for (const Array& a : args)
+    if (a.valid() && a.impl()->trace) {
+      if (args.size() != in_specs.size())
+        throw ShardingError(msg(op, "expected " + std::to_string(in_specs.size()) +
+                                        " arguments (one per in_spec), got " + std::to_string(args.size())));
+      for (const auto& s : out_specs) check_spec(mesh, s, op);
+      return detail::bind(std::make_shared<ShardMapPrim>(body, mesh, in_specs, out_specs, opt, loc), args);
+    }
   TimelineScope scope(op, "task");  // names the per-device tasks of the call
   if (args.size() != in_specs.size())
     throw ShardingError(msg(op, "expected " + std::to_string(in_specs.size()) + " arguments (one per in_spec), got " +

@@ -211,6 +211,52 @@ TEST(Jit, NestedJitAndJitInsideShardMap) {
   EXPECT_EQ(local_type, "f32[3]{V:x}");
 }
 
+// shard_map inside jit: the call is one global step of the program, with
+// the types its members give (uneven blocks, a tiled all_gather whose length
+// sums the members'), a jitted call inside the body, errors at trace time.
+TEST(Jit, ShardMapInsideJit) {
+  for (const ts::Mesh& m : test_meshes()) {
+    const std::string ax = m.axis_names()[0];
+    auto sm = ts::shard_map(
+        [&](ts::Array xl, ts::Array wl) {
+          ts::Array part = ts::psum(ts::sum(ts::sin(xl) * wl), ax);
+          ts::Array whole = ts::all_gather(xl * 2.0f, ax, 0, true);
+          return std::make_tuple(part, whole, xl + 1.0f);
+        },
+        m, {ts::P(ax), ts::P()}, {ts::P(), ts::P(), ts::P(ax)});
+    auto g = [&](ts::Array x, ts::Array w) {
+      auto [p, whole, y] = sm(ts::exp(x * 0.1f), w);
+      return std::make_tuple(p + 1.0f, whole, y * w);
+    };
+    auto f = ts::jit(g);
+    for (std::int64_t n : {std::int64_t(3), std::int64_t(13)}) {  // fewer elements than devices, and uneven
+      auto x = ts::device_put(iota_data<float>(n), {n}, ts::NamedSharding(m, ts::P(ax)));
+      auto w = ts::device_put(iota_data<float>(1, 2), {1}, ts::NamedSharding(m, ts::P()));
+      auto [a1, b1, c1] = f(x, w);
+      auto [a2, b2, c2] = g(x, w);
+      expect_same(a1, a2, "psum on " + m.str());
+      expect_same(b1, b2, "all_gather on " + m.str());
+      expect_same(c1, c2, "local result on " + m.str());
+      const std::string ir = f.lower(x, w).as_text();
+      EXPECT_NE(ir.find("global "), std::string::npos) << ir;
+      EXPECT_NE(ir.find("= shard_map[mesh="), std::string::npos) << ir;
+    }
+  }
+  // jit inside the body of a shard_map inside jit.
+  ts::Mesh m = line(4);
+  auto inner = ts::jit([](ts::Array v) { return ts::tanh(v) * 3.0f; });
+  auto body = ts::shard_map([&](ts::Array xl) { return ts::psum(inner(xl), "x"); }, m, {ts::P("x")}, ts::P());
+  auto outer = ts::jit([&](ts::Array x) { return body(x + 1.0f) - 1.0f; });
+  auto x = ts::device_put(iota_data<float>(8), {8}, ts::NamedSharding(m, ts::P("x")));
+  expect_same(outer(x), body(x + 1.0f) - 1.0f, "jit in shard_map in jit");
+  EXPECT_EQ(outer.cache_size(), 1);
+  // check_vma errors surface while tracing, at the user's call site.
+  auto wrong = ts::shard_map([](ts::Array xl) { return xl * 2.0f; }, m, {ts::P("x")}, ts::P());
+  auto bad = ts::jit([&](ts::Array v) { return wrong(v); });
+  expect_error<ts::ShardingError>([&] { bad(x); }, "[shard_map]", {"varies over 'x'", "test_jit.cpp", "traced by jit"});
+  EXPECT_EQ(bad.cache_size(), 0);
+}
+
 TEST(Jit, Errors) {
   ts::Mesh m = line(2);
   auto x = ts::device_put(iota_data<float>(6), {6}, ts::NamedSharding(m, ts::P("x")));
