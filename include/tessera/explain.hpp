@@ -86,6 +86,21 @@ namespace detail {
 /// Called by ops: adds `r` to every active scope of this thread.
 void record_comm(const CommRecord& r);
 
+/// While alive, record_comm on this thread appends to `to` instead of the
+/// scopes (nullptr: drops the records). For a device's share of an SPMD
+/// program, whose records the caller's thread reports.
+class RecordRedirect {
+ public:
+  explicit RecordRedirect(std::vector<CommRecord>* to);
+  ~RecordRedirect();
+  RecordRedirect(const RecordRedirect&) = delete;
+  RecordRedirect& operator=(const RecordRedirect&) = delete;
+
+ private:
+  std::vector<CommRecord>* prev_to_;
+  bool prev_active_;
+};
+
 /// Records CommRecords of ops run on this thread while alive (nestable).
 class ExplainScope {
  public:

@@ -57,7 +57,26 @@ ExplainScope::ExplainScope() : parent_(t_scope) { t_scope = this; }
 ExplainScope::~ExplainScope() { t_scope = parent_; }
 Explanation ExplainScope::take() { return std::move(result_); }
 
+namespace {
+thread_local std::vector<CommRecord>* t_redirect_to = nullptr;
+thread_local bool t_redirect = false;
+}  // namespace
+
+RecordRedirect::RecordRedirect(std::vector<CommRecord>* to) : prev_to_(t_redirect_to), prev_active_(t_redirect) {
+  t_redirect_to = to;
+  t_redirect = true;
+}
+
+RecordRedirect::~RecordRedirect() {
+  t_redirect_to = prev_to_;
+  t_redirect = prev_active_;
+}
+
 void record_comm(const CommRecord& r) {
+  if (t_redirect) {
+    if (t_redirect_to) t_redirect_to->push_back(r);
+    return;
+  }
   for (ExplainScope* s = t_scope; s != nullptr; s = s->parent_) s->result_.records.push_back(r);
 }
 

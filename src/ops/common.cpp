@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "comm/communicator.hpp"
+#include "comm/member.hpp"
 #include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
 
@@ -245,6 +246,14 @@ std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<S
   record_comm(plan_record(plan, op));
   std::vector<Buffer> out(n);
   const auto& src = a.impl()->buffers;
+  if (MemberContext* m = current_member()) {
+    // One member's share (comm/member.hpp); views as below, by the group.
+    if (!(a.sharding().mesh() == m->mesh()))
+      throw Error(msg(op, "internal: a device's share of a program moves " + describe(a) + ", which is not on " +
+                              m->mesh().str()));
+    out[m->pos()] = m->whole(op).exchange(plan, m->pos(), src[m->pos()]);
+    return out;
+  }
   // A position whose whole box is one contiguous part of its own block (rows
   // of a replicated matrix) takes a view of it instead of a copy.
   std::vector<char> viewed(n, 0);
@@ -318,6 +327,15 @@ std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>
                                 const std::vector<std::vector<Slice>>& out_boxes, const char* op) {
   record_comm(reduce_record(mesh, axes, dtype, partial_boxes, out_boxes, op));
   std::vector<Buffer> out(mesh.size());
+  if (MemberContext* m = current_member()) {
+    if (!(mesh == m->mesh()))
+      throw Error(msg(op, "internal: a device's share of a program reduces over " + mesh.str() + ", not " +
+                              m->mesh().str()));
+    const int pos = m->pos();
+    out[pos] = reduce_member(m->over(in_mesh_order(mesh, axes), op), partial[pos], partial_boxes[pos], out_boxes[pos],
+                             dtype, reduction, mesh.devices()[pos].id());
+    return out;
+  }
   communicator_for(mesh).reduce(mesh, axes, reduction, dtype, partial, partial_boxes, out_boxes, out);
   return out;
 }

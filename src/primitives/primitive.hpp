@@ -159,6 +159,11 @@ class Primitive {
   /// operands in, results laid out exactly as layouts() said. Their rule()
   /// describes them for the text forms only.
   virtual bool lowers_itself() const { return false; }
+  /// For a primitive that lowers itself: its eval_global may run as each
+  /// device's share inside a compiled program's one task per device (member
+  /// mode, comm/member.hpp). False for one that starts SPMD programs of its
+  /// own (shard_map), which then runs between the program's tasks.
+  virtual bool runs_per_member() const { return true; }
   virtual std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                          const std::vector<NamedSharding>& layouts) const;
 };

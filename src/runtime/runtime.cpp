@@ -308,7 +308,22 @@ int current_device() { return t_current_device; }
 
 void fail_worker_start_at(int device_id) { g_fail_worker_start_at = device_id; }
 
+namespace {
+thread_local int t_member_device = -1;
+}  // namespace
+
+int set_member_device(int device_id) {
+  const int prev = t_member_device;
+  t_member_device = device_id;
+  return prev;
+}
+
 void run_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn) {
+  if (t_member_device >= 0) {
+    for (int i = 0; i < static_cast<int>(devices.size()); ++i)
+      if (devices[i].id() == t_member_device) fn(i);
+    return;
+  }
   Runtime& rt = Runtime::get();
   const int n = static_cast<int>(devices.size());
   // Shared with the tasks: the last task to finish may still be notifying

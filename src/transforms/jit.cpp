@@ -39,6 +39,7 @@
 #include "backend/cpu/stream.hpp"
 #include "ops/common.hpp"
 #include "comm/group.hpp"
+#include "comm/member.hpp"
 #include "runtime/timeline.hpp"
 #include "transforms/shard_map.hpp"
 #include "transforms/spmd.hpp"
@@ -641,28 +642,8 @@ void run_global(const Compiled& c, const Step& st, Buffers& bufs) {
   for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]] = res[r].impl()->buffers;
 }
 
-// One member's groups for a call: one per set of mesh axes, made when first
-// needed (every member reaches the same steps, so the same groups).
-class Groups {
- public:
-  Groups(const Compiled& c, Session* session, int pos) : c_(c), session_(session), pos_(pos) {}
-  Group& over(const std::vector<std::string>& axes, const std::string& op) {
-    for (auto& [a, g] : groups_)
-      if (a == axes) return *g;
-    if (!session_) throw Error(msg(c_.name.c_str(), "internal: a collective step outside a session"));
-    groups_.emplace_back(axes, communicator_for(c_.mesh).group(*session_, c_.mesh, axes, pos_, op));
-    return *groups_.back().second;
-  }
-
- private:
-  const Compiled& c_;
-  Session* session_;
-  int pos_;
-  std::vector<std::pair<std::vector<std::string>, std::unique_ptr<Group>>> groups_;
-};
-
 // Member `pos`'s share of a reshard or reduce step.
-void run_comm(const Compiled& c, const Step& st, int pos, Buffers& bufs, Groups& groups) {
+void run_comm(const Compiled& c, const Step& st, int pos, Buffers& bufs, MemberContext& m) {
   const Slot& from = c.slots[st.in[0]];
   const Slot& to = c.slots[st.out[0]];
   if (st.kind == Step::Reshard) {
@@ -671,24 +652,49 @@ void run_comm(const Compiled& c, const Step& st, int pos, Buffers& bufs, Groups&
       return;
     }
     TimelineScope scope("reshard", "reshard", st.plan->bytes_received[pos]);
-    bufs[st.out[0]][pos] = groups.over(c.mesh.axis_names(), st.what).exchange(*st.plan, pos, bufs[st.in[0]][pos]);
+    bufs[st.out[0]][pos] = m.whole(st.what).exchange(*st.plan, pos, bufs[st.in[0]][pos]);
     return;
   }
   // Reduce: every member of the group over the reduction axes holds a
   // partial of the same box; all-reduce it, then keep this member's box of
   // the result (smaller for a reduce-scatter).
-  Local r = groups.over(st.axes, st.what).all_reduce(Local{bufs[st.in[0]][pos], from.local[pos], from.dtype}, st.op);
-  if (to.boxes[pos] == from.boxes[pos]) {
-    bufs[st.out[0]][pos] = std::move(r.data);
-    return;
-  }
-  const std::size_t isz = itemsize(to.dtype);
-  Buffer out(c.mesh.devices()[pos].id(), static_cast<std::size_t>(num_elements(to.local[pos])) * isz);
-  if (out.nbytes() > 0) copy_box(r.data.data(), from.boxes[pos], out.data(), to.boxes[pos], to.boxes[pos], isz);
-  bufs[st.out[0]][pos] = std::move(out);
+  bufs[st.out[0]][pos] = reduce_member(m.over(st.axes, st.what), bufs[st.in[0]][pos], from.boxes[pos], to.boxes[pos],
+                                       to.dtype, st.op, c.mesh.devices()[pos].id());
 }
 
-bool moves_data(const Step& st) { return (st.kind == Step::Reshard && st.plan) || st.kind == Step::Reduce; }
+// A primitive that partitions itself, run as member `pos`'s share
+// (comm/member.hpp): the arrays it sees hold only this member's blocks.
+void run_global_member(const Compiled& c, const Step& st, int pos, Buffers& bufs, MemberContext& m,
+                       std::vector<CommRecord>* records) {
+  const Eqn& q = c.prog.eqns[st.eqns[0]];
+  const int n = c.mesh.size();
+  std::vector<Array> in;
+  for (int s : st.in) {
+    std::vector<Buffer> b(n);
+    b[pos] = bufs[s][pos];
+    in.push_back(wrap(c.slots[s].shape, c.slots[s].dtype, c.slots[s].sharding, std::move(b)));
+  }
+  std::vector<NamedSharding> layouts;
+  for (int s : st.out) layouts.push_back(c.slots[s].sharding);
+  TimelineScope scope(q.prim->name(), "kernel");
+  MemberScope member(m, records);
+  auto res = q.prim->eval_global(in, q.types, layouts);
+  for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]][pos] = res[r].impl()->buffers[pos];
+}
+
+// True when a global step runs inside the per-device task: the primitive
+// allows it and every array it takes and gives lies on the program's mesh.
+bool per_member(const Compiled& c, const Step& st) {
+  if (!c.prog.eqns[st.eqns[0]].prim->runs_per_member()) return false;
+  for (const auto* v : {&st.in, &st.out})
+    for (int s : *v)
+      if (!(c.slots[s].sharding.mesh() == c.mesh)) return false;
+  return true;
+}
+
+bool moves_data(const Step& st) {
+  return (st.kind == Step::Reshard && st.plan) || st.kind == Step::Reduce || st.kind == Step::Global;
+}
 
 std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
   TimelineScope scope(c.name, "task");
@@ -697,29 +703,40 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
   for (const auto& [id, arr] : c.prog.constants) bufs[id] = arr.impl()->buffers;
   size_t k = 0;
   while (k < c.steps.size()) {
-    if (c.steps[k].kind == Step::Global) {
+    if (c.steps[k].kind == Step::Global && !per_member(c, c.steps[k])) {
       run_global(c, c.steps[k], bufs);
       for (int s : c.steps[k].in)
         if (c.last_use[s] == static_cast<int>(k)) bufs[s].assign(c.mesh.size(), Buffer());
       ++k;
       continue;
     }
-    // Steps up to the next global one: one task per device.
+    // Steps up to the next global one that cannot run per member: one
+    // task per device. Records of the communication the global steps plan
+    // as they run come from member 0, in step order.
     size_t end = k;
     bool comm = false;
-    while (end < c.steps.size() && c.steps[end].kind != Step::Global) {
-      if (c.steps[end].record) record_comm(*c.steps[end].record);
+    std::vector<std::vector<CommRecord>> global_records;
+    std::vector<size_t> global_steps;
+    while (end < c.steps.size() && (c.steps[end].kind != Step::Global || per_member(c, c.steps[end]))) {
       comm = comm || moves_data(c.steps[end]);
+      if (c.steps[end].kind == Step::Global) global_steps.push_back(end);
       ++end;
     }
+    global_records.resize(global_steps.size());
     auto member = [&](int pos, Session* session) {
-      Groups groups(c, session, pos);
+      std::optional<MemberContext> m;
+      if (session) m.emplace(c.mesh, pos, *session);
+      size_t g = 0;
       for (size_t j = k; j < end; ++j) {
         const Step& s = c.steps[j];
         switch (s.kind) {
           case Step::Kernel: run_kernel(c, s, pos, bufs); break;
           case Step::Fused: run_fused(c, s, pos, bufs); break;
-          default: run_comm(c, s, pos, bufs, groups); break;
+          case Step::Global:
+            run_global_member(c, s, pos, bufs, *m, pos == 0 ? &global_records[g] : nullptr);
+            ++g;
+            break;
+          default: run_comm(c, s, pos, bufs, *m); break;
         }
         for (int in : s.in)
           if (c.last_use[in] == static_cast<int>(j)) bufs[in][pos] = Buffer();
@@ -730,6 +747,12 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
       run_spmd(c.mesh, [&](int pos, Session& session) { member(pos, &session); });
     else
       for_each_device(c.mesh, [&](int pos) { member(pos, nullptr); });
+    size_t g = 0;
+    for (size_t j = k; j < end; ++j) {
+      if (c.steps[j].record) record_comm(*c.steps[j].record);
+      if (c.steps[j].kind == Step::Global)
+        for (const CommRecord& r : global_records[g++]) record_comm(r);
+    }
     k = end;
   }
   std::vector<Array> outs;

@@ -281,6 +281,7 @@ class ShardMapPrim final : public Primitive {
     return "mesh=" + mesh_.str() + " in_specs=" + specs_text(in_specs_) + " out_specs=" + specs_text(out_specs_);
   }
   bool lowers_itself() const override { return true; }
+  bool runs_per_member() const override { return false; }  // runs an SPMD program of its own
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {
     throw Error("[shard_map] internal: a primitive that lowers itself has no per-device kernel");
   }

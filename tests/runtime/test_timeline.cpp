@@ -449,6 +449,29 @@ TEST(Trace, AJitCallWithCollectivesIsOneTaskPerDevice) {
   std::filesystem::remove(path);
 }
 
+// Ops that partition themselves (a halo exchange, a scan carrying totals
+// between devices, a reshape across a sharded dim) run inside the same one
+// task per device as the kernels around them.
+TEST(Trace, AJitCallWithOpsThatPartitionThemselvesIsOneTaskPerDevice) {
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::zeros({61, 6}, ts::f32, ts::NamedSharding(m, ts::P("x")));
+  auto f = ts::jit([](ts::Array v) { return ts::reshape(ts::cumsum(ts::diff(ts::sin(v), 1, 0), 0) * 2.0f, {-1}); }, {},
+                   "stencils");
+  f(x).block_until_ready();
+  const std::string path = temp_path("jit_global.json");
+  ts::trace::start(path);
+  f(x).block_until_ready();
+  ts::trace::stop();
+  Trace t(path);
+  std::vector<const Json*> tasks;
+  for (const Json* e : t.spans("stencils"))
+    if (t.rows_of({e}) != std::set<std::string>{"host"}) tasks.push_back(e);
+  EXPECT_EQ(tasks.size(), 8u);
+  EXPECT_EQ(t.rows_of(tasks), device_rows(8));
+  for (const char* op : {"diff", "cumsum", "reshape"}) EXPECT_EQ(t.rows_of(t.spans(op)), device_rows(8)) << op;
+  std::filesystem::remove(path);
+}
+
 TEST(Trace, NothingIsRecordedOutsideARecording) {
   {
     td::TimelineScope off("off", "kernel");

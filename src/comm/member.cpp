@@ -1,0 +1,50 @@
+// Member mode (see member.hpp).
+#include "comm/member.hpp"
+
+#include <algorithm>
+
+#include "core/array_impl.hpp"
+
+namespace tessera::detail {
+
+namespace {
+thread_local MemberContext* t_member = nullptr;
+}  // namespace
+
+Group& MemberContext::over(const std::vector<std::string>& axes, const std::string& op) {
+  for (auto& [a, g] : groups_)
+    if (a == axes) return *g;
+  groups_.emplace_back(axes, communicator_for(mesh_).group(session_, mesh_, axes, pos_, op));
+  return *groups_.back().second;
+}
+
+MemberContext* current_member() { return t_member; }
+
+MemberScope::MemberScope(MemberContext& ctx, std::vector<CommRecord>* records)
+    : prev_(t_member), prev_device_(set_member_device(ctx.mesh().devices()[ctx.pos()].id())), redirect_(records) {
+  t_member = &ctx;
+}
+
+MemberScope::~MemberScope() {
+  t_member = prev_;
+  set_member_device(prev_device_);
+}
+
+Buffer reduce_member(Group& g, const Buffer& partial, const std::vector<Slice>& partial_box,
+                     const std::vector<Slice>& out_box, DType dtype, ReduceOp op, int device_id) {
+  Local r = g.all_reduce(Local{partial, box_shape(partial_box), dtype}, op);
+  if (out_box == partial_box) return std::move(r.data);
+  const std::size_t isz = itemsize(dtype);
+  Buffer out(device_id, static_cast<std::size_t>(num_elements(box_shape(out_box))) * isz);
+  if (out.nbytes() > 0) copy_box(r.data.data(), partial_box, out.data(), out_box, out_box, isz);
+  return out;
+}
+
+std::vector<std::string> in_mesh_order(const Mesh& mesh, const std::vector<std::string>& axes) {
+  std::vector<std::string> out;
+  for (const auto& a : mesh.axis_names())
+    if (std::find(axes.begin(), axes.end(), a) != axes.end()) out.push_back(a);
+  return out;
+}
+
+}  // namespace tessera::detail
