@@ -119,7 +119,8 @@ class Runner {
           out.push_back(std::string(c) + "_" + size);
       out.push_back("dispatch");
       out.push_back("uneven_diff");
-      for (const char* w : {"chain_jit", "chain_eager", "trace_compile", "mlp_big_jit"}) out.push_back(w);
+      for (const char* w : {"chain_jit", "chain_eager", "trace_compile", "mlp_big_jit", "mlp_big_explicit"})
+        out.push_back(w);
       return out;
     }();
     return v;
@@ -134,7 +135,7 @@ class Runner {
     if (w == "uneven_diff") return uneven();
     if (w == "chain_jit" || w == "chain_eager") return chain(w);
     if (w == "trace_compile") return trace_compile();
-    if (w == "mlp_big_jit") return mlp_big();
+    if (w == "mlp_big_jit" || w == "mlp_big_explicit") return mlp_big(w == "mlp_big_explicit");
     for (const char* size : {"_4k", "_64m"}) {
       const std::string suffix(size);
       if (w.size() > suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0)
@@ -398,10 +399,11 @@ class Runner {
   // sigmoid(x @ w + b): x (16384,) sharded on the contracting dim, w and b
   // replicated. The cheap plan slices w locally (no copy: it is replicated)
   // and all-reduces the 512 partial sums; the cost is reading w once over
-  // all devices.
-  json mlp_big() {
+  // all devices. `explicit_axes`: the mesh axis is Explicit (the SPMD
+  // tutorial's explicit x @ w, which both sides accept).
+  json mlp_big(bool explicit_axes) {
     const std::int64_t K = 16384, N = 512;
-    ts::Mesh mesh = line();
+    ts::Mesh mesh = explicit_axes ? ts::make_mesh({n_}, {"x"}, {ts::AxisType::Explicit}) : line();
     const ts::NamedSharding sx(mesh, ts::P("x")), rep(mesh, ts::P());
     auto key = ts::random::key(6);
     auto x = ts::random::normal(key, {K}, ts::f32, sx);
@@ -410,7 +412,7 @@ class Runner {
     auto f = ts::jit([](ts::Array xa, ts::Array wa, ts::Array ba) { return ts::sigmoid(ts::matmul(xa, wa) + ba); },
                      {.in_shardings = {sx, rep, rep}, .out_shardings = {rep}}, "mlp_big");
     auto t = time_calls(reps_, [&] { f(x, wt, b).block_until_ready(); });
-    json r = result("mlp_big_jit", "x (" + nstr() + ",), w b replicated", t);
+    json r = result(explicit_axes ? "mlp_big_explicit" : "mlp_big_jit", "x (" + nstr() + ",), w b replicated", t);
     auto y = f(x, wt, b);
     r["dtype"] = ts::dtype_name(y.dtype());
     r["shape"] = y.shape();

@@ -38,7 +38,7 @@ GROUPS = [
     ("collectives 64 MiB", [f"{c}_64m" for c in COLLECTIVES]),
     ("dispatch", ["dispatch"]),
     ("uneven", ["uneven_diff"]),
-    ("jit", ["chain_jit", "chain_eager", "trace_compile", "mlp_big_jit"]),
+    ("jit", ["chain_jit", "chain_eager", "trace_compile", "mlp_big_jit", "mlp_big_explicit"]),
 ]
 TITLES = {
     "diff_1dev": "diff axis 0, 4096² f64, prepend 0",
@@ -54,6 +54,7 @@ TITLES = {
     "chain_eager": "  same chain, eager (op by op)",
     "trace_compile": "  trace + compile it afresh, 1024 f32",
     "mlp_big_jit": "jit: sigmoid(x@w+b) x 16384, w 16384x512 f32",
+    "mlp_big_explicit": "  same, Explicit mesh axis",
 }
 for c in COLLECTIVES:
     name, owned = (c[: -len("_owned")], True) if c.endswith("_owned") else (c, False)
@@ -316,7 +317,7 @@ def main():
     jd = meta.get(("jax", "dispatch"), {})
     if "eager_seconds" in jd:
         notes.append(f"jax dispatch without jit (x + 1 eagerly): {fmt_time(jd['eager_seconds'])} per op")
-    for w in ("chain_jit", "mlp_big_jit"):
+    for w in ("chain_jit", "mlp_big_jit", "mlp_big_explicit"):
         for side in ("tessera", "jax"):
             m = meta.get((side, w), {})
             if m.get("steps"):

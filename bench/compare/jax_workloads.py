@@ -29,7 +29,8 @@ WORKLOADS = (["diff_1dev", "diff_rows", "diff_cols", "sin", "sum", "mlp_auto", "
              + [f"{c}_{s}" for s in ("4k", "64m")
                 for c in ("psum", "psum_owned", "all_gather", "all_gather_owned", "psum_scatter", "ppermute",
                           "ppermute_owned", "all_to_all")]
-             + ["dispatch", "uneven_diff", "chain_jit", "chain_eager", "trace_compile", "mlp_big_jit"])
+             + ["dispatch", "uneven_diff", "chain_jit", "chain_eager", "trace_compile", "mlp_big_jit",
+                "mlp_big_explicit"])
 
 MIN_SAMPLE = 2e-3  # seconds per sample, at least
 
@@ -128,8 +129,8 @@ class Runner:
             return self.chain(w)
         if w == "trace_compile":
             return self.trace_compile()
-        if w == "mlp_big_jit":
-            return self.mlp_big()
+        if w in ("mlp_big_jit", "mlp_big_explicit"):
+            return self.mlp_big(w)
         for suffix, nbytes in (("_4k", 4096), ("_64m", 64 << 20)):
             if w.endswith(suffix):
                 return self.collective(w, w[: -len(suffix)], nbytes)
@@ -301,19 +302,35 @@ class Runner:
         samples, inner = time_calls(self.reps, once)
         return self.result("trace_compile", f"(1024,) over ({self.n},)", samples, inner, compiled=count[0])
 
-    def mlp_big(self):
+    def mlp_big(self, w):
+        import contextlib
         jax, P, np = self.jax, self.P, self.np
-        mesh = self.line()
+        explicit = w == "mlp_big_explicit"
+        ctx = contextlib.nullcontext
+        if explicit:
+            # Explicit axes: the mesh is in context while tracing.
+            from jax.sharding import AxisType
+            mesh = self.Mesh(np.array(self.devs), ("x",), axis_types=(AxisType.Explicit,))
+            set_mesh = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
+            ctx = lambda: set_mesh(mesh)  # noqa: E731
+        else:
+            mesh = self.line()
         sx, rep = self.NamedSharding(mesh, P("x")), self.NamedSharding(mesh, P())
         rng = np.random.default_rng(6)
         x = jax.device_put(rng.standard_normal(16384, dtype=np.float32), sx)
         wt = jax.device_put(rng.standard_normal((16384, 512), dtype=np.float32), rep)
         b = jax.device_put(rng.uniform(size=512).astype(np.float32), rep)
-        f = jax.jit(lambda xa, wa, ba: jax.nn.sigmoid(xa @ wa + ba), in_shardings=(sx, rep, rep), out_shardings=rep)
+        jf = jax.jit(lambda xa, wa, ba: jax.nn.sigmoid(xa @ wa + ba), in_shardings=(sx, rep, rep), out_shardings=rep)
+
+        def f(*a):
+            with ctx():
+                return jf(*a)
+
         # What XLA's partitioner chose for the contracting dim: the result
         # type of every dot, slice and collective in the compiled module
         # ("f32[8192,512] dynamic-slice" on 2 devices: w sliced locally).
-        hlo = f.lower(x, wt, b).compile().as_text()
+        with ctx():
+            hlo = jf.lower(x, wt, b).compile().as_text()
         plan = []
         for l in hlo.splitlines():
             for op in ("dot", "dynamic-slice", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
@@ -321,7 +338,7 @@ class Runner:
                 for form in (f" {op}(", f" {op}-start("):
                     if form in l and " = " in l:
                         plan.append(l.split(" = ", 1)[1].split("{")[0].split(" ")[0] + " " + form.strip(" ("))
-        return self.timed("mlp_big_jit", f"x ({self.n},), w b replicated", f, x, wt, b,
+        return self.timed(w, f"x ({self.n},), w b replicated", f, x, wt, b,
                           communication=sorted(set(plan)))
 
 
