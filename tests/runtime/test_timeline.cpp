@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -427,6 +428,23 @@ TEST(Trace, JitCallsRecordKernelsAndFusedLoopsPerDevice) {
   std::filesystem::remove(path);
 }
 
+// The second call of a jitted `f` (the first compiles) recorded, and the
+// spans of its per-device tasks (named after the call).
+template <class F>
+std::vector<const Json*> recorded_call(F& f, const ts::Array& x, const std::string& name, std::optional<Trace>& t) {
+  f(x).block_until_ready();
+  const std::string path = temp_path(name + ".json");
+  ts::trace::start(path);
+  f(x).block_until_ready();
+  ts::trace::stop();
+  t.emplace(path);
+  std::filesystem::remove(path);
+  std::vector<const Json*> tasks;
+  for (const Json* e : t->spans(name))
+    if (t->rows_of({e}) != std::set<std::string>{"host"}) tasks.push_back(e);
+  return tasks;
+}
+
 TEST(Trace, AJitCallWithCollectivesIsOneTaskPerDevice) {
   ts::Mesh m = ts::make_mesh({8}, {"x"});
   auto x = ts::zeros({64}, ts::f32, ts::NamedSharding(m, ts::P("x")));
@@ -434,19 +452,11 @@ TEST(Trace, AJitCallWithCollectivesIsOneTaskPerDevice) {
   // Slices w, all-reduces the partial products, then reshards the result.
   auto f = ts::jit([&](ts::Array v) { return ts::tanh(ts::matmul(v, w)); },
                    {.out_shardings = {ts::NamedSharding(m, ts::P("x"))}}, "contract");
-  f(x).block_until_ready();
-  const std::string path = temp_path("jit_comm.json");
-  ts::trace::start(path);
-  f(x).block_until_ready();
-  ts::trace::stop();
-  Trace t(path);
-  std::vector<const Json*> tasks;
-  for (const Json* e : t.spans("contract"))
-    if (t.rows_of({e}) != std::set<std::string>{"host"}) tasks.push_back(e);
+  std::optional<Trace> t;
+  const auto tasks = recorded_call(f, x, "contract", t);
   EXPECT_EQ(tasks.size(), 8u);  // one per device for the whole call
-  EXPECT_EQ(t.rows_of(tasks), device_rows(8));
-  EXPECT_EQ(t.rows_of(t.spans("reshard")), device_rows(8));
-  std::filesystem::remove(path);
+  EXPECT_EQ(t->rows_of(tasks), device_rows(8));
+  EXPECT_EQ(t->rows_of(t->spans("reshard")), device_rows(8));
 }
 
 // Ops that partition themselves (a halo exchange, a scan carrying totals
@@ -457,19 +467,11 @@ TEST(Trace, AJitCallWithOpsThatPartitionThemselvesIsOneTaskPerDevice) {
   auto x = ts::zeros({61, 6}, ts::f32, ts::NamedSharding(m, ts::P("x")));
   auto f = ts::jit([](ts::Array v) { return ts::reshape(ts::cumsum(ts::diff(ts::sin(v), 1, 0), 0) * 2.0f, {-1}); }, {},
                    "stencils");
-  f(x).block_until_ready();
-  const std::string path = temp_path("jit_global.json");
-  ts::trace::start(path);
-  f(x).block_until_ready();
-  ts::trace::stop();
-  Trace t(path);
-  std::vector<const Json*> tasks;
-  for (const Json* e : t.spans("stencils"))
-    if (t.rows_of({e}) != std::set<std::string>{"host"}) tasks.push_back(e);
+  std::optional<Trace> t;
+  const auto tasks = recorded_call(f, x, "stencils", t);
   EXPECT_EQ(tasks.size(), 8u);
-  EXPECT_EQ(t.rows_of(tasks), device_rows(8));
-  for (const char* op : {"diff", "cumsum", "reshape"}) EXPECT_EQ(t.rows_of(t.spans(op)), device_rows(8)) << op;
-  std::filesystem::remove(path);
+  EXPECT_EQ(t->rows_of(tasks), device_rows(8));
+  for (const char* op : {"diff", "cumsum", "reshape"}) EXPECT_EQ(t->rows_of(t->spans(op)), device_rows(8)) << op;
 }
 
 TEST(Trace, NothingIsRecordedOutsideARecording) {
