@@ -30,6 +30,15 @@ MemberScope::~MemberScope() {
   set_member_device(prev_device_);
 }
 
+MemberPause::MemberPause() : prev_(t_member), prev_device_(set_member_device(-1)), redirect_(nullptr) {
+  t_member = nullptr;
+}
+
+MemberPause::~MemberPause() {
+  t_member = prev_;
+  set_member_device(prev_device_);
+}
+
 Buffer reduce_member(Group& g, const Buffer& partial, const std::vector<Slice>& partial_box,
                      const std::vector<Slice>& out_box, DType dtype, ReduceOp op, int device_id) {
   Local r = g.all_reduce(Local{partial, box_shape(partial_box), dtype}, op);

@@ -32,6 +32,7 @@ class MemberContext {
   MemberContext(Mesh mesh, int pos, Session& session) : mesh_(std::move(mesh)), pos_(pos), session_(session) {}
   const Mesh& mesh() const { return mesh_; }
   int pos() const { return pos_; }
+  Session& session() const { return session_; }
   /// This member's group over `axes` (made once per set of axes).
   Group& over(const std::vector<std::string>& axes, const std::string& op);
   /// The group over every axis of the mesh: ranks are mesh positions.
@@ -60,6 +61,21 @@ class MemberScope {
   MemberContext* prev_;
   int prev_device_;
   RecordRedirect redirect_;
+};
+
+/// Leaves member mode while alive (this thread runs as itself: a
+/// shard_map body's ops on its device's local values).
+class MemberPause {
+ public:
+  MemberPause();
+  ~MemberPause();
+  MemberPause(const MemberPause&) = delete;
+  MemberPause& operator=(const MemberPause&) = delete;
+
+ private:
+  MemberContext* prev_;
+  int prev_device_;
+  RecordRedirect redirect_;  // a body's records come from its collectives' log instead
 };
 
 /// This member's box `out_box` of the reduction by `op` over its group `g`

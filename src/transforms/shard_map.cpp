@@ -23,11 +23,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <unordered_map>
 
 #include "comm/communicator.hpp"
+#include "comm/member.hpp"
 #include "ops/common.hpp"
 #include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
@@ -213,6 +215,63 @@ void manual_results(const std::vector<Array>& in, const std::vector<Array>& out)
 
 namespace {
 
+// Runs the body as member `pos` of `session` on its blocks of `inputs` (laid
+// out per the in_specs): its outputs, their varying axes and what its
+// collectives moved.
+void run_member_body(const ShardMapBody& body, const Mesh& mesh, int pos, Session& session,
+                     const std::vector<Array>& inputs, std::vector<Array>& outs,
+                     std::vector<std::vector<std::string>>& out_vma,
+                     std::vector<std::pair<std::string, std::int64_t>>& log) {
+  const Device dev = mesh.devices()[pos];
+  ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), &session, {}, {}, {}};
+  // The context is cleared and the log kept however the body ends.
+  struct Leave {
+    ManualContext& c;
+    std::vector<std::pair<std::string, std::int64_t>>& log;
+    ~Leave() {
+      t_ctx = nullptr;
+      log = std::move(c.log);
+    }
+  } leave{c, log};
+  // The local blocks, made before the context is set (they read the global
+  // inputs); each varies over the axes its spec names.
+  std::vector<Array> local;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto impl = std::make_shared<ArrayImpl>(inputs[i].sharding().shard_shape(inputs[i].shape(), pos),
+                                            inputs[i].dtype(), NamedSharding(c.local_mesh, P()));
+    impl->buffers.push_back(inputs[i].impl()->buffers[pos]);
+    std::vector<std::string> axes;
+    for (int d = 0; d < inputs[i].ndim(); ++d) axes = merged(std::move(axes), inputs[i].sharding().spec()[d].axes());
+    local.emplace_back(std::move(impl));
+    set_vma(c, local.back(), std::move(axes));
+  }
+  t_ctx = &c;
+  ManualTrace trace(c);
+  TraceScope scope(&trace);
+  outs = body(local);
+  for (const Array& o : outs) out_vma.push_back(o.valid() ? vma_of(c, o) : std::vector<std::string>{});
+}
+
+// check_vma: output k, `o` varying over `vma`, may vary only over the axes
+// its out spec names.
+void check_out_vma(const PartitionSpec& spec, const std::set<std::string>& named, size_t k, const Array& o,
+                   const std::vector<std::string>& vma) {
+  for (const auto& a : vma)
+    if (!named.count(a))
+      throw ShardingError(msg("shard_map", "out_specs " + spec.str() + " for output " + std::to_string(k) +
+                                               " claims it is replicated over mesh axis '" + a +
+                                               "', but it varies over '" + a + "' (" + typeof_varying(o, vma) +
+                                               "); reduce it with psum/all_gather, name '" + a +
+                                               "' in out_specs, or pass check_vma=false"));
+}
+
+std::set<std::string> named_axes(const PartitionSpec& spec, int rank) {
+  std::set<std::string> named;
+  for (int d = 0; d < rank; ++d)
+    for (const auto& a : spec[d].axes()) named.insert(a);
+  return named;
+}
+
 std::string specs_text(const std::vector<PartitionSpec>& specs) {
   std::string s = "(";
   for (size_t i = 0; i < specs.size(); ++i) s += (i ? ", " : "") + specs[i].str();
@@ -250,8 +309,15 @@ class ShardMapPrim final : public Primitive {
         zeros_in.push_back(zeros(in[i].shape, in[i].dtype, s, std::source_location{}));
       }
       try {
-        for (const Array& r : shard_map_call(body_, mesh_, in_specs_, out_specs_, opt_, zeros_in))
-          types_.push_back(TypeInfo{r.shape(), r.dtype()});
+        // The probe's collective records are what every call moves.
+        std::vector<CommRecord> records;
+        {
+          RecordRedirect capture(&records);
+          for (const Array& r : shard_map_call(body_, mesh_, in_specs_, out_specs_, opt_, zeros_in))
+            types_.push_back(TypeInfo{r.shape(), r.dtype()});
+        }
+        for (CommRecord& r : records)
+          if (r.op == "shard_map") records_.push_back(std::move(r));
       } catch (const Error&) {
         // An op in the body that raised named its own line; the call's own
         // checks (out_specs, check_vma) name where the shard_map was made.
@@ -281,7 +347,6 @@ class ShardMapPrim final : public Primitive {
     return "mesh=" + mesh_.str() + " in_specs=" + specs_text(in_specs_) + " out_specs=" + specs_text(out_specs_);
   }
   bool lowers_itself() const override { return true; }
-  bool runs_per_member() const override { return false; }  // runs an SPMD program of its own
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {
     throw Error("[shard_map] internal: a primitive that lowers itself has no per-device kernel");
   }
@@ -293,7 +358,8 @@ class ShardMapPrim final : public Primitive {
     return l;
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>&) const override {
+                                 const std::vector<NamedSharding>& layouts) const override {
+    if (MemberContext* m = current_member()) return eval_member(*m, in, out, layouts);
     auto res = shard_map_call(body_, mesh_, in_specs_, out_specs_, opt_, in);
     for (size_t k = 0; k < res.size() && k < out.size(); ++k)
       if (res[k].shape() != out[k].shape || res[k].dtype() != out[k].dtype)
@@ -312,6 +378,63 @@ class ShardMapPrim final : public Primitive {
   mutable std::mutex mu_;
   mutable bool probed_ = false;
   mutable std::vector<TypeInfo> types_;
+  mutable std::vector<CommRecord> records_;
+
+  // The call as member m.pos()'s share of a compiled program (one task per
+  // device): this member's body runs on its blocks in the program's
+  // session, and its output blocks are the member's blocks of the results.
+  std::vector<Array> eval_member(MemberContext& m, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+                                 const std::vector<NamedSharding>& layouts) const {
+    const char* op = "shard_map";
+    if (!(m.mesh() == mesh_))
+      throw Error(msg(op, "internal: a call on " + mesh_.str() + " run as a member of a program on " + m.mesh().str()));
+    const int pos = m.pos(), n = mesh_.size();
+    std::vector<Array> inputs;
+    for (size_t i = 0; i < in.size(); ++i)
+      inputs.push_back(reshard_for(in[i], resolve_spec(mesh_, in_specs_[i], in[i].ndim(), op), op));
+    for (const CommRecord& r : records_) record_comm(r);
+    std::vector<Array> outs;
+    std::vector<std::vector<std::string>> vma;
+    std::vector<std::pair<std::string, std::int64_t>> log;
+    {
+      MemberPause pause;  // the body's ops run on this device's local values
+      run_member_body(body_, mesh_, pos, m.session(), inputs, outs, vma, log);
+    }
+    if (outs.size() != out.size())
+      throw ShardingError(msg(op, "the body returned " + std::to_string(outs.size()) + " outputs but there are " +
+                                      std::to_string(out.size()) + " out_specs"));
+    std::vector<Array> result;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const Array& o = outs[k];
+      const int rank = static_cast<int>(out[k].shape.size());
+      const Shape want = layouts[k].shard_shape(out[k].shape, pos);
+      if (!o.valid() || o.dtype() != out[k].dtype || o.shape() != want)
+        throw ShapeError(msg(op, "under jit, output " + std::to_string(k) + " on CPU " +
+                                     std::to_string(mesh_.devices()[pos].id()) + " is " +
+                                     (o.valid() ? typeof(o) : std::string("empty")) + " but its block was " +
+                                     dtype_name(out[k].dtype) + shape_str(want) +
+                                     " when traced; output shapes must not depend on values"));
+      const std::set<std::string> named = named_axes(out_specs_[k], rank);
+      if (opt_.check_vma) check_out_vma(out_specs_[k], named, k, o, vma[k]);
+      Buffer b = o.impl()->buffers.at(0);
+      // Replicas over the axes the spec leaves out hold the block of the one
+      // at coordinate 0, as in the eager call (under check_vma they are
+      // bitwise equal already).
+      std::vector<std::string> unnamed;
+      for (const auto& a : mesh_.axis_names())
+        if (!named.count(a)) unnamed.push_back(a);
+      if (!opt_.check_vma && !unnamed.empty()) {
+        Local all = m.over(unnamed, op).all_gather(Local{b, o.shape(), o.dtype()}, 0, false);
+        Buffer first(mesh_.devices()[pos].id(), b.nbytes());
+        if (b.nbytes() > 0) std::memcpy(first.data(), all.data.data(), b.nbytes());
+        b = std::move(first);
+      }
+      std::vector<Buffer> bufs(n);
+      bufs[pos] = std::move(b);
+      result.push_back(wrap(out[k].shape, out[k].dtype, layouts[k], std::move(bufs)));
+    }
+    return result;
+  }
 };
 
 }  // namespace
@@ -348,36 +471,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
   std::vector<std::vector<std::vector<std::string>>> out_vma(n);  // per device, per output
   std::vector<std::vector<std::pair<std::string, std::int64_t>>> logs(n);
   run_spmd(mesh, [&](int pos, Session& session) {
-    const Device dev = mesh.devices()[pos];
-    ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), &session, {}, {}, {}};
-    // The context is cleared and the log kept however the body ends.
-    struct Leave {
-      ManualContext& c;
-      std::vector<std::pair<std::string, std::int64_t>>& log;
-      ~Leave() {
-        t_ctx = nullptr;
-        log = std::move(c.log);
-      }
-    } leave{c, logs[pos]};
-    {
-      // The local blocks, made before the context is set (they read the
-      // global inputs); each varies over the axes its spec names.
-      std::vector<Array> local;
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        auto impl = std::make_shared<ArrayImpl>(inputs[i].sharding().shard_shape(inputs[i].shape(), pos),
-                                                inputs[i].dtype(), NamedSharding(c.local_mesh, P()));
-        impl->buffers.push_back(inputs[i].impl()->buffers[pos]);
-        std::vector<std::string> axes;
-        for (int d = 0; d < inputs[i].ndim(); ++d) axes = merged(std::move(axes), inputs[i].sharding().spec()[d].axes());
-        local.emplace_back(std::move(impl));
-        set_vma(c, local.back(), std::move(axes));
-      }
-      t_ctx = &c;
-      ManualTrace trace(c);
-      TraceScope scope(&trace);
-      outs[pos] = body(local);
-      for (const Array& o : outs[pos]) out_vma[pos].push_back(o.valid() ? vma_of(c, o) : std::vector<std::string>{});
-    }
+    run_member_body(body, mesh, pos, session, inputs, outs[pos], out_vma[pos], logs[pos]);
   });
   // What the collectives moved, one record per collective kind, for explain.
   std::vector<std::string> kinds;
@@ -410,23 +504,14 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
     const Array& first = outs[0][k];
     const int rank = first.ndim();
     const NamedSharding s = resolve_spec(mesh, spec, rank, op);
-    std::set<std::string> named;
-    for (int d = 0; d < rank; ++d)
-      for (const auto& a : spec[d].axes()) named.insert(a);
+    const std::set<std::string> named = named_axes(spec, rank);
     for (int pos = 0; pos < n; ++pos) {
       const Array& o = outs[pos][k];
       if (o.ndim() != rank || o.dtype() != first.dtype())
         throw ShapeError(msg(op, "output " + std::to_string(k) + " differs between devices: " + typeof(first) +
                                      " on CPU " + std::to_string(mesh.devices()[0].id()) + ", " + typeof(o) +
                                      " on CPU " + std::to_string(mesh.devices()[pos].id())));
-      if (opt.check_vma)
-        for (const auto& a : out_vma[pos][k])
-          if (!named.count(a))
-            throw ShardingError(msg(op, "out_specs " + spec.str() + " for output " + std::to_string(k) +
-                                            " claims it is replicated over mesh axis '" + a +
-                                            "', but it varies over '" + a + "' (" + typeof_varying(o, out_vma[pos][k]) +
-                                            "); reduce it with psum/all_gather, name '" + a +
-                                            "' in out_specs, or pass check_vma=false"));
+      if (opt.check_vma) check_out_vma(spec, named, k, o, out_vma[pos][k]);
     }
     // Global size of each dim: sum of the local sizes of its parts.
     Shape shape = first.shape();

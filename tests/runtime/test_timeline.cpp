@@ -472,6 +472,15 @@ TEST(Trace, AJitCallWithOpsThatPartitionThemselvesIsOneTaskPerDevice) {
   EXPECT_EQ(tasks.size(), 8u);
   EXPECT_EQ(t->rows_of(tasks), device_rows(8));
   for (const char* op : {"diff", "cumsum", "reshape"}) EXPECT_EQ(t->rows_of(t->spans(op)), device_rows(8)) << op;
+  // A shard_map inside the function too: its body's psum meets in the
+  // call's own task.
+  auto body = ts::shard_map([](ts::Array xl) { return ts::psum(ts::sum(xl, {0}), "x"); }, m, {ts::P("x")}, ts::P());
+  auto g = ts::jit([&](ts::Array v) { return body(ts::diff(v, 1, 0)) * 2.0f; }, {}, "manual");
+  std::optional<Trace> t2;
+  const auto tasks2 = recorded_call(g, x, "manual", t2);
+  EXPECT_EQ(tasks2.size(), 8u);
+  EXPECT_EQ(t2->rows_of(tasks2), device_rows(8));
+  EXPECT_EQ(t2->rows_of(t2->spans("psum")), device_rows(8));
 }
 
 TEST(Trace, NothingIsRecordedOutsideARecording) {

@@ -240,7 +240,23 @@ TEST(Jit, ShardMapInsideJit) {
       const std::string ir = f.lower(x, w).as_text();
       EXPECT_NE(ir.find("global "), std::string::npos) << ir;
       EXPECT_NE(ir.find("= shard_map[mesh="), std::string::npos) << ir;
+      // The collectives' records are the eager call's.
+      ts::Array a3, a4;
+      auto ej = ts::explain([&] { a3 = std::get<0>(f(x, w)); });
+      auto ee = ts::explain([&] { a4 = std::get<0>(g(x, w)); });
+      EXPECT_EQ(ej.str(), ee.str()) << m.str();
     }
+  }
+  // Without check_vma, replicas may differ: as eagerly, every device gets
+  // the block of the replica at coordinate 0 of the axes out_specs leaves out.
+  {
+    ts::Mesh m2 = ts::make_mesh({4, 2}, {"a", "b"});
+    auto differs = ts::shard_map(
+        [](ts::Array xl) { return xl + ts::astype(ts::axis_index("b"), ts::f32) * 10.0f; }, m2, {ts::P("a")},
+        ts::P("a"), {.check_vma = false});
+    auto jd = ts::jit([&](ts::Array v) { return differs(v * 2.0f); });
+    auto x = ts::device_put(iota_data<float>(9), {9}, ts::NamedSharding(m2, ts::P("a")));
+    expect_same(jd(x), differs(x * 2.0f), "replicas without check_vma");
   }
   // jit inside the body of a shard_map inside jit.
   ts::Mesh m = line(4);
