@@ -49,6 +49,8 @@ class NdIndex {
 
   bool done() const { return done_; }
   std::int64_t offset(std::size_t k) const { return offset_[k]; }
+  /// The current index along dim d.
+  std::int64_t index(std::size_t d) const { return dims_[d].index; }
 
   /// Steps to the next multi-index (sets done() after the last). Always
   /// inlined: it runs once per row, and in files with many kernel

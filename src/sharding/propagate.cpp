@@ -35,6 +35,8 @@
 // or without out_spec.
 #include "sharding/propagate.hpp"
 
+#include "core/nd_index.hpp"
+
 #include <algorithm>
 #include <set>
 
@@ -215,13 +217,14 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
   Partition best;
   std::vector<int> best_kept;
   bool have = false;
-  std::vector<size_t> idx(nf, 0);
+  std::vector<std::int64_t> counts;
+  for (const auto& c : choices) counts.push_back(static_cast<std::int64_t>(c.size()));
   std::vector<AxisList> assign(nf);
-  while (true) {
+  for (NdIndex<0> it(counts); !it.done(); it.next()) {
     std::set<std::string> used;
     bool valid = true;
     for (int f = 0; f < nf && valid; ++f) {
-      assign[f] = choices[f][idx[f]];
+      assign[f] = choices[f][static_cast<size_t>(it.index(f))];
       for (const auto& a : assign[f]) valid = valid && used.insert(a).second;
     }
     if (valid) {
@@ -275,9 +278,6 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
         have = true;
       }
     }
-    int f = nf - 1;
-    while (f >= 0 && ++idx[f] == choices[f].size()) idx[f--] = 0;
-    if (f < 0) break;
   }
   if (!have) throw ShardingError("[" + std::string(prim.name()) + "] no valid sharding for " + rule.str());
   return best;

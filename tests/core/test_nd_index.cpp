@@ -22,9 +22,21 @@ TEST(NdIndex, RowMajorOrderAndOffsetsMatchRecomputation) {
         ASSERT_FALSE(it.done());
         EXPECT_EQ(it.offset(0), i * 12 + j * 4 + k);
         EXPECT_EQ(it.offset(1), -5 * i + 7 * k);
+        EXPECT_EQ(it.index(0), i);
+        EXPECT_EQ(it.index(1), j);
+        EXPECT_EQ(it.index(2), k);
         it.next();
       }
   EXPECT_TRUE(it.done());
+}
+
+// Without offsets it is a plain counter over mixed radices (the sharding
+// engine's walk over factor assignments).
+TEST(NdIndex, CountsWithoutOffsets) {
+  std::vector<std::int64_t> seen;
+  for (NdIndex<0> it(std::vector<std::int64_t>{3, 1, 2}); !it.done(); it.next())
+    seen.push_back(it.index(0) * 100 + it.index(1) * 10 + it.index(2));
+  EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 100, 101, 200, 201}));
 }
 
 TEST(NdIndex, RankZeroIsVisitedOnce) {
