@@ -11,5 +11,6 @@
 #include "tessera/observe.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"
+#include "tessera/tree.hpp"
 #include "tessera/sharding.hpp"
 #include "tessera/version.hpp"

@@ -1,0 +1,289 @@
+// Pytrees: nested containers of arrays that transformations take and return
+// as one value (JAX's pytrees).
+//
+//   struct Stars { ts::Array coords, velocity, mass, age, metallicity; };
+//   TESSERA_TREE(Stars, coords, velocity, mass, age, metallicity)   // at namespace scope
+//
+//   std::vector<ts::Array> leaves = ts::tree_leaves(stars);        // in field order
+//   Stars moved = ts::tree_map([](ts::Array a) { return a * 2.0f; }, stars);
+//   std::string s = ts::tree_structure(stars).str();               // "Stars(coords=*, velocity=*, ...)"
+//
+// Nodes are std::vector<T>, std::array<T, N>, std::tuple<T...>, std::pair,
+// std::map<std::string, T> and structs registered with TESSERA_TREE (or
+// TESSERA_TREE_TEMPLATE for a template over its leaf type, so that
+// StarsT<NamedSharding> mirrors StarsT<Array>). Everything else is a leaf:
+// Array leaves are the tree's arrays; other leaves (numbers, strings,
+// shardings) are carried along unchanged.
+//
+// Leaves are visited depth first, in field, element and key order, each with
+// its path ("stars.mass", "xs[3]", "params['w']") for messages.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "tessera/array.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+/// Specialised by TESSERA_TREE for a struct: its name and its fields.
+template <class T>
+struct TreeFields;
+
+namespace tree_detail {
+
+template <class T, class = void>
+struct registered : std::false_type {};
+template <class T>
+struct registered<T, std::void_t<decltype(TreeFields<T>::name)>> : std::true_type {};
+
+template <class T>
+struct is_vector : std::false_type {};
+template <class T, class A>
+struct is_vector<std::vector<T, A>> : std::true_type {};
+template <class T>
+struct is_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_array<std::array<T, N>> : std::true_type {};
+template <class T>
+struct is_tuple : std::false_type {};
+template <class... T>
+struct is_tuple<std::tuple<T...>> : std::true_type {};
+template <class A, class B>
+struct is_tuple<std::pair<A, B>> : std::true_type {};
+template <class T>
+struct is_string_map : std::false_type {};
+template <class V, class C, class A>
+struct is_string_map<std::map<std::string, V, C, A>> : std::true_type {};
+
+}  // namespace tree_detail
+
+/// True for the node types above; everything else is a leaf.
+template <class T>
+inline constexpr bool is_tree_node =
+    tree_detail::registered<T>::value || tree_detail::is_vector<T>::value || tree_detail::is_array<T>::value ||
+    tree_detail::is_tuple<T>::value || tree_detail::is_string_map<T>::value;
+
+/// Calls f(path, leaf) for every leaf of `t`, depth first. `T` may be const
+/// (leaves are then const references) or not (f may replace them).
+template <class T, class F>
+void tree_visit(T& t, F&& f, const std::string& path = "") {
+  using U = std::remove_const_t<T>;
+  if constexpr (tree_detail::registered<U>::value) {
+    TreeFields<U>::each(t, [&](const char* field, auto& member) {
+      tree_visit(member, f, path.empty() ? std::string(field) : path + "." + field);
+    });
+  } else if constexpr (tree_detail::is_vector<U>::value || tree_detail::is_array<U>::value) {
+    for (std::size_t i = 0; i < t.size(); ++i) tree_visit(t[i], f, path + "[" + std::to_string(i) + "]");
+  } else if constexpr (tree_detail::is_tuple<U>::value) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (tree_visit(std::get<I>(t), f, path + "[" + std::to_string(I) + "]"), ...);
+    }(std::make_index_sequence<std::tuple_size_v<U>>{});
+  } else if constexpr (tree_detail::is_string_map<U>::value) {
+    for (auto& [k, v] : t) tree_visit(v, f, path + "['" + k + "']");
+  } else {
+    f(path, t);
+  }
+}
+
+/// The arrays of `t`, in visiting order.
+template <class T>
+std::vector<Array> tree_leaves(const T& t) {
+  std::vector<Array> out;
+  tree_visit(t, [&](const std::string&, const auto& leaf) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(leaf)>, Array>) out.push_back(leaf);
+  });
+  return out;
+}
+
+/// The paths of the arrays of `t`, in visiting order ("" for a lone array).
+template <class T>
+std::vector<std::string> tree_paths(const T& t) {
+  std::vector<std::string> out;
+  tree_visit(t, [&](const std::string& path, const auto& leaf) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(leaf)>, Array>) out.push_back(path);
+  });
+  return out;
+}
+
+/// A copy of `t` with every array replaced by f(array).
+template <class F, class T>
+T tree_map(F&& f, T t) {
+  tree_visit(t, [&](const std::string&, auto& leaf) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(leaf)>, Array>) leaf = f(static_cast<const Array&>(leaf));
+  });
+  return t;
+}
+
+/// A copy of `like` whose arrays are `leaves`, in visiting order. Raises
+/// ShapeError when the counts differ.
+template <class T>
+T tree_unflatten(T like, const std::vector<Array>& leaves) {
+  std::size_t k = 0;
+  tree_visit(like, [&](const std::string& path, auto& leaf) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(leaf)>, Array>) {
+      if (k >= leaves.size())
+        throw ShapeError("[tree_unflatten] the tree has more arrays than the " + std::to_string(leaves.size()) +
+                         " leaves given (the first without one is at '" + path + "')");
+      leaf = leaves[k++];
+    }
+  });
+  if (k != leaves.size())
+    throw ShapeError("[tree_unflatten] the tree has " + std::to_string(k) + " arrays, but " +
+                     std::to_string(leaves.size()) + " leaves were given");
+  return like;
+}
+
+/// The shape of a tree without its leaves: node kinds, struct names and
+/// fields, lengths and keys; every leaf prints as "*", whatever its type, so
+/// a tree of shardings has the structure of the tree of arrays it describes.
+class TreeStructure {
+ public:
+  explicit TreeStructure(std::string text) : text_(std::move(text)) {}
+  const std::string& str() const { return text_; }
+  bool operator==(const TreeStructure& o) const { return text_ == o.text_; }
+
+ private:
+  std::string text_;
+};
+
+namespace tree_detail {
+template <class T>
+void structure_text(const T& t, std::string& s) {
+  if constexpr (registered<T>::value) {
+    s += TreeFields<T>::name;
+    s += '(';
+    bool first = true;
+    TreeFields<T>::each(t, [&](const char* field, const auto& member) {
+      s += first ? "" : ", ";
+      first = false;
+      s += field;
+      s += '=';
+      structure_text(member, s);
+    });
+    s += ')';
+  } else if constexpr (is_vector<T>::value || is_array<T>::value) {
+    s += '[';
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      if (i) s += ", ";
+      structure_text(t[i], s);
+    }
+    s += ']';
+  } else if constexpr (is_tuple<T>::value) {
+    s += '(';
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((s += (I ? ", " : ""), structure_text(std::get<I>(t), s)), ...);
+    }(std::make_index_sequence<std::tuple_size_v<T>>{});
+    s += ')';
+  } else if constexpr (is_string_map<T>::value) {
+    s += '{';
+    bool first = true;
+    for (const auto& [k, v] : t) {
+      s += first ? "'" : ", '";
+      first = false;
+      s += k;
+      s += "': ";
+      structure_text(v, s);
+    }
+    s += '}';
+  } else {
+    s += '*';
+  }
+}
+}  // namespace tree_detail
+
+template <class T>
+TreeStructure tree_structure(const T& t) {
+  std::string s;
+  tree_detail::structure_text(t, s);
+  return TreeStructure(std::move(s));
+}
+
+/// Checks that `b` has the structure of `a`; raises ShapeError naming `op`,
+/// both structures and the first path where they part.
+template <class A, class B>
+void check_same_structure(const A& a, const B& b, const char* op, const char* what_a, const char* what_b) {
+  const TreeStructure sa = tree_structure(a), sb = tree_structure(b);
+  if (sa == sb) return;
+  std::vector<std::string> pa, pb;
+  tree_visit(a, [&](const std::string& p, const auto&) { pa.push_back(p); });
+  tree_visit(b, [&](const std::string& p, const auto&) { pb.push_back(p); });
+  std::string where;
+  for (std::size_t i = 0; i < std::max(pa.size(), pb.size()) && where.empty(); ++i)
+    if (i >= pa.size() || i >= pb.size() || pa[i] != pb[i]) where = i < pa.size() ? pa[i] : pb[i];
+  throw ShapeError(std::string("[") + op + "] tree structure mismatch: " + what_a + " is " + sa.str() + ", " + what_b +
+                   " is " + sb.str() + (where.empty() ? std::string() : " (they part at '" + where + "')"));
+}
+
+}  // namespace tessera
+
+// ------------------------------------------------------------ registration
+
+#define TESSERA_TREE_PP_N(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, \
+                          _20, _21, _22, _23, _24, N, ...)                                                      \
+  N
+#define TESSERA_TREE_F1(m, a) m(a)
+#define TESSERA_TREE_F2(m, a, ...) m(a) TESSERA_TREE_F1(m, __VA_ARGS__)
+#define TESSERA_TREE_F3(m, a, ...) m(a) TESSERA_TREE_F2(m, __VA_ARGS__)
+#define TESSERA_TREE_F4(m, a, ...) m(a) TESSERA_TREE_F3(m, __VA_ARGS__)
+#define TESSERA_TREE_F5(m, a, ...) m(a) TESSERA_TREE_F4(m, __VA_ARGS__)
+#define TESSERA_TREE_F6(m, a, ...) m(a) TESSERA_TREE_F5(m, __VA_ARGS__)
+#define TESSERA_TREE_F7(m, a, ...) m(a) TESSERA_TREE_F6(m, __VA_ARGS__)
+#define TESSERA_TREE_F8(m, a, ...) m(a) TESSERA_TREE_F7(m, __VA_ARGS__)
+#define TESSERA_TREE_F9(m, a, ...) m(a) TESSERA_TREE_F8(m, __VA_ARGS__)
+#define TESSERA_TREE_F10(m, a, ...) m(a) TESSERA_TREE_F9(m, __VA_ARGS__)
+#define TESSERA_TREE_F11(m, a, ...) m(a) TESSERA_TREE_F10(m, __VA_ARGS__)
+#define TESSERA_TREE_F12(m, a, ...) m(a) TESSERA_TREE_F11(m, __VA_ARGS__)
+#define TESSERA_TREE_F13(m, a, ...) m(a) TESSERA_TREE_F12(m, __VA_ARGS__)
+#define TESSERA_TREE_F14(m, a, ...) m(a) TESSERA_TREE_F13(m, __VA_ARGS__)
+#define TESSERA_TREE_F15(m, a, ...) m(a) TESSERA_TREE_F14(m, __VA_ARGS__)
+#define TESSERA_TREE_F16(m, a, ...) m(a) TESSERA_TREE_F15(m, __VA_ARGS__)
+#define TESSERA_TREE_F17(m, a, ...) m(a) TESSERA_TREE_F16(m, __VA_ARGS__)
+#define TESSERA_TREE_F18(m, a, ...) m(a) TESSERA_TREE_F17(m, __VA_ARGS__)
+#define TESSERA_TREE_F19(m, a, ...) m(a) TESSERA_TREE_F18(m, __VA_ARGS__)
+#define TESSERA_TREE_F20(m, a, ...) m(a) TESSERA_TREE_F19(m, __VA_ARGS__)
+#define TESSERA_TREE_F21(m, a, ...) m(a) TESSERA_TREE_F20(m, __VA_ARGS__)
+#define TESSERA_TREE_F22(m, a, ...) m(a) TESSERA_TREE_F21(m, __VA_ARGS__)
+#define TESSERA_TREE_F23(m, a, ...) m(a) TESSERA_TREE_F22(m, __VA_ARGS__)
+#define TESSERA_TREE_F24(m, a, ...) m(a) TESSERA_TREE_F23(m, __VA_ARGS__)
+#define TESSERA_TREE_FOR_EACH(m, ...)                                                                             \
+  TESSERA_TREE_PP_N(__VA_ARGS__, TESSERA_TREE_F24, TESSERA_TREE_F23, TESSERA_TREE_F22, TESSERA_TREE_F21,         \
+                    TESSERA_TREE_F20, TESSERA_TREE_F19, TESSERA_TREE_F18, TESSERA_TREE_F17, TESSERA_TREE_F16,    \
+                    TESSERA_TREE_F15, TESSERA_TREE_F14, TESSERA_TREE_F13, TESSERA_TREE_F12, TESSERA_TREE_F11,    \
+                    TESSERA_TREE_F10, TESSERA_TREE_F9, TESSERA_TREE_F8, TESSERA_TREE_F7, TESSERA_TREE_F6,        \
+                    TESSERA_TREE_F5, TESSERA_TREE_F4, TESSERA_TREE_F3, TESSERA_TREE_F2, TESSERA_TREE_F1)         \
+  (m, __VA_ARGS__)
+#define TESSERA_TREE_FIELD(field) f(#field, s.field);
+
+/// Registers struct `Type` as a tree node over the listed fields (up to 24),
+/// in that order. Use at global namespace scope, after the struct.
+#define TESSERA_TREE(Type, ...)                                  \
+  template <>                                                    \
+  struct tessera::TreeFields<Type> {                             \
+    static constexpr const char* name = #Type;                   \
+    template <class S, class F>                                  \
+    static void each(S& s, F&& f) {                              \
+      TESSERA_TREE_FOR_EACH(TESSERA_TREE_FIELD, __VA_ARGS__)     \
+    }                                                            \
+  };
+
+/// TESSERA_TREE for a class template over one type (its leaf type):
+/// registers every Template<L>, so Template<NamedSharding> mirrors
+/// Template<Array>.
+#define TESSERA_TREE_TEMPLATE(Template, ...)                     \
+  template <class TesseraLeaf>                                   \
+  struct tessera::TreeFields<Template<TesseraLeaf>> {            \
+    static constexpr const char* name = #Template;               \
+    template <class S, class F>                                  \
+    static void each(S& s, F&& f) {                              \
+      TESSERA_TREE_FOR_EACH(TESSERA_TREE_FIELD, __VA_ARGS__)     \
+    }                                                            \
+  };
