@@ -6,15 +6,18 @@
 //   ts::Array y2 = step(x, w);                // same shapes, dtypes, shardings: cached
 //   std::string ir = step.lower(x, w).as_text();
 //
-// Arguments are Arrays, std::vector<Array>, or static values (numbers, enums,
-// strings): a static value is part of the cache key and reaches the function
-// as itself (JAX's static_argnums). The function returns an Array, a
-// std::vector<Array> or a std::tuple of Arrays. Inside it, arrays are traced
+// Arguments are pytrees (tessera/tree.hpp: Arrays, vectors, tuples, string
+// maps, registered structs) whose arrays are traced; their other leaves
+// (numbers, enums, strings) and their structure are static: part of the
+// cache key, and they reach the function as themselves (JAX's
+// static_argnums). The function returns a pytree of Arrays (an Array, a
+// vector, a tuple, a registered struct...). Inside it, arrays are traced
 // values: their shape, dtype and sharding are known, their contents are not
 // (reading them raises Error). Arrays the function captures rather than takes
 // are baked into the program as constants when it is traced.
 #pragma once
 
+#include <any>
 #include <charconv>
 #include <functional>
 #include <memory>
@@ -26,12 +29,15 @@
 #include <vector>
 
 #include "tessera/array.hpp"
+#include "tessera/error.hpp"
+#include "tessera/tree.hpp"
 
 namespace tessera {
 
 struct JitOptions {
-  /// Layout of each Array argument, in order (vectors flattened); empty: as
-  /// passed. Arguments laid out otherwise are resharded first.
+  /// Layout of each array leaf of the arguments, in order (trees
+  /// flattened as tree_leaves does); empty: as passed. Arguments laid out
+  /// otherwise are resharded first.
   std::vector<NamedSharding> in_shardings = {};
   /// Layout of each result; empty: as the program gives it.
   std::vector<NamedSharding> out_shardings = {};
@@ -56,7 +62,14 @@ class Lowered {
 
 namespace detail {
 
-using TraceFn = std::function<std::vector<Array>(const std::vector<Array>&)>;
+/// Calls the function on traced arrays, returns its result's arrays and
+/// stores its result tree (leaves emptied) in the std::any.
+using TraceFn = std::function<std::vector<Array>(const std::vector<Array>&, std::any&)>;
+
+struct JitResult {
+  std::vector<Array> outs;
+  std::shared_ptr<const std::any> tree;  // the result tree to refill
+};
 
 /// The non-template part of a jitted function: the cache of compiled
 /// programs, keyed by the arguments' shapes, dtypes, shardings and statics.
@@ -64,97 +77,90 @@ class JitCache {
  public:
   JitCache(std::string name, JitOptions opt);
   ~JitCache();
-  std::vector<Array> call(std::vector<Array> args, const std::string& statics, const TraceFn& f);
+  JitResult call(std::vector<Array> args, const std::string& statics, const TraceFn& f);
   Lowered lower(std::vector<Array> args, const std::string& statics, const TraceFn& f);
   int size() const;
+  const JitOptions& options() const;
+  const std::string& name() const;
   struct State;
 
  private:
   std::unique_ptr<State> st_;
 };
 
-template <class T>
-struct is_array_vector : std::false_type {};
-template <>
-struct is_array_vector<std::vector<Array>> : std::true_type {};
-template <class T>
-struct is_array_tuple : std::false_type {};
-template <class... T>
-struct is_array_tuple<std::tuple<T...>> : std::bool_constant<(std::is_same_v<T, Array> && ...)> {};
 template <class>
 inline constexpr bool always_false = false;
 
+// Arguments are pytrees (tessera/tree.hpp): their arrays are traced; their
+// other leaves (numbers, enums, strings) and their structure (lengths,
+// keys) are static, part of the cache key.
 template <class A>
 void flatten_arg(const A& a, std::vector<Array>& arrays, std::string& statics) {
-  if constexpr (std::is_same_v<A, Array>) {
-    arrays.push_back(a);
-    statics += "a;";
-  } else if constexpr (is_array_vector<A>::value) {
-    arrays.insert(arrays.end(), a.begin(), a.end());
-    statics += 'v';
-    statics += std::to_string(a.size());
-    statics += ';';
-  } else if constexpr (std::is_arithmetic_v<A> || std::is_enum_v<A>) {
-    char buf[64];
-    std::to_chars_result r;
-    if constexpr (std::is_enum_v<A>)
-      r = std::to_chars(buf, buf + sizeof buf, static_cast<long long>(a));
-    else
-      r = std::to_chars(buf, buf + sizeof buf, a);  // shortest text that reads back exactly
-    statics += "n";
-    statics.append(buf, r.ptr);
-    statics += ";";
-  } else if constexpr (std::is_convertible_v<const A&, std::string_view>) {
-    const std::string_view s(a);
-    statics += 's';
-    statics += std::to_string(s.size());
-    statics += ':';
-    statics += s;
-  } else {
-    static_assert(always_false<A>,
-                  "ts::jit arguments are Array, std::vector<Array>, or static numbers, enums and strings");
+  if constexpr (is_tree_node<A>) {
+    statics += tree_structure(a).str();
+    statics += '|';
   }
+  tree_visit(a, [&](const std::string&, const auto& leaf) {
+    using L = std::decay_t<decltype(leaf)>;
+    if constexpr (std::is_same_v<L, Array>) {
+      arrays.push_back(leaf);
+      statics += "a;";
+    } else if constexpr (std::is_arithmetic_v<L> || std::is_enum_v<L>) {
+      char buf[64];
+      std::to_chars_result r;
+      if constexpr (std::is_enum_v<L>)
+        r = std::to_chars(buf, buf + sizeof buf, static_cast<long long>(leaf));
+      else
+        r = std::to_chars(buf, buf + sizeof buf, leaf);  // shortest text that reads back exactly
+      statics += "n";
+      statics.append(buf, r.ptr);
+      statics += ";";
+    } else if constexpr (std::is_convertible_v<const L&, std::string_view>) {
+      const std::string_view s(leaf);
+      statics += 's';
+      statics += std::to_string(s.size());
+      statics += ':';
+      statics += s;
+    } else {
+      static_assert(always_false<L>,
+                    "ts::jit arguments are pytrees of Arrays and static numbers, enums and strings");
+    }
+  });
 }
 
+// The argument with its arrays replaced by the next tracers.
 template <class A>
-auto substitute(const A& a, const std::vector<Array>& tracers, std::size_t& k) {
-  if constexpr (std::is_same_v<A, Array>) {
-    return tracers[k++];
-  } else if constexpr (is_array_vector<A>::value) {
-    std::vector<Array> v(tracers.begin() + static_cast<std::ptrdiff_t>(k),
-                         tracers.begin() + static_cast<std::ptrdiff_t>(k + a.size()));
-    k += a.size();
-    return v;
-  } else {
-    return a;
-  }
+A substitute(A a, const std::vector<Array>& tracers, std::size_t& k) {
+  tree_visit(a, [&](const std::string&, auto& leaf) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(leaf)>, Array>) leaf = tracers[k++];
+  });
+  return a;
+}
+
+// A result: a pytree whose arrays are the program's outputs.
+template <class R>
+std::vector<Array> flatten_result(const R& r, std::any& tree) {
+  tree = tree_map([](const Array&) { return Array(); }, r);
+  return tree_leaves(r);
 }
 
 template <class R>
-std::vector<Array> flatten_result(R&& r) {
-  using T = std::decay_t<R>;
-  if constexpr (std::is_same_v<T, Array>) {
-    return {std::forward<R>(r)};
-  } else if constexpr (is_array_vector<T>::value) {
-    return std::forward<R>(r);
-  } else if constexpr (is_array_tuple<T>::value) {
-    return std::apply([](auto&&... x) { return std::vector<Array>{x...}; }, std::forward<R>(r));
-  } else {
-    static_assert(always_false<T>, "a jitted function returns Array, std::vector<Array> or std::tuple of Arrays");
-  }
+R unflatten_result(const JitResult& res) {
+  return tree_unflatten(std::any_cast<const R&>(*res.tree), res.outs);
 }
 
-template <class R>
-R unflatten_result(std::vector<Array> outs) {
-  if constexpr (std::is_same_v<R, Array>) {
-    return outs.at(0);
-  } else if constexpr (is_array_vector<R>::value) {
-    return outs;
-  } else {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return R{outs.at(I)...};
-    }(std::make_index_sequence<std::tuple_size_v<R>>{});
-  }
+// The paths of the arrays of all arguments ("arg 1.coords"), for messages.
+template <class... A>
+std::vector<std::string> argument_paths(const A&... a) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  (
+      [&] {
+        for (const auto& p : tree_paths(a)) out.push_back("argument " + std::to_string(i) + (p.empty() ? "" : " ") + p);
+        ++i;
+      }(),
+      ...);
+  return out;
 }
 
 }  // namespace detail
@@ -168,12 +174,11 @@ class Jitted {
 
   template <class... A>
   auto operator()(const A&... a) const {
-    using R = std::decay_t<std::invoke_result_t<const F&, decltype(detail::substitute(
-                                                              a, std::declval<const std::vector<Array>&>(),
-                                                              std::declval<std::size_t&>()))...>>;
+    using R = std::decay_t<std::invoke_result_t<const F&, const A&...>>;
     std::vector<Array> arrays;
     std::string statics;
     (detail::flatten_arg(a, arrays, statics), ...);
+    check_in_shardings(arrays, a...);
     return detail::unflatten_result<R>(cache_->call(std::move(arrays), statics, trace_fn(a...)));
   }
 
@@ -184,6 +189,7 @@ class Jitted {
     std::vector<Array> arrays;
     std::string statics;
     (detail::flatten_arg(a, arrays, statics), ...);
+    check_in_shardings(arrays, a...);
     return cache_->lower(std::move(arrays), statics, trace_fn(a...));
   }
 
@@ -193,12 +199,24 @@ class Jitted {
  private:
   template <class... A>
   detail::TraceFn trace_fn(const A&... a) const {
-    return [&, this](const std::vector<Array>& tracers) {
+    return [&, this](const std::vector<Array>& tracers, std::any& tree) {
       std::size_t k = 0;
       // Braced initialisation evaluates left to right, in argument order.
-      std::tuple<decltype(detail::substitute(a, tracers, k))...> args{detail::substitute(a, tracers, k)...};
-      return detail::flatten_result(std::apply(f_, args));
+      std::tuple<A...> args{detail::substitute(a, tracers, k)...};
+      return detail::flatten_result(std::apply(f_, args), tree);
     };
+  }
+
+  // in_shardings has one entry per array leaf, in order: a mismatch names
+  // the leaves.
+  template <class... A>
+  void check_in_shardings(const std::vector<Array>& arrays, const A&... a) const {
+    const auto& in = cache_->options().in_shardings;
+    if (in.empty() || in.size() == arrays.size()) return;
+    std::string paths;
+    for (const auto& p : detail::argument_paths(a...)) paths += (paths.empty() ? "" : ", ") + p;
+    throw ShardingError("[" + cache_->name() + "] in_shardings has " + std::to_string(in.size()) + " entries for " +
+                        std::to_string(arrays.size()) + " array leaves (" + paths + ")");
   }
 
   F f_;

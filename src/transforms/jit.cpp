@@ -32,6 +32,7 @@
 #include "tessera/jit.hpp"
 
 #include <algorithm>
+#include <any>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -202,6 +203,8 @@ struct Compiled {
   std::vector<int> last_use;
   // slot of each equation input/output after operand reshards
   std::vector<std::vector<int>> eqn_in, eqn_out;
+  // The traced result's tree, leaves emptied (the caller's result type).
+  std::shared_ptr<const std::any> tree;
 
   explicit Compiled(Mesh m) : mesh(std::move(m)) {}
 };
@@ -819,6 +822,9 @@ JitCache::JitCache(std::string name, JitOptions opt) : st_(std::make_unique<Stat
 }
 JitCache::~JitCache() = default;
 
+const JitOptions& JitCache::options() const { return st_->opt; }
+const std::string& JitCache::name() const { return st_->name; }
+
 int JitCache::size() const {
   std::lock_guard<std::mutex> lock(st_->mu);
   return static_cast<int>(st_->entries.size());
@@ -831,13 +837,17 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
 
 }  // namespace
 
-std::vector<Array> JitCache::call(std::vector<Array> args, const std::string& statics, const TraceFn& f) {
+JitResult JitCache::call(std::vector<Array> args, const std::string& statics, const TraceFn& f) {
   // Inside another jit's trace the function is traced inline.
-  if (tracing_jit()) return f(args);
+  if (tracing_jit()) {
+    auto tree = std::make_shared<std::any>();
+    auto outs = f(args, *tree);
+    return {std::move(outs), std::move(tree)};
+  }
   auto c = get_compiled(*st_, args, statics, f);
   auto out = execute(*c, args);
   manual_results(args, out);
-  return out;
+  return {std::move(out), c->tree};
 }
 
 Lowered JitCache::lower(std::vector<Array> args, const std::string& statics, const TraceFn& f) {
@@ -875,10 +885,11 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
     tracers.push_back(trace.new_value(AbstractArray{a.shape(), a.dtype(), a.sharding()}));
   }
   std::vector<Array> outs;
+  auto tree = std::make_shared<std::any>();
   clear_error_site();
   try {
     TraceScope scope(&trace);
-    outs = f(tracers);
+    outs = f(tracers, *tree);
     if (!st.opt.out_shardings.empty()) {
       if (st.opt.out_shardings.size() != outs.size())
         throw ShardingError(msg(name, "out_shardings has " + std::to_string(st.opt.out_shardings.size()) +
@@ -901,6 +912,7 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
   }
   propagate_back(trace.prog);
   auto c = compile(st.name, std::move(trace.prog), mesh);
+  c->tree = std::move(tree);
   std::lock_guard<std::mutex> lock(st.mu);
   // Another thread may have compiled the same signature meanwhile: keep one.
   for (const auto& e : st.entries)

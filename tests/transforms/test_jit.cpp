@@ -8,6 +8,7 @@
 #include <cstring>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <random>
 #include <thread>
 #include <string>
@@ -24,6 +25,15 @@ using ts::testing::for_each_layout;
 using ts::testing::iota_data;
 using ts::testing::random_spec;
 using ts::testing::test_meshes;
+
+namespace jit_tree {
+struct Particles {
+  ts::Array x, v;
+  int substeps = 1;
+};
+}  // namespace jit_tree
+
+TESSERA_TREE(jit_tree::Particles, x, v, substeps)
 
 namespace {
 
@@ -152,9 +162,53 @@ TEST(Jit, InAndOutShardings) {
     EXPECT_EQ(hc[i], ts::cos(a).to_vector<float>()[i]);
   }
   auto bad = ts::jit([](ts::Array x) { return x + 1.0f; }, {.in_shardings = {rows, rows}});
-  expect_error<ts::ShardingError>([&] { bad(a); }, "[jit]", {"in_shardings has 2 entries for 1 array arguments"});
+  expect_error<ts::ShardingError>([&] { bad(a); }, "[jit]", {"in_shardings has 2 entries for 1 array leaves (argument 0)"});
   auto bad_out = ts::jit([](ts::Array x) { return x + 1.0f; }, {.out_shardings = {rows, rows}});
   expect_error<ts::ShardingError>([&] { bad_out(a); }, "[jit]", {"out_shardings has 2 entries for 1 results"});
+}
+
+// Pytree arguments and results: a registered struct and a string map in,
+// a struct out; the structure (lengths, keys) and the non-array leaves are
+// part of the cache key; in_shardings per array leaf names the leaves.
+TEST(Jit, PytreeArgumentsAndResults) {
+  ts::Mesh m = line(4);
+  const ts::NamedSharding s(m, ts::P("x")), rep(m, ts::P());
+  jit_tree::Particles p{ts::device_put(iota_data<float>(10), {10}, s), ts::device_put(iota_data<float>(10, 3), {10}, s),
+                        2};
+  std::map<std::string, ts::Array> params{{"scale", ts::device_put(iota_data<float>(1, 5), {1}, rep)}};
+  auto step = [](const jit_tree::Particles& q, const std::map<std::string, ts::Array>& w) {
+    jit_tree::Particles out = q;
+    out.x = q.x + q.v * w.at("scale") * static_cast<float>(q.substeps);
+    out.v = q.v * 0.5f;
+    return out;
+  };
+  auto f = ts::jit(step);
+  const jit_tree::Particles a = f(p, params), b = step(p, params);
+  expect_same(a.x, b.x, "x");
+  expect_same(a.v, b.v, "v");
+  EXPECT_EQ(a.substeps, 2);
+  EXPECT_EQ(f.cache_size(), 1);
+  p.substeps = 3;  // a static leaf: a new program
+  expect_same(f(p, params).x, step(p, params).x, "substeps 3");
+  EXPECT_EQ(f.cache_size(), 2);
+  params["offset"] = params["scale"];  // a new key: a new structure
+  expect_same(f(p, params).x, step(p, params).x, "two keys");
+  EXPECT_EQ(f.cache_size(), 3);
+  // Vectors of different lengths are different signatures too.
+  auto total = ts::jit([](const std::vector<ts::Array>& xs) {
+    ts::Array t = xs[0];
+    for (size_t i = 1; i < xs.size(); ++i) t = t + xs[i];
+    return std::make_tuple(t, xs);
+  });
+  auto [t2, xs2] = total(std::vector<ts::Array>{p.x, p.v});
+  auto [t3, xs3] = total(std::vector<ts::Array>{p.x, p.v, p.x});
+  expect_same(t3, p.x + p.v + p.x, "three");
+  EXPECT_EQ(xs3.size(), 3u);
+  EXPECT_EQ(total.cache_size(), 2);
+  auto bad = ts::jit(step, {.in_shardings = {s, s}});
+  expect_error<ts::ShardingError>([&] { bad(p, params); }, "[jit]",
+                                  {"in_shardings has 2 entries for 4 array leaves", "argument 0 x, argument 0 v",
+                                   "argument 1 ['offset'], argument 1 ['scale']"});
 }
 
 TEST(Jit, StaticArgumentsAreCacheKeys) {
