@@ -58,6 +58,9 @@ namespace {
 // 2*sin(x)+1 took 4.2-4.4 ms with 512-element tiles, 6.7 ms with 1024 and
 // 10 ms with 2048; 256 was no better than 512.
 constexpr std::int64_t kTile = 512;
+// Tiles ahead a fused loop prefetches its operands: 2*x+1 on 2^24 f32 over
+// 2 devices went from 3.9-4.2 ms without to 2.3-2.9 ms with 8 (16 KiB).
+constexpr std::int64_t kPrefetchTiles = 8;
 
 struct Eqn {
   PrimitivePtr prim;
@@ -605,6 +608,16 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   std::vector<const void*> args;
   for (std::int64_t t0 = 0; t0 < n; t0 += kTile) {
     const std::int64_t len = std::min(kTile, n - t0);
+    // Operands read from memory: ask for the tile kPrefetchTiles ahead, so
+    // its loads are in flight while this tile computes.
+    if (const std::int64_t ahead = t0 + kPrefetchTiles * kTile; ahead < n)
+      for (size_t k = 0; k < m; ++k)
+        for (const Ref& r : ins[k])
+          if (r.base && r.strides.empty()) {
+            const unsigned char* p = r.base + ahead * static_cast<std::int64_t>(r.isz);
+            const std::int64_t bytes = std::min(kTile, n - ahead) * static_cast<std::int64_t>(r.isz);
+            for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
+          }
     for (size_t k = 0; k < m; ++k) {
       args.clear();
       for (const Ref& r : ins[k]) {
