@@ -6,7 +6,7 @@
 namespace tessera::cpu {
 
 /// Copies `bytes` from src to dst with non-temporal stores where the CPU has
-/// them (x86-64: SSE2, always), so writing a large result does not first
+/// them (x86-64: 64-byte stores with AVX-512, else 16-byte SSE2 ones), so writing a large result does not first
 /// read each destination line into the cache. Stores are weakly ordered:
 /// call stream_fence() before another thread may read dst.
 void stream_copy(void* dst, const void* src, std::size_t bytes);
