@@ -73,12 +73,14 @@ constexpr float kTrigFastLimit = 8192.0f;
 // clones, and a call per element does not vectorise.
 [[gnu::always_inline]] inline float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 
-[[gnu::always_inline]] inline float sincos_f32(float x, int phase) {
-  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float half = phase ? 0.5f : 0.0f;
-  const float j = (fma(x, 0.318309886183790671f, -half) + magic) - magic;
-  const int q = static_cast<int>(j) + phase;
-  const float h = j + half;
+template <int kPhase>  // 0: sin, 1: cos
+[[gnu::always_inline]] inline float sincos_f32(float x) {
+  // Rounded to the nearest integer, ties to even (one instruction where the
+  // CPU has SSE4.1 or AVX-512).
+  const float j = kPhase ? __builtin_nearbyintf(fma(x, 0.318309886183790671f, -0.5f))
+                         : __builtin_nearbyintf(x * 0.318309886183790671f);
+  const int q = static_cast<int>(j) + kPhase;
+  const float h = kPhase ? j + 0.5f : j;
   float r = fma(-h, 3.140625f, x);
   r = fma(-h, 9.67502593994140625e-4f, r);
   r = fma(-h, 1.509957990978376432e-7f, r);
@@ -95,10 +97,11 @@ constexpr float kTrigFastLimit = 8192.0f;
 // Returns true when some |x[i]| is not <= kTrigFastLimit (or is NaN): the
 // check rides in the same vectorised loop (an integer or-reduction; a bool
 // one does not vectorise), so ordinary inputs cost no second pass.
-TESSERA_MATH_CLONES bool trig_f32(const float* __restrict x, float* __restrict y, std::int64_t n, int phase) {
+template <int kPhase>
+TESSERA_MATH_CLONES bool trig_f32(const float* __restrict x, float* __restrict y, std::int64_t n) {
   std::uint32_t out = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = sincos_f32(x[i], phase);
+    y[i] = sincos_f32<kPhase>(x[i]);
     out |= __builtin_fabsf(x[i]) <= kTrigFastLimit ? 0u : 1u;
   }
   return out != 0;
@@ -114,8 +117,8 @@ TESSERA_MATH_CLONES bool any_outside(const float* __restrict x, std::int64_t n, 
 }
 
 template <bool kCos>
-void trig_f32(const float* x, float* y, std::int64_t n) {
-  if (!trig_f32(x, y, n, kCos ? 1 : 0)) return;
+void trig_f32_checked(const float* x, float* y, std::int64_t n) {
+  if (!trig_f32<kCos ? 1 : 0>(x, y, n)) return;
   for (std::int64_t i = 0; i < n; ++i)
     if (!(std::fabs(x[i]) <= kTrigFastLimit) && !std::isnan(x[i])) y[i] = kCos ? std::cos(x[i]) : std::sin(x[i]);
 }
@@ -302,11 +305,11 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
       case UnaryOp::Sqrt: unary_loop(x, y, n, [](T v) { return std::sqrt(v); }); return;
       case UnaryOp::Rsqrt: unary_loop(x, y, n, [](T v) { return T(1) / std::sqrt(v); }); return;
       case UnaryOp::Sin:
-        if constexpr (std::is_same_v<T, float>) trig_f32<false>(x, y, n);
+        if constexpr (std::is_same_v<T, float>) trig_f32_checked<false>(x, y, n);
         else unary_loop(x, y, n, [](T v) { return std::sin(v); });
         return;
       case UnaryOp::Cos:
-        if constexpr (std::is_same_v<T, float>) trig_f32<true>(x, y, n);
+        if constexpr (std::is_same_v<T, float>) trig_f32_checked<true>(x, y, n);
         else unary_loop(x, y, n, [](T v) { return std::cos(v); });
         return;
       case UnaryOp::Tanh:
