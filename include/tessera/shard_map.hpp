@@ -27,9 +27,10 @@
 // another) are reported, never combined.
 #pragma once
 
-#include <source_location>
-
 #include <functional>
+#include <mutex>
+#include <optional>
+#include <source_location>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "tessera/array.hpp"
+#include "tessera/tree.hpp"
 
 namespace tessera {
 
@@ -67,50 +69,64 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
                                   const std::vector<PartitionSpec>& out_specs, const ShardMapOptions& opt,
                                   const std::vector<Array>& args, std::source_location loc = {});
 
-template <class R>
-std::vector<Array> to_outputs(R&& r) {
-  using T = std::decay_t<R>;
-  if constexpr (std::is_same_v<T, Array>) {
-    return {std::forward<R>(r)};
-  } else if constexpr (std::is_same_v<T, std::vector<Array>>) {
-    return std::forward<R>(r);
-  } else {
-    return std::apply([](auto&&... a) { return std::vector<Array>{Array(a)...}; }, std::forward<R>(r));
-  }
-}
-
-template <class R, std::size_t... I>
-R from_outputs(const std::vector<Array>& v, std::index_sequence<I...>) {
-  return R{v[I]...};
-}
-
-template <class F, std::size_t... I>
-std::vector<Array> call_body(F& f, const std::vector<Array>& in, std::index_sequence<I...>) {
-  return to_outputs(f(in[I]...));
+// The argument with its arrays replaced by the next of `local` (a body's
+// local blocks).
+template <class A>
+A with_local_leaves(A a, const std::vector<Array>& local, std::size_t& k) {
+  tree_visit(a, [&](const std::string&, auto& leaf) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(leaf)>, Array>) leaf = local.at(k++);
+  });
+  return a;
 }
 }  // namespace detail
 
-/// Returns a callable that runs `f` per device. `f` takes one Array per
-/// in_spec and returns an Array (one out spec), or a std::vector<Array> /
-/// std::tuple of Arrays (one out spec each).
+/// Returns a callable that runs `f` per device. `f` takes one pytree per
+/// in_spec (an Array, or a tree of them: tessera/tree.hpp), whose arrays are
+/// all laid out by that in_spec, and returns a pytree of Arrays with one out
+/// spec per array, in tree_leaves order (an Array, a std::vector or
+/// std::tuple of Arrays, a registered struct...). Non-array leaves of the
+/// arguments reach every device's body as they are.
 template <class F>
 auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<PartitionSpec> out_specs,
                ShardMapOptions opt = {}, std::source_location loc = std::source_location::current()) {
   return [=](const auto&... args) {
-    std::vector<Array> in{Array(args)...};
     constexpr std::size_t n = sizeof...(args);
-    detail::ShardMapBody body = [f](const std::vector<Array>& local) mutable {
-      if (local.size() != n) throw ShardingError("[shard_map] internal: argument count changed");
-      return detail::call_body(f, local, std::make_index_sequence<n>{});
+    if (n != in_specs.size())
+      throw ShardingError("[shard_map] expected " + std::to_string(in_specs.size()) +
+                          " arguments (one per in_spec), got " + std::to_string(n));
+    // Every array of an argument is laid out by the argument's in_spec.
+    std::vector<Array> in;
+    std::vector<PartitionSpec> leaf_specs;
+    [[maybe_unused]] std::size_t i = 0;  // unused for a function of no arguments
+    (
+        [&] {
+          for (Array& a : tree_leaves(args)) {
+            in.push_back(std::move(a));
+            leaf_specs.push_back(in_specs[i]);
+          }
+          ++i;
+        }(),
+        ...);
+    using R = std::decay_t<decltype(f(args...))>;
+    // The result tree of a body run, to rebuild the global result from.
+    struct Shape {
+      std::mutex mu;
+      std::optional<R> tree;
     };
-    std::vector<Array> out = detail::shard_map_call(body, mesh, in_specs, out_specs, opt, in, loc);
-    using R = decltype(f((void(args), std::declval<Array>())...));
-    if constexpr (std::is_same_v<std::decay_t<R>, Array>)
-      return out.at(0);
-    else if constexpr (std::is_same_v<std::decay_t<R>, std::vector<Array>>)
-      return out;
-    else
-      return detail::from_outputs<std::decay_t<R>>(out, std::make_index_sequence<std::tuple_size_v<std::decay_t<R>>>{});
+    auto shape = std::make_shared<Shape>();
+    detail::ShardMapBody body = [f, shape, args...](const std::vector<Array>& local) mutable {
+      std::size_t k = 0;
+      // Braced initialisation evaluates left to right, in argument order.
+      std::tuple<std::decay_t<decltype(args)>...> trees{detail::with_local_leaves(args, local, k)...};
+      if (k != local.size()) throw ShardingError("[shard_map] internal: argument count changed");
+      R r = std::apply(f, trees);
+      std::vector<Array> leaves = tree_leaves(r);
+      std::lock_guard<std::mutex> lock(shape->mu);
+      if (!shape->tree) shape->tree.emplace(std::move(r));
+      return leaves;
+    };
+    std::vector<Array> out = detail::shard_map_call(body, mesh, leaf_specs, out_specs, opt, in, loc);
+    return tree_unflatten(*shape->tree, out);
   };
 }
 

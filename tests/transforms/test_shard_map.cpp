@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <map>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -22,7 +23,18 @@
 #include "test_util.hpp"
 
 namespace ts = tessera;
+
+namespace sm_tree {
+struct Body {
+  ts::Array pos, vel;
+  float dt = 1.0f;
+};
+}  // namespace sm_tree
+
+TESSERA_TREE(sm_tree::Body, pos, vel, dt)
+
 using ts::testing::expect_error;
+using ts::testing::expect_same;
 using ts::testing::for_each_layout;
 using ts::testing::iota_data;
 using ts::testing::numel;
@@ -616,6 +628,41 @@ TEST_F(ShardMap, SeveralInputsAndOutputs) {
                       std::vector<ts::PartitionSpec>{ts::P("x"), ts::P("x")})(x);
       },
       "[shard_map]", {"1 outputs", "2 out_specs"});
+}
+
+// Pytree arguments and results: an argument's in_spec lays out all its
+// arrays; results have one out spec per array in tree_leaves order.
+TEST_F(ShardMap, PytreeArgumentsAndResults) {
+  const ts::Mesh mesh(first(4), {4}, {"x"});
+  const std::int64_t n = 10;  // uneven over 4
+  auto x = ts::device_put(arange_f(n), {n}, ts::NamedSharding(mesh, ts::P("x")));
+  auto y = ts::device_put(arange_f(n), {n}, ts::NamedSharding(mesh, ts::P("x"))) * 3.0f;
+  auto w = ts::device_put(arange_f(2), {2}, ts::NamedSharding(mesh, ts::P()));
+  sm_tree::Body b{x, y, 2.0f};
+  std::map<std::string, ts::Array> params{{"w", w}};
+  auto g = ts::shard_map(
+      [](const sm_tree::Body& bl, const std::map<std::string, ts::Array>& p) {
+        sm_tree::Body out = bl;
+        out.pos = bl.pos + bl.vel * bl.dt * ts::sum(p.at("w"));
+        return std::make_tuple(out, ts::psum(ts::sum(bl.vel), "x"));
+      },
+      mesh, {ts::P("x"), ts::P()}, std::vector<ts::PartitionSpec>{ts::P("x"), ts::P("x"), ts::P()});
+  auto [moved, total] = g(b, params);
+  expect_same(moved.pos, x + y * 2.0f * ts::sum(w), "pos");
+  expect_same(moved.vel, y, "vel");
+  EXPECT_EQ(moved.dt, 2.0f);
+  EXPECT_EQ(total.to_vector<float>(), ts::sum(y).to_vector<float>());
+  // Under jit too.
+  auto jg = ts::jit([&](const sm_tree::Body& bb, const std::map<std::string, ts::Array>& p) { return g(bb, p); });
+  auto [m2, t2] = jg(b, params);
+  expect_same(m2.pos, moved.pos, "pos under jit");
+  expect_same(t2, total, "psum under jit");
+  // One out spec per array of the result.
+  expect_error<ts::ShardingError>(
+      [&] {
+        ts::shard_map([](const sm_tree::Body& bl) { return bl; }, mesh, {ts::P("x")}, ts::P("x"))(b);
+      },
+      "[shard_map]", {"2 outputs", "1 out_specs"});
 }
 
 // Wrong numbers of arguments.
