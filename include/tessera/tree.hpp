@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -72,23 +73,52 @@ inline constexpr bool is_tree_node =
     tree_detail::registered<T>::value || tree_detail::is_vector<T>::value || tree_detail::is_array<T>::value ||
     tree_detail::is_tuple<T>::value || tree_detail::is_string_map<T>::value;
 
+namespace tree_detail {
+
+/// How a node names a child: a struct field, a position, a string key.
+struct ChildKey {
+  enum Kind { Field, Index, Key } kind;
+  std::string_view name;  // Field, Key
+  std::size_t index;      // Index
+};
+
+/// Calls f(key, child) for every child of node `t`, in order (`t` const or
+/// not).
+template <class T, class F>
+void for_each_child(T& t, F&& f) {
+  using U = std::remove_const_t<T>;
+  if constexpr (registered<U>::value) {
+    TreeFields<U>::each(t, [&](const char* field, auto& member) { f(ChildKey{ChildKey::Field, field, 0}, member); });
+  } else if constexpr (is_vector<U>::value || is_array<U>::value) {
+    for (std::size_t i = 0; i < t.size(); ++i) f(ChildKey{ChildKey::Index, {}, i}, t[i]);
+  } else if constexpr (is_tuple<U>::value) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (f(ChildKey{ChildKey::Index, {}, I}, std::get<I>(t)), ...);
+    }(std::make_index_sequence<std::tuple_size_v<U>>{});
+  } else {
+    static_assert(is_string_map<U>::value);
+    for (auto& [k, v] : t) f(ChildKey{ChildKey::Key, k, 0}, v);
+  }
+}
+
+}  // namespace tree_detail
+
 /// Calls f(path, leaf) for every leaf of `t`, depth first. `T` may be const
 /// (leaves are then const references) or not (f may replace them).
 template <class T, class F>
 void tree_visit(T& t, F&& f, const std::string& path = "") {
-  using U = std::remove_const_t<T>;
-  if constexpr (tree_detail::registered<U>::value) {
-    TreeFields<U>::each(t, [&](const char* field, auto& member) {
-      tree_visit(member, f, path.empty() ? std::string(field) : path + "." + field);
+  if constexpr (is_tree_node<std::remove_const_t<T>>) {
+    tree_detail::for_each_child(t, [&](const tree_detail::ChildKey& key, auto& child) {
+      using K = tree_detail::ChildKey;
+      std::string p = path;
+      if (key.kind == K::Field)
+        (p += p.empty() ? "" : ".") += key.name;
+      else if (key.kind == K::Index)
+        p += "[" + std::to_string(key.index) + "]";
+      else
+        ((p += "['") += key.name) += "']";
+      tree_visit(child, f, p);
     });
-  } else if constexpr (tree_detail::is_vector<U>::value || tree_detail::is_array<U>::value) {
-    for (std::size_t i = 0; i < t.size(); ++i) tree_visit(t[i], f, path + "[" + std::to_string(i) + "]");
-  } else if constexpr (tree_detail::is_tuple<U>::value) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (tree_visit(std::get<I>(t), f, path + "[" + std::to_string(I) + "]"), ...);
-    }(std::make_index_sequence<std::tuple_size_v<U>>{});
-  } else if constexpr (tree_detail::is_string_map<U>::value) {
-    for (auto& [k, v] : t) tree_visit(v, f, path + "['" + k + "']");
   } else {
     f(path, t);
   }
@@ -158,42 +188,19 @@ class TreeStructure {
 namespace tree_detail {
 template <class T>
 void structure_text(const T& t, std::string& s) {
-  if constexpr (registered<T>::value) {
-    s += TreeFields<T>::name;
-    s += '(';
+  if constexpr (is_tree_node<T>) {
+    const char* brackets = registered<T>::value ? "()" : is_tuple<T>::value ? "()" : is_string_map<T>::value ? "{}" : "[]";
+    if constexpr (registered<T>::value) s += TreeFields<T>::name;
+    s += brackets[0];
     bool first = true;
-    TreeFields<T>::each(t, [&](const char* field, const auto& member) {
-      s += first ? "" : ", ";
+    for_each_child(t, [&](const ChildKey& key, const auto& child) {
+      if (!first) s += ", ";
       first = false;
-      s += field;
-      s += '=';
-      structure_text(member, s);
+      if (key.kind == ChildKey::Field) (s += key.name) += '=';
+      if (key.kind == ChildKey::Key) ((s += '\'') += key.name) += "': ";
+      structure_text(child, s);
     });
-    s += ')';
-  } else if constexpr (is_vector<T>::value || is_array<T>::value) {
-    s += '[';
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      if (i) s += ", ";
-      structure_text(t[i], s);
-    }
-    s += ']';
-  } else if constexpr (is_tuple<T>::value) {
-    s += '(';
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((s += (I ? ", " : ""), structure_text(std::get<I>(t), s)), ...);
-    }(std::make_index_sequence<std::tuple_size_v<T>>{});
-    s += ')';
-  } else if constexpr (is_string_map<T>::value) {
-    s += '{';
-    bool first = true;
-    for (const auto& [k, v] : t) {
-      s += first ? "'" : ", '";
-      first = false;
-      s += k;
-      s += "': ";
-      structure_text(v, s);
-    }
-    s += '}';
+    s += brackets[1];
   } else {
     s += '*';
   }
