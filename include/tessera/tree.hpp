@@ -110,13 +110,21 @@ void tree_visit(T& t, F&& f, const std::string& path = "") {
   if constexpr (is_tree_node<std::remove_const_t<T>>) {
     tree_detail::for_each_child(t, [&](const tree_detail::ChildKey& key, auto& child) {
       using K = tree_detail::ChildKey;
+      // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) on
+      // "literal" + std::string here.
       std::string p = path;
-      if (key.kind == K::Field)
-        (p += p.empty() ? "" : ".") += key.name;
-      else if (key.kind == K::Index)
-        p += "[" + std::to_string(key.index) + "]";
-      else
-        ((p += "['") += key.name) += "']";
+      if (key.kind == K::Field) {
+        if (!p.empty()) p += '.';
+        p += key.name;
+      } else if (key.kind == K::Index) {
+        p += '[';
+        p += std::to_string(key.index);
+        p += ']';
+      } else {
+        p += "['";
+        p += key.name;
+        p += "']";
+      }
       tree_visit(child, f, p);
     });
   } else {
@@ -196,8 +204,14 @@ void structure_text(const T& t, std::string& s) {
     for_each_child(t, [&](const ChildKey& key, const auto& child) {
       if (!first) s += ", ";
       first = false;
-      if (key.kind == ChildKey::Field) (s += key.name) += '=';
-      if (key.kind == ChildKey::Key) ((s += '\'') += key.name) += "': ";
+      if (key.kind == ChildKey::Field) {
+        s += key.name;
+        s += '=';
+      } else if (key.kind == ChildKey::Key) {
+        s += '\'';
+        s += key.name;
+        s += "': ";
+      }
       structure_text(child, s);
     });
     s += brackets[1];
