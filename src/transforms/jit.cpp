@@ -14,7 +14,8 @@
 //     the one planner), or a result to its final layout;
 //   - reduce: partial results combined over the reduction axes;
 //   - global: a primitive that partitions itself (a halo exchange, a
-//     reshape across sharded dims, ...), run on the whole arrays;
+//     reshape across sharded dims, a shard_map, ...), run as each device's
+//     share of its whole-array algorithm (comm/member.hpp);
 //   - fused: a run of fusable kernels whose operands and results all share
 //     one shape and layout, executed tile by tile (kTile elements) so the
 //     intermediates stay in cache: one pass over memory for the chain.
@@ -25,10 +26,11 @@
 // reshards as the device's share of the planned exchange, reductions as an
 // all-reduce within the device's group over the reduction axes (a
 // reduce-scatter keeps its box of the result). Every member runs the same
-// steps, so their collectives meet in the same order. Only global steps
-// split a call: they run on the host between tasks. Buffers die after their
-// last use, so the caching allocator reuses them within the call; a member's
-// buffer read by others stays alive in the collective's rendezvous.
+// steps, so their collectives meet in the same order. Only a global step on
+// arrays of another mesh splits a call: it runs on the host between tasks.
+// Buffers die after their last use, so the caching allocator reuses them
+// within the call; a member's buffer read by others stays alive in the
+// collective's rendezvous.
 #include "tessera/jit.hpp"
 
 #include <algorithm>
