@@ -177,6 +177,7 @@ void propagate_back(Program& p) {
 struct Step {
   enum Kind { Kernel, Fused, Reshard, Reduce, Global } kind = Kernel;
   std::vector<int> eqns;       // Kernel, Global: one; Fused: the run, in order
+  bool on_host = false;        // Global: runs between the per-device tasks, not as each device's share
   int sink_eqn = -1, sink_out = -1;  // Fused: the reduction the run ends in, and its result's slot
   std::vector<int> in, out;    // slots read and written (Fused: external inputs, materialised outputs)
   std::optional<NamedSharding> target;  // Reshard / Reduce: layout of `out[0]`
@@ -378,6 +379,11 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
       g.in = ins;
       g.out = q.out;
       g.what = op;
+      // Each device runs its share inside the call's task, unless the
+      // primitive opts out or an array it takes or gives is on another mesh.
+      g.on_host = !q.prim->runs_per_member();
+      for (const auto* v : {&g.in, &g.out})
+        for (int sl : *v) g.on_host = g.on_host || !(c->slots[sl].sharding.mesh() == c->mesh);
       c->eqn_out[e] = q.out;
       c->steps.push_back(std::move(g));
       continue;
@@ -650,13 +656,18 @@ Array slot_array(const Compiled& c, int s, const Buffers& bufs) {
 }
 
 // A primitive that partitions itself, on the whole arrays (host side).
+// The layouts a global step's results take.
+std::vector<NamedSharding> result_layouts(const Compiled& c, const Step& st) {
+  std::vector<NamedSharding> layouts;
+  for (int s : st.out) layouts.push_back(c.slots[s].sharding);
+  return layouts;
+}
+
 void run_global(const Compiled& c, const Step& st, Buffers& bufs) {
   const Eqn& q = c.prog.eqns[st.eqns[0]];
   std::vector<Array> in;
   for (int s : st.in) in.push_back(slot_array(c, s, bufs));
-  std::vector<NamedSharding> layouts;
-  for (int s : st.out) layouts.push_back(c.slots[s].sharding);
-  auto res = q.prim->eval_global(in, q.types, layouts);
+  auto res = q.prim->eval_global(in, q.types, result_layouts(c, st));
   for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]] = res[r].impl()->buffers;
 }
 
@@ -692,22 +703,10 @@ void run_global_member(const Compiled& c, const Step& st, int pos, Buffers& bufs
     b[pos] = bufs[s][pos];
     in.push_back(wrap(c.slots[s].shape, c.slots[s].dtype, c.slots[s].sharding, std::move(b)));
   }
-  std::vector<NamedSharding> layouts;
-  for (int s : st.out) layouts.push_back(c.slots[s].sharding);
   TimelineScope scope(q.prim->name(), "kernel");
   MemberScope member(m, records);
-  auto res = q.prim->eval_global(in, q.types, layouts);
+  auto res = q.prim->eval_global(in, q.types, result_layouts(c, st));
   for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]][pos] = res[r].impl()->buffers[pos];
-}
-
-// True when a global step runs inside the per-device task: the primitive
-// allows it and every array it takes and gives lies on the program's mesh.
-bool per_member(const Compiled& c, const Step& st) {
-  if (!c.prog.eqns[st.eqns[0]].prim->runs_per_member()) return false;
-  for (const auto* v : {&st.in, &st.out})
-    for (int s : *v)
-      if (!(c.slots[s].sharding.mesh() == c.mesh)) return false;
-  return true;
 }
 
 bool moves_data(const Step& st) {
@@ -721,7 +720,7 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
   for (const auto& [id, arr] : c.prog.constants) bufs[id] = arr.impl()->buffers;
   size_t k = 0;
   while (k < c.steps.size()) {
-    if (c.steps[k].kind == Step::Global && !per_member(c, c.steps[k])) {
+    if (c.steps[k].on_host) {
       run_global(c, c.steps[k], bufs);
       for (int s : c.steps[k].in)
         if (c.last_use[s] == static_cast<int>(k)) bufs[s].assign(c.mesh.size(), Buffer());
@@ -733,14 +732,13 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
     // as they run come from member 0, in step order.
     size_t end = k;
     bool comm = false;
-    std::vector<std::vector<CommRecord>> global_records;
-    std::vector<size_t> global_steps;
-    while (end < c.steps.size() && (c.steps[end].kind != Step::Global || per_member(c, c.steps[end]))) {
+    size_t globals = 0;
+    while (end < c.steps.size() && !c.steps[end].on_host) {
       comm = comm || moves_data(c.steps[end]);
-      if (c.steps[end].kind == Step::Global) global_steps.push_back(end);
+      if (c.steps[end].kind == Step::Global) ++globals;
       ++end;
     }
-    global_records.resize(global_steps.size());
+    std::vector<std::vector<CommRecord>> global_records(globals);
     auto member = [&](int pos, Session* session) {
       std::optional<MemberContext> m;
       if (session) m.emplace(c.mesh, pos, *session);

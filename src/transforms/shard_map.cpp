@@ -444,21 +444,16 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
                                   const std::vector<Array>& args, std::source_location loc) {
   const char* op = "shard_map";
   if (t_ctx) throw ShardingError("[shard_map] cannot be called inside a shard_map body");
-  // Traced arguments (under jit): the call becomes one primitive of the
-  // traced program.
-  for (const Array& a : args)
-    if (a.valid() && a.impl()->trace) {
-      if (args.size() != in_specs.size())
-        throw ShardingError(msg(op, "expected " + std::to_string(in_specs.size()) +
-                                        " arguments (one per in_spec), got " + std::to_string(args.size())));
-      for (const auto& s : out_specs) check_spec(mesh, s, op);
-      return detail::bind(std::make_shared<ShardMapPrim>(body, mesh, in_specs, out_specs, opt, loc), args);
-    }
-  TimelineScope scope(op, "task");  // names the per-device tasks of the call
   if (args.size() != in_specs.size())
     throw ShardingError(msg(op, "expected " + std::to_string(in_specs.size()) + " arguments (one per in_spec), got " +
                                     std::to_string(args.size())));
   for (const auto& s : out_specs) check_spec(mesh, s, op);
+  // Traced arguments (under jit): the call becomes one primitive of the
+  // traced program.
+  for (const Array& a : args)
+    if (a.valid() && a.impl()->trace)
+      return detail::bind(std::make_shared<ShardMapPrim>(body, mesh, in_specs, out_specs, opt, loc), args);
+  TimelineScope scope(op, "task");  // names the per-device tasks of the call
   // Inputs laid out per in_specs.
   std::vector<Array> inputs;
   for (size_t i = 0; i < args.size(); ++i) {

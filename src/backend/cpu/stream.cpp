@@ -19,7 +19,15 @@ __attribute__((target("avx512f"))) void stream_body_avx512(unsigned char* d, con
   for (std::size_t i = 0; i < n; i += 64)
     _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
 }
-const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
+// Read once, on first use (__builtin_cpu_init first: this may run before
+// the runtime's own CPU detection has).
+bool has_avx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
 #endif
 
 }  // namespace
@@ -37,7 +45,7 @@ void stream_copy(void* dst, const void* src, std::size_t bytes) {
   bytes -= head;
   const std::size_t body = bytes / 64 * 64;
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  if (kHasAvx512) {
+  if (has_avx512()) {
     stream_body_avx512(d, s, body);
   } else
 #endif
