@@ -14,3 +14,5 @@
 #include "tessera/tree.hpp"
 #include "tessera/sharding.hpp"
 #include "tessera/version.hpp"
+#include "tessera/autodiff.hpp"
+#include "tessera/vmap.hpp"

@@ -23,8 +23,9 @@ const ArrayImpl& Array::concrete(const char* op) const {
   const ArrayImpl& a = checked(op);
   if (a.trace)
     throw Error(std::string("[") + op + "] cannot read " + typeof(*this) +
-                ": it is a value traced by jit (its contents exist only when the compiled program runs); "
-                "return it from the jitted function instead");
+                ": it is a value traced by " + a.traced_by +
+                " (its contents exist only when the transformed function runs); return it from the " + a.traced_by +
+                "-transformed function instead");
   return a;
 }
 

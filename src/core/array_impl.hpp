@@ -22,6 +22,12 @@ struct ArrayImpl {
   /// number there. Traced values have no buffers.
   const void* trace = nullptr;
   int value = -1;
+  /// What a trace other than jit's carries with its value (vmap: the
+  /// batched array and its batch dim; jvp: the primal and the tangent). It
+  /// dies with the value, so a transformation keeps no intermediate alive.
+  std::shared_ptr<const void> payload;
+  /// The transformation that traces the value, for messages.
+  const char* traced_by = "jit";
 
   ArrayImpl(Shape s, DType t, NamedSharding sh) : shape(std::move(s)), dtype(t), sharding(std::move(sh)) {}
 };

@@ -1,9 +1,12 @@
 // Elementwise primitives (see elementwise.hpp).
 #include "primitives/elementwise.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "ops/common.hpp"
+#include "primitives/rules.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 
@@ -46,8 +49,30 @@ class Elementwise : public Primitive {
     return msg(name_, "incompatible shardings for broadcasting: " + s + "; reshard an operand or pass out_sharding");
   }
   bool fusable() const override { return true; }
+  // Batched operands go batch-first, padded with size-1 dims to the
+  // examples' common rank, so broadcasting inside each example still lines
+  // up; unbatched ones broadcast against the batch as they are.
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t,
+                           std::vector<int>& out_bdims) const override {
+    int rank = 0;
+    for (size_t i = 0; i < in.size(); ++i) rank = std::max(rank, in[i].ndim() - (bdims[i] >= 0 ? 1 : 0));
+    std::vector<Array> args;
+    for (size_t i = 0; i < in.size(); ++i) args.push_back(bdims[i] >= 0 ? batch_first_aligned(in[i], bdims[i], rank) : in[i]);
+    out_bdims = {0};
+    return bind(batched(), args);
+  }
 
  protected:
+  // The primitive for batch-first operands: an out_sharding gains an
+  // unsharded batch dim.
+  PrimitivePtr batched() const {
+    if (!out_spec_) return shared_from_this();
+    std::vector<PartitionSpec::Entry> e = out_spec_->entries();
+    e.insert(e.begin(), PartitionSpec::Entry());
+    return rebuilt(PartitionSpec(std::move(e), out_spec_->unreduced()));
+  }
+  virtual PrimitivePtr rebuilt(PartitionSpec) const { return shared_from_this(); }
+
   const char* name_;
   DType result_;
   std::optional<PartitionSpec> out_spec_;
@@ -62,6 +87,36 @@ class Unary final : public Elementwise {
   }
   void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override {
     cpu::unary(op_, t_, in[0], out, n);
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    using U = cpu::UnaryOp;
+    if (op_ == U::Neg) return linear_jvp(*this, p, t, t_out);
+    Array y = bind1(shared_from_this(), p);
+    t_out = {Array()};
+    if (!t[0].valid() || !has_tangent(y.dtype())) return {y};
+    const Array& x = p[0];
+    const Array& dx = t[0];
+    switch (op_) {
+      case U::Abs: t_out[0] = sign(x, {}) * dx; break;
+      case U::Exp: t_out[0] = y * dx; break;
+      case U::Log: t_out[0] = dx / x; break;
+      case U::Log1p: t_out[0] = dx / (x + 1.0); break;
+      case U::Expm1: t_out[0] = (y + 1.0) * dx; break;
+      case U::Sqrt: t_out[0] = dx / (y * 2.0); break;
+      case U::Rsqrt: t_out[0] = (y / x) * -0.5 * dx; break;
+      case U::Sin: t_out[0] = cos(x, {}) * dx; break;
+      case U::Cos: t_out[0] = -sin(x, {}) * dx; break;
+      case U::Tanh: t_out[0] = (1.0 - y * y) * dx; break;
+      case U::Sigmoid: t_out[0] = (y * (1.0 - y)) * dx; break;
+      default: break;  // piecewise constant (floor, ceil, round, sign) or boolean: zero
+    }
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
+    if (op_ != cpu::UnaryOp::Neg) return Primitive::transpose(ct, {}, {}, {});
+    return {ct[0].valid() ? -ct[0] : Array()};
   }
 
  private:
@@ -80,8 +135,70 @@ class Binary final : public Elementwise {
     cpu::binary_flat(op_, t_, contiguous(in[0]), contiguous(in[1]), out, n);
   }
   std::string params() const override { return t_ == result_ ? "" : std::string("compute=") + dtype_name(t_); }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    using B = cpu::BinaryOp;
+    Array y = bind1(shared_from_this(), p);
+    t_out = {Array()};
+    if ((!t[0].valid() && !t[1].valid()) || !has_tangent(y.dtype())) return {y};
+    const Array &a = p[0], &b = p[1];
+    // A tangent of one operand, stretched to the result's shape.
+    auto full = [&](Array x) { return x.valid() && x.shape() != y.shape() ? broadcast_to(x, y.shape(), {}) : x; };
+    auto scaled = [&](const Array& dx, const Array& f) { return dx.valid() ? full(dx * f) : Array(); };
+    const Array &da = t[0], &db = t[1];
+    switch (op_) {
+      case B::Add: t_out[0] = full(add_tangents(da, db)); break;
+      case B::Sub: t_out[0] = full(add_tangents(da, db.valid() ? -db : Array())); break;
+      case B::Mul: t_out[0] = add_tangents(scaled(da, b), scaled(db, a)); break;
+      case B::Div: t_out[0] = add_tangents(scaled(da, 1.0 / b), scaled(db, -y / b)); break;
+      case B::Pow:
+        t_out[0] = add_tangents(scaled(da, b * pow(a, b - 1.0)),
+                                scaled(db, where(a == 0.0, 0.0, y * log(where(a == 0.0, 1.0, a)))));
+        break;
+      case B::Max:
+      case B::Min: {
+        // Ties share the derivative equally, as in JAX.
+        const Array pick_a = op_ == B::Max ? greater(a, b, {}, {}) : less(a, b, {}, {});
+        const Array tie = equal(a, b, {}, {});
+        const Array wa = astype(pick_a, y.dtype()) + astype(tie, y.dtype()) * 0.5;
+        t_out[0] = add_tangents(scaled(da, wa), scaled(db, 1.0 - wa));
+        break;
+      }
+      case B::Mod: t_out[0] = add_tangents(full(da), scaled(db, -floor_divide(a, b))); break;
+      default: break;  // floor_divide, comparisons, logic: zero
+    }
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    using B = cpu::BinaryOp;
+    std::vector<Array> r(2);
+    if (!ct[0].valid()) return r;
+    const Array& c = ct[0];
+    switch (op_) {
+      case B::Add:
+      case B::Sub:
+        if (linear[0]) r[0] = unbroadcast(c, types[0]);
+        if (linear[1]) r[1] = unbroadcast(op_ == B::Sub ? -c : c, types[1]);
+        return r;
+      case B::Mul:
+        if (linear[0] && linear[1]) break;
+        if (linear[0]) r[0] = unbroadcast(c * in[1], types[0]);
+        if (linear[1]) r[1] = unbroadcast(in[0] * c, types[1]);
+        return r;
+      case B::Div:
+        if (linear[1]) break;
+        r[0] = unbroadcast(c / in[1], types[0]);
+        return r;
+      default: break;
+    }
+    return Primitive::transpose(ct, in, types, linear);
+  }
 
  private:
+  PrimitivePtr rebuilt(PartitionSpec s) const override {
+    return std::make_shared<Binary>(op_, name_, t_, result_, std::move(s));
+  }
   cpu::BinaryOp op_;
   DType t_;
 };
@@ -102,6 +219,38 @@ class BinaryScalar final : public Elementwise {
   std::string params() const override {
     return std::string(left_ ? "lhs=" : "rhs=") + text_ + (t_ == result_ ? "" : std::string(" compute=") + dtype_name(t_));
   }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    using B = cpu::BinaryOp;
+    const bool scales = op_ == B::Mul || (op_ == B::Div && !left_);
+    if (scales) return linear_jvp(*this, p, t, t_out);
+    Array y = bind1(shared_from_this(), p);
+    t_out = {Array()};
+    if (!t[0].valid() || !has_tangent(y.dtype())) return {y};
+    const Array &x = p[0], &dx = t[0];
+    const double s = s_.f;
+    switch (op_) {
+      case B::Add: t_out[0] = dx; break;
+      case B::Sub: t_out[0] = left_ ? -dx : dx; break;
+      case B::Div: t_out[0] = dx * (-y / x); break;  // s / x
+      case B::Pow:
+        t_out[0] = left_ ? dx * (y * std::log(s)) : dx * (pow(x, s - 1.0) * s);
+        break;
+      case B::Max:
+      case B::Min:
+        t_out[0] = dx * (astype(op_ == B::Max ? x > s : x < s, y.dtype()) + astype(x == s, y.dtype()) * 0.5);
+        break;
+      case B::Mod: t_out[0] = left_ ? Array() : dx; break;
+      default: break;
+    }
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    const bool scales = op_ == cpu::BinaryOp::Mul || (op_ == cpu::BinaryOp::Div && !left_);
+    if (!scales) return Primitive::transpose(ct, in, types, linear);
+    return {ct[0].valid() ? bind1(shared_from_this(), {ct[0]}) : Array()};
+  }
 
  private:
   cpu::BinaryOp op_;
@@ -114,6 +263,24 @@ class BinaryScalar final : public Elementwise {
 class Select final : public Elementwise {
  public:
   Select(DType t, std::optional<PartitionSpec> out_spec) : Elementwise("where", t, std::move(out_spec)), t_(t) {}
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    Array y = bind1(shared_from_this(), p);
+    t_out = {Array()};
+    if ((!t[1].valid() && !t[2].valid()) || !has_tangent(y.dtype())) return {y};
+    t_out[0] = where(p[0], instantiate(t[1], type_of(p[1])), instantiate(t[2], type_of(p[2])), {}, {});
+    if (t_out[0].shape() != y.shape()) t_out[0] = broadcast_to(t_out[0], y.shape(), {});
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    std::vector<Array> r(3);
+    if (!ct[0].valid()) return r;
+    const Array zero = zeros_of(type_of(ct[0]));
+    if (linear[1]) r[1] = unbroadcast(where(in[0], ct[0], zero, {}, {}), types[1]);
+    if (linear[2]) r[2] = unbroadcast(where(in[0], zero, ct[0], {}, {}), types[2]);
+    return r;
+  }
   void eval_cpu(const LocalArgs& in, LocalOuts& out) const override {
     const Shape& s = out[0].shape;
     cpu::select(t_, operand_of(in[0], s), operand_of(in[1], s), operand_of(in[2], s), out[0].data, s);
@@ -123,8 +290,16 @@ class Select final : public Elementwise {
   }
 
  private:
+  PrimitivePtr rebuilt(PartitionSpec s) const override { return std::make_shared<Select>(t_, std::move(s)); }
   DType t_;
 };
+
+cpu::Operand zero_of(const cpu::Operand& s) {
+  cpu::Operand z = s;
+  z.f = 0;
+  z.i = 0;
+  return z;
+}
 
 class SelectScalar final : public Elementwise {
  public:
@@ -140,6 +315,24 @@ class SelectScalar final : public Elementwise {
     cpu::select_flat(t_, contiguous(in[0]), is_x_ ? s_ : a, is_x_ ? a : s_, out, n);
   }
   std::string params() const override { return std::string(is_x_ ? "x=" : "y=") + text_; }
+  // Linear in the array operand when the scalar is zero (the JVP's form);
+  // affine otherwise, so the tangent is the array's where it is chosen.
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    Array y = bind1(shared_from_this(), p);
+    t_out = {Array()};
+    if (!t[1].valid() || !has_tangent(y.dtype())) return {y};
+    t_out[0] = bind1(std::make_shared<SelectScalar>(t_, zero_of(s_), is_x_, "0"), {p[0], t[1]});
+    if (t_out[0].shape() != y.shape()) t_out[0] = broadcast_to(t_out[0], y.shape(), {});
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    if (s_.f != 0 || s_.i != 0) return Primitive::transpose(ct, in, types, linear);
+    std::vector<Array> r(2);
+    if (ct[0].valid() && linear[1]) r[1] = unbroadcast(bind1(shared_from_this(), {in[0], ct[0]}), types[1]);
+    return r;
+  }
 
  private:
   DType t_;
@@ -158,6 +351,14 @@ class Convert final : public Elementwise {
     convert(in[0], from_, out, result_, n);
   }
   std::string params() const override { return std::string("to=") + dtype_name(result_); }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    return linear_jvp(*this, p, has_tangent(from_) && has_tangent(result_) ? t : std::vector<Array>{Array()}, t_out);
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? astype(ct[0], from_, {}) : Array()};
+  }
 
  private:
   DType from_;
@@ -176,13 +377,56 @@ class Constraint final : public Elementwise {
     std::memcpy(out[0].data, in[0].data, static_cast<std::size_t>(num_elements(out[0].shape)) * itemsize(out[0].dtype));
   }
   std::string params() const override { return "sharding=" + target_.spec().str(); }
+  // The batch dim keeps the layout it has.
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t,
+                           std::vector<int>& out_bdims) const override {
+    const Array x = move_dim(in[0], bdims[0], 0);
+    std::vector<PartitionSpec::Entry> e = target_.spec().entries();
+    const auto& xs = x.sharding().spec();
+    e.insert(e.begin(), xs.size() > 0 ? xs[0] : PartitionSpec::Entry());
+    out_bdims = {0};
+    return {bind1(std::make_shared<Constraint>(name_, NamedSharding(target_.mesh(), PartitionSpec(std::move(e)))), {x})};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    return linear_jvp(*this, p, t, t_out);
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? bind1(shared_from_this(), {ct[0]}) : Array()};
+  }
 
  private:
   NamedSharding target_;
 };
 
+// stop_gradient: the value itself, with a zero tangent.
+class StopGradient final : public Elementwise {
+ public:
+  StopGradient() : Elementwise("stop_gradient", DType::f32) {}
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
+    return {TypeInfo{in[0].shape, in[0].dtype}};
+  }
+  bool fusable() const override { return false; }
+  bool identity() const override { return true; }
+  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override {
+    std::memcpy(out[0].data, in[0].data, static_cast<std::size_t>(num_elements(out[0].shape)) * itemsize(out[0].dtype));
+  }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t,
+                           std::vector<int>& out_bdims) const override {
+    out_bdims = bdims;
+    return {bind1(shared_from_this(), {in[0]})};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>&,
+                         std::vector<Array>& t_out) const override {
+    t_out = {Array()};
+    return {bind1(shared_from_this(), p)};
+  }
+};
+
 }  // namespace
 
+PrimitivePtr make_stop_gradient() { return std::make_shared<StopGradient>(); }
 PrimitivePtr make_unary(cpu::UnaryOp op, const char* name, DType t) { return std::make_shared<Unary>(op, name, t); }
 PrimitivePtr make_binary(cpu::BinaryOp op, const char* name, DType compute, DType result,
                          std::optional<PartitionSpec> out_spec) {

@@ -24,5 +24,6 @@ PrimitivePtr make_select_scalar(DType t, const cpu::Operand& scalar, bool scalar
 PrimitivePtr make_convert(DType from, DType to);
 /// The value itself, laid out as `target` (with_sharding_constraint, reshard).
 PrimitivePtr make_constraint(const char* name, const NamedSharding& target);
+PrimitivePtr make_stop_gradient();
 
 }  // namespace tessera::detail

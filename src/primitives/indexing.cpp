@@ -27,6 +27,8 @@
 #include <cstring>
 
 #include "ops/common.hpp"
+#include "primitives/rules.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 
@@ -121,6 +123,35 @@ class Take final : public Global {
     std::string s = "axis=";
     s += std::to_string(axis_);
     return s;
+  }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);  // indices per example: one at a time
+    ob = {0};
+    return {bind1(std::make_shared<Take>(axis_ + 1), {move_dim(in[0], bd[0], 0), in[1]})};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    Array y = bind1(shared_from_this(), p);
+    to = {t[0].valid() && has_tangent(y.dtype()) ? bind1(shared_from_this(), {t[0], p[1]}) : Array()};
+    return {y};
+  }
+  // The gathered rows' cotangents summed back into the rows they came from.
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    if (!ct[0].valid()) return {Array(), Array()};
+    AbstractArray moved = types[0];
+    std::swap(moved.shape[0], moved.shape[axis_]);
+    if (axis_ != 0) {
+      std::vector<int> perm(moved.shape.size());
+      for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int>(d);
+      std::swap(perm[0], perm[axis_]);
+      moved.shape = types[0].shape;
+      for (size_t d = 0; d < perm.size(); ++d) moved.shape[d] = types[0].shape[perm[d]];
+      moved.sharding = NamedSharding(types[0].sharding.mesh(), P());
+    }
+    Array c = swapaxes(ct[0], 0, axis_, {});
+    Array r = scatter_add(zeros_of(moved), in[1], c, {}, {});
+    return {swapaxes(r, 0, axis_, {}), Array()};
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override;
@@ -260,6 +291,37 @@ class ScatterAdd final : public Global {
         resolve_spec(x.mesh(), *out_spec_, static_cast<int>(in[0].shape.size()), "scatter_add")};
   }
   std::string params() const override { return out_spec_param(out_spec_); }
+  // Rows stay dim 0: the batch goes second.
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);
+    const Array x = move_dim(batch_first(in[0], bd[0], size), 0, 1);
+    const Array u = move_dim(batch_first(in[2], bd[2], size), 0, 1);
+    std::optional<PartitionSpec> spec;
+    if (out_spec_) {
+      std::vector<PartitionSpec::Entry> e = out_spec_->entries();
+      e.resize(std::max<size_t>(e.size(), 1));
+      e.insert(e.begin() + 1, PartitionSpec::Entry());
+      spec = PartitionSpec(std::move(e));
+    }
+    ob = {1};
+    return {bind1(std::make_shared<ScatterAdd>(std::move(spec)), {x, in[1], u})};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    Array y = bind1(shared_from_this(), p);
+    to = {Array()};
+    if ((t[0].valid() || t[2].valid()) && has_tangent(y.dtype()))
+      to[0] = bind1(shared_from_this(), {instantiate(t[0], type_of(p[0])), p[1], instantiate(t[2], type_of(p[2]))});
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>&, const std::vector<bool>& linear) const override {
+    std::vector<Array> r(3);
+    if (!ct[0].valid()) return r;
+    if (linear[0]) r[0] = ct[0];
+    if (linear[2]) r[2] = take(ct[0], in[1], 0, {});
+    return r;
+  }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,
                                  const std::vector<NamedSharding>& layouts) const override {
     return {scatter_rows("scatter_add", &in[0], in[1], in[2], in[0].shape(), layouts[0], /*wrap_negative=*/true)};
@@ -307,6 +369,28 @@ class SegmentSum final : public Global {
     s += std::to_string(num_segments_);
     if (out_spec_) s += ' ', s += out_spec_param(out_spec_);
     return s;
+  }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);
+    std::optional<PartitionSpec> spec;
+    if (out_spec_) {
+      std::vector<PartitionSpec::Entry> e = out_spec_->entries();
+      e.resize(std::max<size_t>(e.size(), 1));
+      e.insert(e.begin() + 1, PartitionSpec::Entry());
+      spec = PartitionSpec(std::move(e));
+    }
+    ob = {1};
+    return {bind1(std::make_shared<SegmentSum>(num_segments_, std::move(spec)), {move_dim(in[0], bd[0], 1), in[1]})};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    Array y = bind1(shared_from_this(), p);
+    to = {t[0].valid() && has_tangent(y.dtype()) ? bind1(shared_from_this(), {t[0], p[1]}) : Array()};
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? take(ct[0], in[1], 0, {}) : Array(), Array()};
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {

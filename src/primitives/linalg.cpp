@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "ops/common.hpp"
+#include "primitives/rules.hpp"
+#include "tessera/ops.hpp"
 #include "runtime/runtime.hpp"
 
 namespace tessera::detail {
@@ -72,7 +74,144 @@ class DotGeneral final : public Primitive {
   }
   std::string params() const override;
 
+  // The batch dim joins the contraction: a batch pair when both operands
+  // carry it, else a free dim of the one that does (one large product
+  // instead of a batched one against a broadcast operand).
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    cpu::Contraction c = c_;
+    const int nb = static_cast<int>(c.lhs.batch.size()), nlf = static_cast<int>(c.lhs.free.size());
+    const int ncanon = nb + nlf + static_cast<int>(c.rhs.free.size());
+    Array a = in[0], b = in[1];
+    auto shift = [](cpu::DotSide& s) {
+      for (auto* v : {&s.batch, &s.contract, &s.free, &s.summed})
+        for (int& d : *v)
+          if (d >= 0) ++d;
+    };
+    if (bd[0] >= 0) a = move_dim(a, bd[0], 0), shift(c.lhs);
+    if (bd[1] >= 0) b = move_dim(b, bd[1], 0), shift(c.rhs);
+    int q;
+    if (bd[0] >= 0 && bd[1] >= 0) {
+      c.lhs.batch.insert(c.lhs.batch.begin(), 0);
+      c.rhs.batch.insert(c.rhs.batch.begin(), 0);
+      q = 0;
+    } else if (bd[0] >= 0) {
+      c.lhs.free.insert(c.lhs.free.begin(), 0);
+      q = nb;
+    } else {
+      c.rhs.free.insert(c.rhs.free.begin(), 0);
+      q = nb + nlf;
+    }
+    std::optional<PartitionSpec> spec;
+    if (c_.out_perm.empty()) {
+      ob = {q};  // canonical order: the batch dim lands at q
+      if (out_spec_) {
+        std::vector<PartitionSpec::Entry> e = out_spec_->entries();
+        e.resize(static_cast<size_t>(std::max<int>(ncanon, static_cast<int>(e.size()))));
+        e.insert(e.begin() + q, PartitionSpec::Entry());
+        spec = PartitionSpec(std::move(e), out_spec_->unreduced());
+      }
+    } else {
+      std::vector<int> perm{q};
+      for (int p : c_.out_perm) perm.push_back(p >= q ? p + 1 : p);
+      c.out_perm = std::move(perm);
+      ob = {0};
+      if (out_spec_) {
+        std::vector<PartitionSpec::Entry> e = out_spec_->entries();
+        e.insert(e.begin(), PartitionSpec::Entry());
+        spec = PartitionSpec(std::move(e), out_spec_->unreduced());
+      }
+    }
+    return {bind1(std::make_shared<DotGeneral>(name_, std::move(c), t_, std::move(spec)), {a, b})};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    Array y = bind1(shared_from_this(), p);
+    to = {Array()};
+    if (!has_tangent(y.dtype())) return {y};
+    if (t[0].valid()) to[0] = bind1(shared_from_this(), {t[0], p[1]});
+    if (t[1].valid()) to[0] = add_tangents(to[0], bind1(shared_from_this(), {p[0], t[1]}));
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    if (linear[0] && linear[1]) return Primitive::transpose(ct, in, types, linear);
+    std::vector<Array> r(2);
+    if (!ct[0].valid()) return r;
+    const bool lhs = linear[0];
+    r[lhs ? 0 : 1] = transpose_side(ct[0], in[lhs ? 1 : 0], types[lhs ? 0 : 1], lhs);
+    return r;
+  }
+
  private:
+  // The cotangent of one operand: a contraction of the result's cotangent
+  // with the other operand. The result's dims that came from the other
+  // operand's free dims contract with them; those from this operand's free
+  // dims stay; the other operand's contracting dims become this one's; batch
+  // pairs stay batch pairs (a pair this operand lacked is summed over). Dims
+  // this operand summed away get the cotangent broadcast along them, and a
+  // size-1 batch dim broadcast against the other side sums it.
+  Array transpose_side(const Array& ct, const Array& other, const AbstractArray& me_t, bool lhs) const {
+    const cpu::DotSide& me = lhs ? c_.lhs : c_.rhs;
+    const cpu::DotSide& ot = lhs ? c_.rhs : c_.lhs;
+    const int nb = static_cast<int>(c_.lhs.batch.size()), nlf = static_cast<int>(c_.lhs.free.size());
+    const int ncanon = nb + nlf + static_cast<int>(c_.rhs.free.size());
+    std::vector<int> ct_dim(static_cast<size_t>(ncanon));
+    for (int i = 0; i < ncanon; ++i) ct_dim[c_.out_perm.empty() ? i : c_.out_perm[i]] = i;
+    const int my_start = lhs ? nb : nb + nlf, ot_start = lhs ? nb + nlf : nb;
+    cpu::Contraction t;
+    std::vector<int> res_dim;  // per canonical dim of the transposed product: this operand's dim
+    for (int i = 0; i < nb; ++i) {
+      const int mine = me.batch[i], theirs = ot.batch[i];
+      if (mine >= 0) {
+        t.lhs.batch.push_back(ct_dim[i]);
+        t.rhs.batch.push_back(theirs);
+        res_dim.push_back(mine);
+      } else if (theirs >= 0) {
+        t.lhs.contract.push_back(ct_dim[i]);
+        t.rhs.contract.push_back(theirs);
+      } else {
+        t.lhs.summed.push_back(ct_dim[i]);
+      }
+    }
+    for (size_t k = 0; k < me.free.size(); ++k) {
+      t.lhs.free.push_back(ct_dim[my_start + static_cast<int>(k)]);
+      res_dim.push_back(me.free[k]);
+    }
+    for (size_t k = 0; k < ot.free.size(); ++k) {
+      t.lhs.contract.push_back(ct_dim[ot_start + static_cast<int>(k)]);
+      t.rhs.contract.push_back(ot.free[k]);
+    }
+    for (size_t k = 0; k < ot.contract.size(); ++k) {
+      t.rhs.free.push_back(ot.contract[k]);
+      res_dim.push_back(me.contract[k]);
+    }
+    t.rhs.summed = ot.summed;
+    const int rank = static_cast<int>(me_t.shape.size());
+    std::vector<int> kept;
+    for (int d = 0; d < rank; ++d)
+      if (std::find(me.summed.begin(), me.summed.end(), d) == me.summed.end()) kept.push_back(d);
+    bool identity = true;
+    for (size_t j = 0; j < kept.size(); ++j) {
+      const int at = static_cast<int>(std::find(res_dim.begin(), res_dim.end(), kept[j]) - res_dim.begin());
+      t.out_perm.push_back(at);
+      identity = identity && at == static_cast<int>(j);
+    }
+    if (identity) t.out_perm.clear();
+    Array r = bind1(std::make_shared<DotGeneral>("dot_general", std::move(t), t_, std::nullopt), {ct, other});
+    if (!me.summed.empty()) {
+      Shape s = me_t.shape;
+      for (int d : me.summed) s[d] = 1;
+      r = broadcast_to(reshape(r, s, {}, {}), me_t.shape, {});
+    }
+    if (r.shape() != me_t.shape) {
+      std::vector<int> axes;
+      for (int d = 0; d < rank; ++d)
+        if (me_t.shape[d] == 1 && r.shape()[d] != 1) axes.push_back(d);
+      r = sum(r, axes, {true}, {});
+    }
+    return r.dtype() == me_t.dtype ? r : astype(r, me_t.dtype, {});
+  }
+
   const char* name_;
   cpu::Contraction c_;
   DType t_;

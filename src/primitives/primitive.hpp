@@ -100,7 +100,7 @@ class TileSink {
   virtual void finish() = 0;
 };
 
-class Primitive {
+class Primitive : public std::enable_shared_from_this<Primitive> {
  public:
   virtual ~Primitive() = default;
   virtual std::string_view name() const = 0;
@@ -166,6 +166,31 @@ class Primitive {
   virtual bool runs_per_member() const { return true; }
   virtual std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                          const std::vector<NamedSharding>& layouts) const;
+
+  // Transformation rules (src/transforms/batch.cpp, jvp.cpp). They are
+  // written with ops, which bind to the trace outside the transformation,
+  // so a rule works eagerly, under jit and inside other transformations.
+
+  /// vmap: operand i holds `size` examples along dim bdims[i] (-1: one value
+  /// shared by every example). Returns the results and sets out_bdims to
+  /// their batch dims (-1: the same for every example). The default runs
+  /// the primitive once per example and stacks the results: right for every
+  /// primitive, and slow; primitives override it.
+  virtual std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
+                                   std::vector<int>& out_bdims) const;
+  /// Forward-mode derivative: the results at `primals`, and in tangents_out
+  /// their tangents along `tangents`. An empty Array is a zero tangent (in
+  /// and out). Integer and boolean values have zero tangents. The default
+  /// raises "[op] is not differentiable".
+  virtual std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
+                                 std::vector<Array>& tangents_out) const;
+  /// For a primitive linear in the operands marked `linear`: their
+  /// cotangents (empty: zero) from the results' cotangents `cts` (empty:
+  /// zero). `in` holds the other operands (the linear ones are empty there);
+  /// `types` has every operand's type.
+  virtual std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
+                                       const std::vector<AbstractArray>& types,
+                                       const std::vector<bool>& linear) const;
 };
 
 using PrimitivePtr = std::shared_ptr<const Primitive>;

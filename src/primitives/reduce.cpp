@@ -22,6 +22,8 @@
 
 #include "backend/cpu/reduce.hpp"
 #include "ops/common.hpp"
+#include "primitives/rules.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 
@@ -98,8 +100,52 @@ class Reduce final : public Primitive {
   }
   ReduceOp partial_op() const override { return op_; }
   bool keeps_operand_layouts() const override { return true; }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    std::vector<int> axes;
+    for (int a : axes_) axes.push_back(a + 1);
+    std::optional<PartitionSpec> spec;
+    if (out_spec_) {
+      std::vector<PartitionSpec::Entry> e = out_spec_->entries();
+      e.insert(e.begin(), PartitionSpec::Entry());
+      spec = PartitionSpec(std::move(e), out_spec_->unreduced());
+    }
+    return batch_unary_first(in[0], bd[0], ob,
+                             [&] { return std::make_shared<Reduce>(name_, op_, t_, axes, keepdims_, spec); });
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    if (op_ == ReduceOp::Sum) return linear_jvp(*this, p, t, to);
+    Array y = bind1(shared_from_this(), p);
+    to = {Array()};
+    if (!t[0].valid() || !has_tangent(y.dtype())) return {y};
+    const Array& x = p[0];
+    const Array yk = keepdims_ ? y : expanded(y);
+    if (op_ == ReduceOp::Prod) {
+      to[0] = sum(t[0] * (yk / x), axes_, {keepdims_}, {});
+    } else if (op_ == ReduceOp::Max || op_ == ReduceOp::Min) {
+      // Ties share the derivative equally, as in JAX.
+      const Array mask = astype(equal(x, yk, {}, {}), y.dtype());
+      to[0] = sum(t[0] * mask, axes_, {keepdims_}, {}) / sum(mask, axes_, {keepdims_}, {});
+    }
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    if (op_ != ReduceOp::Sum) return Primitive::transpose(ct, in, types, linear);
+    if (!ct[0].valid()) return {Array()};
+    Array r = broadcast_to(keepdims_ ? ct[0] : expanded(ct[0]), types[0].shape, {});
+    return {r.dtype() == types[0].dtype ? r : astype(r, types[0].dtype, {})};
+  }
 
  private:
+  // A result with the reduced dims back as size-1 dims.
+  Array expanded(const Array& y) const {
+    Shape s = y.shape();
+    std::vector<int> axes = axes_;
+    std::sort(axes.begin(), axes.end());
+    for (int a : axes) s.insert(s.begin() + a, 1);
+    return reshape(y, s, {}, {});
+  }
   std::vector<bool> reduced(size_t rank) const {
     std::vector<bool> r(rank, false);
     for (int a : axes_) r[a] = true;
@@ -149,6 +195,17 @@ class ArgReduce final : public Primitive {
     throw Error(msg(name_, "internal: runs on whole arrays (eval_global)"));
   }
   std::string params() const override { return common_params({axis_}, keepdims_, out_spec_); }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    std::optional<PartitionSpec> spec;
+    if (out_spec_) {
+      std::vector<PartitionSpec::Entry> e = out_spec_->entries();
+      e.insert(e.begin(), PartitionSpec::Entry());
+      spec = PartitionSpec(std::move(e), out_spec_->unreduced());
+    }
+    return batch_unary_first(in[0], bd[0], ob,
+                             [&] { return std::make_shared<ArgReduce>(name_, is_max_, axis_ + 1, keepdims_, spec); });
+  }
 
  private:
   // The kept dims' axes; the reduced dim whole (size 1) in keepdims form

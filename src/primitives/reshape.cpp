@@ -23,7 +23,9 @@
 #include "backend/cpu/shape.hpp"
 #include "core/nd_index.hpp"
 #include "ops/common.hpp"
+#include "primitives/rules.hpp"
 #include "primitives/shape.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 
@@ -329,6 +331,28 @@ class Reshape final : public Primitive {
     std::string s = "shape=" + shape_param(out_);
     if (requested_) s += " out_sharding=" + requested_->spec().str();
     return s;
+  }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    const Array x = move_dim(in[0], bd[0], 0);
+    Shape out{size};
+    out.insert(out.end(), out_.begin(), out_.end());
+    std::optional<NamedSharding> req;
+    if (requested_) {
+      std::vector<PartitionSpec::Entry> e = requested_->spec().entries();
+      const auto& xs = x.sharding().spec();
+      e.insert(e.begin(), xs.size() > 0 ? xs[0] : PartitionSpec::Entry());
+      req = NamedSharding(requested_->mesh(), PartitionSpec(std::move(e)));
+    }
+    ob = {0};
+    return {bind1(std::make_shared<Reshape>(std::move(out), std::move(req)), {x})};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    return linear_jvp(*this, p, t, to);
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {}, {}) : Array()};
   }
   bool lowers_itself() const override { return true; }
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {

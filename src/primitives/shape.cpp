@@ -30,6 +30,8 @@
 
 #include "backend/cpu/shape.hpp"
 #include "ops/common.hpp"
+#include "primitives/rules.hpp"
+#include "tessera/ops.hpp"
 #include "transforms/trace.hpp"
 
 namespace tessera::detail {
@@ -299,6 +301,21 @@ class Transpose final : public Primitive {
                       dst, out[0].shape, isz);
   }
   std::string params() const override { return "permutation=" + ints_str(perm_); }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    std::vector<int> perm{0};
+    for (int d : perm_) perm.push_back(d + 1);
+    return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<Transpose>(name_, perm); });
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    return linear_jvp(*this, p, t, to);
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
+    std::vector<int> inv(perm_.size());
+    for (size_t j = 0; j < perm_.size(); ++j) inv[perm_[j]] = static_cast<int>(j);
+    return {ct[0].valid() ? tessera::transpose(ct[0], inv, {}) : Array()};
+  }
 
  private:
   const char* name_;
@@ -325,6 +342,17 @@ class ExpandDims final : public Primitive {
     if (n) std::memcpy(out[0].data, in[0].data, n);
   }
   std::string params() const override { return "axis=" + std::to_string(axis_); }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<ExpandDims>(axis_ + 1); });
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    return linear_jvp(*this, p, t, to);
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {}, {}) : Array()};
+  }
 
  private:
   int axis_;
@@ -345,6 +373,11 @@ struct PartSpec {
 class AffineOp : public Primitive {
  public:
   explicit AffineOp(const char* name) : name_(name) {}
+  // Every affine op is linear in its operands (pad's fill aside: Pad
+  // overrides this).
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    return linear_jvp(*this, p, t, to);
+  }
   std::string_view name() const override { return name_; }
   bool lowers_itself() const override { return true; }
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {
@@ -400,6 +433,16 @@ class Squeeze final : public AffineOp {
       if (drop_[d]) dims.push_back(static_cast<int>(d));
     return "dimensions=" + ints_str(dims);
   }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    std::vector<bool> drop{false};
+    drop.insert(drop.end(), drop_.begin(), drop_.end());
+    return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<Squeeze>(drop); });
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {}, {}) : Array()};
+  }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {
     bool moves = false;
@@ -444,6 +487,17 @@ class BroadcastTo final : public AffineOp {
     return elementwise_rule({in[0].shape}, shape_);
   }
   std::string params() const override { return "shape=" + ints_str(shape_); }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    Shape target{size};
+    target.insert(target.end(), shape_.begin(), shape_.end());
+    ob = {0};
+    return {broadcast_to(batch_first_aligned(in[0], bd[0], rank_of(shape_)), target, {})};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? unbroadcast(ct[0], types[0]) : Array()};
+  }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {
     const int lead = rank_of(shape_) - in[0].ndim();
@@ -499,6 +553,47 @@ class SliceOp final : public AffineOp {
     for (const SliceDim& s : dims_) start.push_back(s.start), step.push_back(s.step), size.push_back(s.size);
     return "start=" + ints_str(start) + " step=" + ints_str(step) + " size=" + ints_str(size);
   }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    std::vector<SliceDim> dims{SliceDim{0, 1, size}};
+    dims.insert(dims.end(), dims_.begin(), dims_.end());
+    return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<SliceOp>(dims); });
+  }
+  // The cotangent goes back where the slice read it, zeros elsewhere: steps
+  // are undone one dim at a time by interleaving zeros (a size-1 dim after
+  // it padded to the step, then merged), reversed steps by a flip.
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    if (!ct[0].valid()) return {Array()};
+    Array c = ct[0];
+    const Shape& in = types[0].shape;
+    const int r = rank_of(in);
+    std::vector<std::pair<std::int64_t, std::int64_t>> widths(static_cast<size_t>(r), {0, 0});
+    for (int d = 0; d < r; ++d) {
+      const SliceDim& sd = dims_[d];
+      if (sd.size == 0) return {zeros_of(types[0])};
+      std::int64_t lo = sd.start, step = sd.step;
+      if (step < 0) {
+        c = flip(c, d, {});
+        lo = sd.start + step * (sd.size - 1);
+        step = -step;
+      }
+      if (step > 1) {
+        Shape sh = c.shape();
+        Array e = expand_dims(c, d + 1, {});
+        std::vector<std::pair<std::int64_t, std::int64_t>> w(static_cast<size_t>(r + 1), {0, 0});
+        w[d + 1] = {0, step - 1};
+        e = pad(e, w, 0, {});
+        sh[d] = sd.size * step;
+        c = reshape(e, sh, {}, {});
+        std::vector<SliceSpec> keep(static_cast<size_t>(r));
+        keep[d] = SliceSpec{0, (sd.size - 1) * step + 1, 1};
+        c = slice(c, keep, {});
+      }
+      widths[d] = {lo, in[d] - lo - c.shape()[d]};
+    }
+    return {pad(c, widths, 0, {})};
+  }
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override { return in[0].sharding; }
@@ -543,6 +638,26 @@ class Pad final : public AffineOp {
     s += text_;
     return s;
   }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    std::vector<std::pair<std::int64_t, std::int64_t>> w{{0, 0}};
+    w.insert(w.end(), widths_.begin(), widths_.end());
+    return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<Pad>(w, fill_, text_); });
+  }
+  // The padding value is a constant: tangents are padded with zeros.
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    Array y = bind1(shared_from_this(), p);
+    to = {t[0].valid() && has_tangent(y.dtype()) ? pad(t[0], widths_, 0, {}) : Array()};
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    if (!ct[0].valid()) return {Array()};
+    std::vector<SliceSpec> sl;
+    for (size_t d = 0; d < widths_.size(); ++d)
+      sl.push_back(SliceSpec{widths_[d].first, widths_[d].first + types[0].shape[d], 1});
+    return {slice(ct[0], sl, {})};
+  }
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override { return in[0].sharding; }
@@ -574,6 +689,14 @@ class Roll final : public AffineOp {
   }
   ShardingRule rule(std::span<const AbstractArray> in) const override { return same_dims_rule(in[0].shape, axis_); }
   std::string params() const override { return "shift=" + std::to_string(shift_) + " axis=" + std::to_string(axis_); }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<Roll>(shift_, axis_ + 1); });
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? roll(ct[0], types[0].shape[axis_] - shift_, axis_, {}) : Array()};
+  }
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override { return in[0].sharding; }
@@ -602,6 +725,14 @@ class Flip final : public AffineOp {
   }
   ShardingRule rule(std::span<const AbstractArray> in) const override { return same_dims_rule(in[0].shape, axis_); }
   std::string params() const override { return "axis=" + std::to_string(axis_); }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<Flip>(axis_ + 1); });
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
+    return {ct[0].valid() ? flip(ct[0], axis_, {}) : Array()};
+  }
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override { return in[0].sharding; }
@@ -661,6 +792,31 @@ class Concatenate final : public AffineOp {
     s += " dtype=";
     s += dtype_name(t_);
     return s;
+  }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    std::vector<Array> xs;
+    for (size_t k = 0; k < in.size(); ++k) xs.push_back(batch_first(in[k], bd[k], size));
+    ob = {0};
+    return {bind1(std::make_shared<Concatenate>(name_, axis_ + 1, stack_, t_), xs)};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    std::vector<Array> r(types.size());
+    if (!ct[0].valid()) return r;
+    std::int64_t off = 0;
+    for (size_t k = 0; k < types.size(); ++k) {
+      const std::int64_t n = stack_ ? 1 : types[k].shape[axis_];
+      if (linear[k]) {
+        std::vector<SliceSpec> sl(static_cast<size_t>(ct[0].ndim()));
+        sl[axis_] = SliceSpec{off, off + n, 1};
+        Array c = slice(ct[0], sl, {});
+        if (stack_) c = squeeze(c, {axis_}, {});
+        r[k] = c.dtype() == types[k].dtype ? c : astype(c, types[k].dtype, {});
+      }
+      off += n;
+    }
+    return r;
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {

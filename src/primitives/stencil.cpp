@@ -25,6 +25,8 @@
 #include <algorithm>
 
 #include "ops/common.hpp"
+#include "primitives/rules.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 
@@ -124,6 +126,70 @@ class Diff final : public KeepsLayout {
     s += std::to_string(axis_);
     if (pre_ || app_) s += pre_ && app_ ? " with=prepend,append" : pre_ ? " with=prepend" : " with=append";
     return s;
+  }
+  // Every operand goes batch-first; a scalar prepend/append is one row of
+  // the example first, so its batch dim does not read as its rows.
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    const int rank = in[0].ndim() - (bd[0] >= 0 ? 1 : 0);
+    Shape row = in[0].shape();
+    if (bd[0] >= 0) row.erase(row.begin() + bd[0]);
+    row[axis_] = 1;
+    std::vector<Array> xs;
+    for (size_t k = 0; k < in.size(); ++k) {
+      Array a = in[k];
+      const int ex_rank = a.ndim() - (bd[k] >= 0 ? 1 : 0);
+      if (k > 0 && ex_rank == 0) {
+        Shape target = row;
+        if (bd[k] >= 0) {
+          target.insert(target.begin(), size);
+          a = batch_first_aligned(a, bd[k], rank);
+          xs.push_back(broadcast_to(a, target, {}));
+          continue;
+        }
+        a = broadcast_to(a, target, {});
+      }
+      xs.push_back(batch_first(a, bd[k], size));
+    }
+    ob = {0};
+    return {bind1(std::make_shared<Diff>(n_, axis_ + 1, pre_, app_), xs)};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    return linear_jvp(*this, p, t, to);
+  }
+  // The n-th difference of the sequence z = (prepend, x, append) along the
+  // axis, transposed one difference at a time (ct_z[j] = ct[j-1] - ct[j]),
+  // then cut back into the operands.
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    std::vector<Array> r(types.size());
+    if (!ct[0].valid()) return r;
+    Array c = ct[0];
+    const int rank = c.ndim();
+    for (int k = 0; k < n_; ++k) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> w(static_cast<size_t>(rank), {0, 0});
+      w[axis_] = {1, 1};
+      c = -diff(pad(c, w, 0, {}), 1, axis_, {}, {});
+    }
+    // The sequence is prepend, x, append; the operands are x, prepend, append.
+    std::vector<int> order;
+    if (pre_) order.push_back(prepend_index());
+    order.push_back(0);
+    if (app_) order.push_back(append_index());
+    std::int64_t off = 0;
+    for (const int k : order) {
+      const bool scalar = k > 0 && types[k].shape.empty();
+      const std::int64_t n = scalar ? 1 : types[k].shape[axis_];
+      if (linear[k]) {
+        std::vector<SliceSpec> sl(static_cast<size_t>(rank));
+        sl[axis_] = SliceSpec{off, off + n, 1};
+        Array part = slice(c, sl, {});
+        r[k] = scalar ? sum(part, {}, {}, {}) : part;
+        if (r[k].dtype() != types[k].dtype) r[k] = astype(r[k], types[k].dtype, {});
+      }
+      off += n;
+    }
+    return r;
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override;
@@ -265,7 +331,21 @@ class Cumsum final : public KeepsLayout {
     std::string s = "axis=";
     s += std::to_string(axis_);
     return s;
+  }  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+                           std::vector<int>& ob) const override {
+    return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<Cumsum>(axis_ + 1); });
   }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    return linear_jvp(*this, p, t, to);
+  }
+  // A cumulative sum read backwards.
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    if (!ct[0].valid()) return {Array()};
+    Array r = flip(cumsum(flip(ct[0], axis_, {}), axis_, {}), axis_, {});
+    return {r.dtype() == types[0].dtype ? r : astype(r, types[0].dtype, {})};
+  }
+
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override;
 
@@ -341,7 +421,33 @@ class Convolve final : public KeepsLayout {
     std::string s = "axis=";
     s += std::to_string(axis_);
     return s;
+  }  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override {
+    if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);  // a kernel per example: one at a time
+    ob = {0};
+    return {bind1(std::make_shared<Convolve>(axis_ + 1), {move_dim(in[0], bd[0], 0), in[1]})};
   }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
+    Array y = bind1(shared_from_this(), p);
+    to = {Array()};
+    if (!has_tangent(y.dtype())) return {y};
+    if (t[0].valid()) to[0] = bind1(shared_from_this(), {t[0], p[1]});
+    if (t[1].valid()) to[0] = add_tangents(to[0], bind1(shared_from_this(), {p[0], t[1]}));
+    return {y};
+  }
+  // Linear in x for a fixed kernel: 'same' convolution with the reversed
+  // kernel (odd lengths, where 'same' is centred both ways).
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    if (linear[1] || types[1].shape[0] % 2 == 0)
+      throw Error(msg("convolve", "reverse-mode differentiation is supported for the signal with an odd-length "
+                                  "kernel only (got a kernel of " + std::to_string(types[1].shape[0]) + " taps" +
+                                  (linear[1] ? ", differentiated itself" : "") + "); use jacfwd/jvp"));
+    if (!ct[0].valid()) return {Array(), Array()};
+    Array r = convolve(ct[0], flip(in[1], 0, {}), axis_, {});
+    return {r.dtype() == types[0].dtype ? r : astype(r, types[0].dtype, {}), Array()};
+  }
+
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override;
 

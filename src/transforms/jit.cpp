@@ -851,8 +851,12 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
 }  // namespace
 
 JitResult JitCache::call(std::vector<Array> args, const std::string& statics, const TraceFn& f) {
-  // Inside another jit's trace the function is traced inline.
-  if (tracing_jit()) {
+  // Inside another jit's trace the function is traced inline, and so it is
+  // on values of another transformation (vmap, jvp): their trace sees the
+  // function's primitives one by one.
+  bool transformed = false;
+  for (const Array& a : args) transformed = transformed || (a.valid() && a.impl()->trace);
+  if (tracing_jit() || transformed) {
     auto tree = std::make_shared<std::any>();
     auto outs = f(args, *tree);
     return {std::move(outs), std::move(tree)};

@@ -33,6 +33,8 @@
 #include "ops/common.hpp"
 #include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
+#include "primitives/rules.hpp"
+#include "tessera/autodiff.hpp"
 #include "transforms/spmd.hpp"
 #include "transforms/trace.hpp"
 
@@ -170,6 +172,12 @@ std::vector<std::string> without(std::vector<std::string> v, const std::vector<s
 
 void check_local(const Array& x, const char* op) {
   if (!x.valid()) throw Error(std::string("[") + op + "] the operand is an empty (default-constructed) array");
+  // Collectives act on the local blocks directly; values of vmap, jvp or
+  // grad inside a body have none.
+  if (x.impl()->trace && std::string_view(x.impl()->traced_by) != "jit")
+    throw Error(std::string("[") + op + "] does not support values traced by " + x.impl()->traced_by +
+                " yet (a " + x.impl()->traced_by + " of a shard_map whose body uses collectives); apply " +
+                x.impl()->traced_by + " to the collective-free part of the body instead");
 }
 
 }  // namespace
@@ -272,6 +280,12 @@ std::set<std::string> named_axes(const PartitionSpec& spec, int rank) {
   return named;
 }
 
+PartitionSpec leading_none(const PartitionSpec& s) {
+  std::vector<PartitionSpec::Entry> e = s.entries();
+  e.insert(e.begin(), PartitionSpec::Entry());
+  return PartitionSpec(std::move(e), s.unreduced());
+}
+
 std::string specs_text(const std::vector<PartitionSpec>& specs) {
   std::string s = "(";
   for (size_t i = 0; i < specs.size(); ++i) s += (i ? ", " : "") + specs[i].str();
@@ -356,6 +370,56 @@ class ShardMapPrim final : public Primitive {
     for (size_t k = 0; k < out.size(); ++k)
       l.push_back(resolve_spec(mesh_, out_specs_[k], static_cast<int>(out[k].shape.size()), "shard_map"));
     return l;
+  }
+  // vmap of a shard_map: the shard_map of the batched body. The batch dim
+  // leads every operand and result, unsharded: each device runs its blocks
+  // of all examples.
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
+                           std::vector<int>& out_bdims) const override {
+    std::vector<Array> xs;
+    std::vector<PartitionSpec> ins, outs;
+    for (size_t i = 0; i < in.size(); ++i) {
+      xs.push_back(batch_first(in[i], bdims[i], size));
+      ins.push_back(leading_none(in_specs_[i]));
+    }
+    for (const auto& o : out_specs_) outs.push_back(leading_none(o));
+    ShardMapBody inner = body_;
+    ShardMapBody body = [inner](const std::vector<Array>& local) {
+      TraceFn fn = [&](const std::vector<Array>& t, std::any&) { return inner(t); };
+      return vmap_call(local, std::vector<int>(local.size(), 0), VmapOptions{}, fn, "vmap").outs;
+    };
+    out_bdims.assign(out_specs_.size(), 0);
+    return shard_map_call(body, mesh_, ins, outs, opt_, xs, loc_);
+  }
+  // jvp of a shard_map: the shard_map of the body's jvp, tangents passed
+  // and returned beside the primals with the same specs.
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    std::vector<Array> args = p;
+    for (size_t i = 0; i < p.size(); ++i) args.push_back(instantiate(t[i], type_of(p[i])));
+    std::vector<PartitionSpec> ins = in_specs_, outs = out_specs_;
+    ins.insert(ins.end(), in_specs_.begin(), in_specs_.end());
+    outs.insert(outs.end(), out_specs_.begin(), out_specs_.end());
+    ShardMapBody inner = body_;
+    const size_t n = p.size();
+    ShardMapBody body = [inner, n](const std::vector<Array>& local) {
+      TraceFn fn = [&](const std::vector<Array>& a, std::any&) { return inner(a); };
+      std::vector<Array> tan;
+      auto r = jvp_call(fn, std::vector<Array>(local.begin(), local.begin() + static_cast<long>(n)),
+                        std::vector<Array>(local.begin() + static_cast<long>(n), local.end()), tan);
+      r.outs.insert(r.outs.end(), tan.begin(), tan.end());
+      return r.outs;
+    };
+    auto all = shard_map_call(body, mesh_, ins, outs, opt_, args, loc_);
+    const size_t k = out_specs_.size();
+    t_out.assign(all.begin() + static_cast<long>(k), all.end());
+    all.resize(k);
+    return all;
+  }
+  std::vector<Array> transpose(const std::vector<Array>&, const std::vector<Array>&,
+                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
+    throw Error("[shard_map] reverse-mode differentiation (grad, vjp, jacrev) through shard_map is not supported "
+                "yet; use jvp or jacfwd, or differentiate inside the body");
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {

@@ -13,6 +13,15 @@ TraceScope::TraceScope(Trace* t) : prev_(t_trace) { t_trace = t; }
 TraceScope::~TraceScope() { t_trace = prev_; }
 Trace* current_trace() { return t_trace; }
 
+Array make_tracer(const Trace* t, Shape shape, DType dtype, NamedSharding sharding,
+                  std::shared_ptr<const void> payload, const char* traced_by) {
+  auto impl = std::make_shared<ArrayImpl>(std::move(shape), dtype, std::move(sharding));
+  impl->trace = t;
+  impl->payload = std::move(payload);
+  impl->traced_by = traced_by;
+  return Array(std::move(impl));
+}
+
 std::vector<AbstractArray> abstract_of(const std::vector<Array>& args) {
   std::vector<AbstractArray> out;
   out.reserve(args.size());
@@ -83,8 +92,8 @@ std::vector<Array> eval_eager(const Primitive& prim, const std::vector<Array>& a
   for (const Array& a : args)
     if (a.impl()->trace)
       throw Error(msg(std::string(prim.name()).c_str(),
-                      describe(a) + " is a value traced by jit that escaped its function; return it from the "
-                                    "jitted function instead"));
+                      describe(a) + " is a value traced by " + a.impl()->traced_by +
+                          " that escaped its function; return it from the transformed function instead"));
   const auto in = abstract_of(args);
   const auto types = prim.infer(in);
   return eval_partitioned(prim, args, types, partition(prim, in, types));

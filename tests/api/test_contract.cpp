@@ -100,6 +100,27 @@ TEST(Contract, DesignSnippetCompilesAndRuns) {
   auto g = ts::shard_map(body, mesh, {ts::P("x")}, ts::P("x"), {.check_vma = false});
   EXPECT_EQ(g(a).shape(), a.shape());
 
+  // vmap, chunked maps, autodiff (DESIGN's lines, with functions filled in).
+  {
+    auto fn = [](ts::Array v, ts::Array w) { return ts::sin(v) * w; };
+    ts::Array xs = ts::ones({6, 4}, ts::f32, rep), w4 = ts::ones({4}, ts::f32, rep);
+    auto vf = ts::vmap(fn, {.in_axes = {0, ts::not_mapped}, .out_axes = {0}});
+    auto vc = ts::vmap([](ts::Array v) { return v * 2.0f; }, {.in_axes = {0}, .chunk_size = 64});
+    ts::Array ys = ts::map([](ts::Array v) { return v + 1.0f; }, xs, {.batch_size = 256});
+    EXPECT_EQ(vf(xs, w4).shape(), xs.shape());
+    EXPECT_EQ(vc(xs).shape(), xs.shape());
+    EXPECT_EQ(ys.shape(), xs.shape());
+    ts::Array x = ts::ones({4}, ts::f32, rep), dx = ts::ones({4}, ts::f32, rep);
+    auto [out, tangent] = ts::jvp([](ts::Array v) { return ts::sin(v); }, {x}, {dx});
+    EXPECT_EQ(tangent.shape(), out.shape());
+    auto loss = [](ts::Array params, ts::Array data) { return ts::sum(params * data); };
+    auto [val, gr] = ts::value_and_grad(loss)(x, dx);
+    EXPECT_EQ(gr.shape(), x.shape());
+    (void)val;
+    auto J = ts::jacfwd([](const ts::Array& v) { return ts::sin(v); }, {.chunk_size = 64});
+    EXPECT_EQ(J(x).shape(), (ts::Shape{4, 4}));
+  }
+
   ts::Key k = ts::random::key(0);
   ts::Key kd = ts::random::fold_in(k, 3);
   ts::Array r = ts::random::normal(k, {1000, 64}, ts::f32, s);

@@ -1,0 +1,310 @@
+// Automatic differentiation: the JVP trace (forward mode), the linear trace
+// and its transposition (reverse mode), and the Jacobians built on them.
+//
+// Forward mode. A JvpTrace's values carry a primal and a tangent (an empty
+// tangent is a zero). Binding a primitive calls its JVP rule in the parent
+// trace: the rule computes the primal results with ordinary ops and the
+// tangents with ops on the tangents.
+//
+// Reverse mode is forward mode plus transposition, as in JAX. vjp pushes a
+// LinearTrace under a JvpTrace and feeds the JvpTrace tangents that are the
+// LinearTrace's values. The primal computation (no linear values) passes
+// through the LinearTrace to the trace outside; the tangent computation is
+// recorded there as a linear program: equations whose operands are linear
+// values or constants (primal intermediates). Transposition walks that
+// program backwards, calling each primitive's transpose rule with the
+// cotangents of its results and accumulating the cotangents of its linear
+// operands. The rules are ops, so the backward pass runs wherever it is
+// called: eagerly, inside jit (one compiled program for forward and
+// backward) or under vmap (jacrev's rows of the Jacobian).
+#include "tessera/autodiff.hpp"
+
+#include <algorithm>
+
+#include "ops/common.hpp"
+#include "primitives/rules.hpp"
+#include "sharding/propagate.hpp"
+#include "tessera/ops.hpp"
+#include "primitives/elementwise.hpp"
+#include "transforms/trace.hpp"
+
+namespace tessera {
+namespace detail {
+
+namespace {
+
+struct Dual {
+  Array primal, tangent;
+};
+
+class JvpTrace final : public Trace {
+ public:
+  Array wrap(Array primal, Array tangent) {
+    if (!tangent.valid() || !has_tangent(primal.dtype())) return primal;
+    Shape shape = primal.shape();
+    NamedSharding sharding = primal.sharding();
+    const DType dtype = primal.dtype();
+    return make_tracer(this, std::move(shape), dtype, std::move(sharding),
+                       std::make_shared<const Dual>(Dual{std::move(primal), std::move(tangent)}), "jvp");
+  }
+  Dual unwrap(const Array& a) const {
+    if (!owns(a)) return {a, Array()};
+    return payload_of<Dual>(a);
+  }
+  std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
+    bool ours = false;
+    for (const Array& a : args) ours = ours || owns(a);
+    std::vector<Array> primals, tangents, t_out, out;
+    for (const Array& a : args) {
+      Dual d = unwrap(a);
+      primals.push_back(std::move(d.primal));
+      tangents.push_back(std::move(d.tangent));
+    }
+    {
+      TraceScope up(parent());
+      if (!ours) return bind(prim, args);
+      out = prim->jvp(primals, tangents, t_out);
+    }
+    t_out.resize(out.size());
+    for (size_t r = 0; r < out.size(); ++r) out[r] = wrap(std::move(out[r]), std::move(t_out[r]));
+    return out;
+  }
+};
+
+// The linear program: values are numbered; operands are a value or a
+// constant.
+struct LinearEqn {
+  PrimitivePtr prim;
+  std::vector<int> in;           // value number, or -1 for a constant
+  std::vector<Array> constants;  // the constant operands (empty where in[k] >= 0)
+  std::vector<AbstractArray> types;
+  std::vector<int> out;
+};
+
+class LinearTrace final : public Trace {
+ public:
+  std::vector<AbstractArray> values;
+  std::vector<LinearEqn> eqns;
+
+  Array new_value(const AbstractArray& t) {
+    const int id = static_cast<int>(values.size());
+    values.push_back(t);
+    Array a = make_tracer(this, t.shape, t.dtype, t.sharding, nullptr, "grad");
+    const_cast<ArrayImpl&>(*a.impl()).value = id;
+    return a;
+  }
+
+  std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
+    bool ours = false;
+    for (const Array& a : args) ours = ours || owns(a);
+    if (!ours) {
+      TraceScope up(parent());
+      return bind(prim, args);
+    }
+    LinearEqn e;
+    e.prim = prim;
+    for (const Array& a : args) {
+      e.in.push_back(owns(a) ? a.impl()->value : -1);
+      e.constants.push_back(owns(a) ? Array() : a);
+    }
+    e.types = abstract_of(args);
+    const auto types = prim->infer(e.types);
+    const Partition part = partition(*prim, e.types, types);
+    std::vector<Array> outs;
+    for (size_t r = 0; r < types.size(); ++r) {
+      outs.push_back(new_value(AbstractArray{types[r].shape, types[r].dtype, part.results[r]}));
+      e.out.push_back(outs.back().impl()->value);
+    }
+    eqns.push_back(std::move(e));
+    return outs;
+  }
+
+  // Cotangents of values `inputs` from cotangents `cts` of values `outputs`
+  // (-1: not a value of the program; its cotangent is dropped).
+  std::vector<Array> transpose(const std::vector<int>& inputs, const std::vector<int>& outputs,
+                               const std::vector<Array>& cts) const {
+    std::vector<Array> ct(values.size());
+    for (size_t k = 0; k < outputs.size(); ++k)
+      if (outputs[k] >= 0 && cts[k].valid()) ct[outputs[k]] = add_tangents(ct[outputs[k]], cts[k]);
+    for (size_t i = eqns.size(); i-- > 0;) {
+      const LinearEqn& e = eqns[i];
+      std::vector<Array> c;
+      bool any = false;
+      for (int v : e.out) {
+        c.push_back(ct[v]);
+        any = any || ct[v].valid();
+        ct[v] = Array();  // not needed again: frees it as soon as possible
+      }
+      if (!any) continue;
+      std::vector<bool> linear;
+      for (int v : e.in) linear.push_back(v >= 0);
+      const auto got = e.prim->transpose(c, e.constants, e.types, linear);
+      for (size_t k = 0; k < e.in.size(); ++k) {
+        if (e.in[k] < 0 || k >= got.size() || !got[k].valid()) continue;
+        Array g = got[k];
+        if (g.shape() != e.types[k].shape)
+          throw Error(msg(std::string(e.prim->name()).c_str(),
+                          "internal: the transpose rule gave a cotangent of shape " + shape_str(g.shape()) +
+                              " for an operand of shape " + shape_str(e.types[k].shape)));
+        ct[e.in[k]] = add_tangents(ct[e.in[k]], g);
+      }
+    }
+    std::vector<Array> out;
+    for (int v : inputs) out.push_back(v >= 0 ? ct[v] : Array());
+    return out;
+  }
+};
+
+// The cotangent of `primal`: zeros for none, laid out like the primal.
+Array finish_cotangent(const Array& ct, const Array& primal) {
+  if (!ct.valid()) return zeros(primal.shape(), primal.dtype(), primal.sharding(), {});
+  Array c = ct.dtype() == primal.dtype() ? ct : astype(ct, primal.dtype(), {});
+  if (!(c.sharding() == primal.sharding())) c = with_sharding_constraint(c, primal.sharding(), {});
+  return c;
+}
+
+void check_inputs(const std::vector<Array>& xs, const char* name) {
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (!xs[i].valid()) throw Error(msg(name, "array " + std::to_string(i) + " of the inputs is empty"));
+}
+
+}  // namespace
+
+JitResult jvp_call(const TraceFn& f, const std::vector<Array>& primals, const std::vector<Array>& tangents,
+                   std::vector<Array>& tangents_out) {
+  const char* name = "jvp";
+  check_inputs(primals, name);
+  if (tangents.size() != primals.size())
+    throw ShapeError(msg(name, "got " + std::to_string(tangents.size()) + " tangents for " +
+                                   std::to_string(primals.size()) + " primals"));
+  for (size_t i = 0; i < primals.size(); ++i) {
+    if (!tangents[i].valid()) continue;
+    if (tangents[i].shape() != primals[i].shape() || tangents[i].dtype() != primals[i].dtype())
+      throw ShapeError(msg(name, "tangent " + std::to_string(i) + " is " + typeof(tangents[i]) + " but its primal is " +
+                                     typeof(primals[i]) + "; they must have the same shape and dtype"));
+  }
+  JvpTrace trace;
+  std::vector<Array> in;
+  for (size_t i = 0; i < primals.size(); ++i) in.push_back(trace.wrap(primals[i], tangents[i]));
+  auto tree = std::make_shared<std::any>();
+  std::vector<Array> outs;
+  {
+    TraceScope scope(&trace);
+    outs = f(in, *tree);
+  }
+  std::vector<Array> res;
+  tangents_out.clear();
+  for (const Array& o : outs) {
+    Dual d = trace.unwrap(o);
+    tangents_out.push_back(d.tangent.valid() ? d.tangent : zeros(d.primal.shape(), d.primal.dtype(), d.primal.sharding(), {}));
+    res.push_back(std::move(d.primal));
+  }
+  return {std::move(res), std::move(tree)};
+}
+
+struct VjpState {
+  LinearTrace lin;
+  std::vector<int> inputs, outputs;
+  std::vector<Array> primals, results;
+};
+
+JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals, Pullback& pullback) {
+  check_inputs(primals, "vjp");
+  auto st = std::make_shared<VjpState>();
+  st->primals = primals;
+  auto tree = std::make_shared<std::any>();
+  std::vector<Array> outs;
+  {
+    TraceScope lin_scope(&st->lin);
+    JvpTrace jvp;  // made inside: its rules' tangent ops reach the linear trace
+    std::vector<Array> in;
+    for (const Array& p : primals) {
+      if (!has_tangent(p.dtype())) {
+        in.push_back(p);
+        st->inputs.push_back(-1);
+        continue;
+      }
+      Array t = st->lin.new_value(AbstractArray{p.shape(), p.dtype(), p.sharding()});
+      st->inputs.push_back(t.impl()->value);
+      in.push_back(jvp.wrap(p, t));
+    }
+    TraceScope scope(&jvp);
+    outs = f(in, *tree);
+    for (Array& o : outs) {
+      Dual d = jvp.unwrap(o);
+      st->outputs.push_back(st->lin.owns(d.tangent) ? d.tangent.impl()->value : -1);
+      o = d.primal;
+    }
+  }
+  st->results = outs;
+  pullback = [st](const std::vector<Array>& cts) {
+    if (cts.size() != st->outputs.size())
+      throw ShapeError(msg("vjp", "the pullback takes " + std::to_string(st->outputs.size()) + " cotangents, got " +
+                                      std::to_string(cts.size())));
+    for (size_t k = 0; k < cts.size(); ++k)
+      if (cts[k].valid() && cts[k].shape() != st->results[k].shape())
+        throw ShapeError(msg("vjp", "cotangent " + std::to_string(k) + " is " + typeof(cts[k]) + " but the result is " +
+                                        typeof(st->results[k])));
+    auto g = st->lin.transpose(st->inputs, st->outputs, cts);
+    std::vector<Array> out;
+    for (size_t i = 0; i < g.size(); ++i) out.push_back(finish_cotangent(g[i], st->primals[i]));
+    return out;
+  };
+  return {std::move(outs), std::move(tree)};
+}
+
+Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x, std::int64_t chunk, bool forward,
+                    const char* name) {
+  if (!x.valid()) throw Error(msg(name, "the input is empty"));
+  if (!has_tangent(x.dtype()))
+    throw DTypeError(msg(name, "the input must be floating point, got " + typeof(x)));
+  const NamedSharding rep(x.sharding().mesh(), P());
+  auto basis_for = [&](const Array& like) {
+    const std::int64_t n = like.size();
+    Shape s{n};
+    s.insert(s.end(), like.shape().begin(), like.shape().end());
+    return reshape(eye(n, n, 0, like.dtype(), rep), s);
+  };
+  VmapOptions opt;
+  opt.chunk_size = chunk;
+  Array cols;  // (n, *out) for forward, (m, *in) for reverse
+  Shape out_shape;
+  if (forward) {
+    TraceFn g = [&](const std::vector<Array>& t, std::any&) {
+      std::vector<Array> t_out;
+      TraceFn one = [&](const std::vector<Array>& a, std::any&) { return std::vector<Array>{f(a[0])}; };
+      auto r = jvp_call(one, {x}, {t[0]}, t_out);
+      out_shape = r.outs[0].shape();
+      return t_out;
+    };
+    cols = vmap_call({basis_for(x)}, {0}, opt, g, name).outs[0];
+    // (n, *out) -> (*out, n) -> (*out, *in)
+    const int ro = cols.ndim() - 1;
+    std::vector<int> perm;
+    for (int d = 1; d <= ro; ++d) perm.push_back(d);
+    perm.push_back(0);
+    Shape js = out_shape;
+    js.insert(js.end(), x.shape().begin(), x.shape().end());
+    return reshape(transpose(cols, perm), js);
+  }
+  Pullback back;
+  TraceFn one = [&](const std::vector<Array>& a, std::any&) { return std::vector<Array>{f(a[0])}; };
+  auto r = vjp_call(one, {x}, back);
+  const Array y = r.outs[0];
+  if (!has_tangent(y.dtype())) throw DTypeError(msg(name, "the function's result must be floating point, got " + typeof(y)));
+  TraceFn g = [&](const std::vector<Array>& ct, std::any&) { return back({ct[0]}); };
+  cols = vmap_call({basis_for(y)}, {0}, opt, g, name).outs[0];
+  Shape js = y.shape();
+  js.insert(js.end(), x.shape().begin(), x.shape().end());
+  return reshape(cols, js);
+}
+
+}  // namespace detail
+
+Array stop_gradient(const Array& x, std::source_location loc) {
+  detail::CallSite site(loc);
+  detail::check_operand(x, "stop_gradient");
+  return detail::bind1(detail::make_stop_gradient(), {x});
+}
+
+}  // namespace tessera
