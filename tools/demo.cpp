@@ -15,6 +15,7 @@
 #include "bench_util.hpp"
 #include "collectives_tour/collectives_tour.hpp"
 #include "commands.hpp"
+#include "chunked_jacobian/chunked_jacobian.hpp"
 #include "finite_difference/finite_difference.hpp"
 #include "mlp_layer/mlp_layer.hpp"
 
@@ -283,7 +284,7 @@ int cmd_demo(const Context& ctx, const DemoOptions& opt) {
   }
 
   // ------------------------------------------------------- the scenarios
-  heading("5. Computing on sharded arrays: two scenarios from examples/");
+  heading("5. Computing on sharded arrays: three scenarios from examples/");
   std::cout << "Global-view code on sharded arrays: each op picks the output layout and the communication.\n"
                "Each scenario also has a shard_map form: per-device code, the subject of section 6.\n";
   subheading("examples/finite_difference: diff along and across the sharded axis, and a hand-written halo exchange");
@@ -294,6 +295,10 @@ int cmd_demo(const Context& ctx, const DemoOptions& opt) {
   const int mlp_failures = examples::mlp_layer(std::cout);
   check.done += 4;
   check.failed += mlp_failures;
+  subheading("examples/chunked_jacobian: jacfwd per row, vmap over sharded rows in chunks on every device");
+  const int jac_failures = examples::chunked_jacobian(std::cout, 4099, opt.small_only ? 12 : 24);
+  check.done += 4;
+  check.failed += jac_failures;
 
   // ---------------------------------------------------------- manual mode
   heading("6. Manual mode: shard_map and collectives");
