@@ -60,6 +60,14 @@ JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals, Pullback
 Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x, std::int64_t chunk, bool forward,
                     const char* name);
 
+using CustomFnBody = std::function<Array(const std::vector<Array>&)>;
+using CustomJvpRule = std::function<std::pair<Array, Array>(const std::vector<Array>&, const std::vector<Array>&)>;
+using CustomFwd = std::function<std::pair<Array, std::vector<Array>>(const std::vector<Array>&)>;
+using CustomBwd = std::function<std::vector<Array>(const std::vector<Array>&, const Array&)>;
+/// Runs a custom_jvp (jvp set) or custom_vjp (fwd and bwd set) function.
+Array custom_call(const char* name, const CustomFnBody& fn, const CustomJvpRule& jvp, const CustomFwd& fwd,
+                  const CustomBwd& bwd, const std::vector<Array>& args);
+
 // f applied to the arrays of `v` as separate arguments (or as one vector
 // when f takes one).
 template <class F>
@@ -126,6 +134,36 @@ auto gradient_trees(const std::tuple<const A&...>& args, const std::vector<Array
 }
 
 }  // namespace detail
+
+/// A function of Arrays returning an Array, differentiated by `rule`
+/// instead of through its ops (JAX's custom_jvp): rule(primals, tangents)
+/// returns (f(primals), the tangent of the result); every tangent is an
+/// array (zeros where the input has none).
+///
+///   auto softplus = ts::custom_jvp(
+///       [](ts::Array x) { return ts::log1p(ts::exp(x)); },
+///       [](const std::vector<ts::Array>& p, const std::vector<ts::Array>& t) {
+///         return std::make_pair(ts::log1p(ts::exp(p[0])), t[0] * ts::sigmoid(p[0]));
+///       });
+template <class F>
+auto custom_jvp(F f, detail::CustomJvpRule rule) {
+  detail::CustomFnBody body = [f](const std::vector<Array>& v) { return Array(detail::call_spread(f, v)); };
+  return [body, rule](const auto&... a) {
+    return detail::custom_call("custom_jvp", body, rule, {}, {}, std::vector<Array>{Array(a)...});
+  };
+}
+
+/// A function of Arrays returning an Array, differentiated in reverse mode
+/// by `fwd` and `bwd` (JAX's custom_vjp): fwd(primals) returns (f(primals),
+/// residuals), bwd(residuals, cotangent) the cotangent of every input.
+/// Forward mode through it raises an error (give it a custom_jvp instead).
+template <class F>
+auto custom_vjp(F f, detail::CustomFwd fwd, detail::CustomBwd bwd) {
+  detail::CustomFnBody body = [f](const std::vector<Array>& v) { return Array(detail::call_spread(f, v)); };
+  return [body, fwd, bwd](const auto&... a) {
+    return detail::custom_call("custom_vjp", body, {}, fwd, bwd, std::vector<Array>{Array(a)...});
+  };
+}
 
 /// The results of f at `primals` and their tangents along `tangents`
 /// (one Array per argument of f).

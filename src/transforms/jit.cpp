@@ -825,9 +825,9 @@ bool same_sig(const std::vector<AbstractArray>& a, const std::vector<Array>& b) 
   return true;
 }
 
-bool tracing_jit() { return dynamic_cast<JitTrace*>(current_trace()) != nullptr; }
-
 }  // namespace
+
+bool tracing_jit() { return dynamic_cast<JitTrace*>(current_trace()) != nullptr; }
 
 JitCache::JitCache(std::string name, JitOptions opt) : st_(std::make_unique<State>()) {
   st_->name = std::move(name);

@@ -54,6 +54,10 @@ const P& payload_of(const Array& a) {
   return *static_cast<const P*>(a.impl()->payload.get());
 }
 
+/// True while jit traces a function on this thread (the innermost trace
+/// is jit's).
+bool tracing_jit();
+
 /// Abstract values of concrete or traced arrays.
 std::vector<AbstractArray> abstract_of(const std::vector<Array>& args);
 
