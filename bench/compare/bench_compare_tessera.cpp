@@ -27,7 +27,9 @@
 // `inner`; `inner` grows until a sample takes >= 2 ms so that clock
 // resolution does not matter. One untimed warm-up call precedes the samples.
 #include <cblas.h>
+#include <sys/resource.h>
 
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -119,7 +121,8 @@ class Runner {
           out.push_back(std::string(c) + "_" + size);
       out.push_back("dispatch");
       out.push_back("uneven_diff");
-      for (const char* w : {"chain_jit", "chain_eager", "trace_compile", "mlp_big_jit", "mlp_big_explicit"})
+      for (const char* w : {"chain_jit", "chain_eager", "trace_compile", "mlp_big_jit", "mlp_big_explicit", "jac_vmap",
+                            "jac_map", "mlp_grad"})
         out.push_back(w);
       return out;
     }();
@@ -136,6 +139,8 @@ class Runner {
     if (w == "chain_jit" || w == "chain_eager") return chain(w);
     if (w == "trace_compile") return trace_compile();
     if (w == "mlp_big_jit" || w == "mlp_big_explicit") return mlp_big(w == "mlp_big_explicit");
+    if (w == "jac_vmap" || w == "jac_map") return jacobian(w == "jac_map");
+    if (w == "mlp_grad") return mlp_grad();
     for (const char* size : {"_4k", "_64m"}) {
       const std::string suffix(size);
       if (w.size() > suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0)
@@ -421,6 +426,96 @@ class Runner {
     r["flops"] = 2.0 * K * N;
     r["bytes"] = 4.0 * (K * N + K + 2 * N);  // w, x, b read; the result written
     r["limit"] = "streamN";
+    return r;
+  }
+
+  static double peak_rss_mb() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_maxrss) / 1024.0;
+  }
+
+  // The plasma code's chunked Jacobian (examples/chunked_jacobian, the
+  // same residual as JAX's side): rows sharded, vmap of the per-row jacfwd,
+  // at once (jac_vmap) or 128 rows at a time on every device (jac_map).
+  // Also run on 4099 rows, which JAX refuses.
+  json jacobian(bool chunked) {
+    const std::int64_t K = 8, N = 24;
+    const ts::Mesh mesh = line();
+    const ts::NamedSharding rows(mesh, ts::P("x")), rep(mesh, ts::P());
+    auto grid = [&](std::int64_t m) {
+      return ts::make_array_from_callback({m, K}, ts::f64, rows, [&](const std::vector<ts::Slice>& idx) {
+        std::vector<double> v;
+        for (auto i = idx[0].start; i < idx[0].stop; ++i)
+          for (auto k = idx[1].start; k < idx[1].stop; ++k) v.push_back(std::cos(0.37 * static_cast<double>(i) + 0.91 * k));
+        return v;
+      });
+    };
+    std::vector<double> hp(N);
+    for (int j = 0; j < N; ++j) hp[j] = 0.2 * std::sin(1.3 * j + 0.5);
+    const ts::Array p = ts::device_put(hp, {N}, rep);
+    const ts::Array freq = ts::arange(1, N + 1, 1, ts::f64, rep) * 0.5;
+    const ts::Array nodes = ts::linspace(0.5, 1.5, 32, ts::f64, rep);
+    auto residual = [&](const ts::Array& q, const ts::Array& xr) {
+      const ts::Array phase = ts::expand_dims(ts::expand_dims(xr, 1) * ts::expand_dims(nodes, 0), 2) *
+                              ts::reshape(freq, {1, 1, N});
+      return ts::tanh(ts::matmul(ts::mean(ts::cos(phase), {1}), q)) + 0.1 * xr * ts::sum(q * q);
+    };
+    auto row_jac = [&](ts::Array q, ts::Array xr) {
+      return ts::jacfwd([&](const ts::Array& a) { return residual(a, xr); })(q);
+    };
+    auto jac = ts::vmap(row_jac, {.in_axes = {ts::not_mapped, 0}, .chunk_size = chunked ? 128 : 0});
+    const ts::Array x = grid(4096);
+    jac(p, x).block_until_ready();
+    for (const auto& d : mesh.devices()) ts::reset_peak_memory(d);
+    auto t = time_calls(reps_, [&] { jac(p, x).block_until_ready(); });
+    std::int64_t peak = 0;
+    for (const auto& d : mesh.devices()) peak = std::max(peak, ts::memory_stats(d).peak_bytes_in_use);
+    json r = result(chunked ? "jac_map" : "jac_vmap", "rows (" + nstr() + ",), M=4096", t);
+    const ts::Array j = jac(p, x);
+    r["dtype"] = ts::dtype_name(j.dtype());
+    r["shape"] = j.shape();
+    r["peak_device_mb"] = static_cast<double>(peak) / (1 << 20);
+    const ts::Array xu = grid(4099);
+    auto tu = time_calls(std::max(1, reps_ / 2), [&] { jac(p, xu).block_until_ready(); });
+    r["uneven_seconds"] = tb::median(tu.samples);
+    r["peak_rss_mb"] = peak_rss_mb();
+    r["limit"] = "none";
+    return r;
+  }
+
+  // grad of a 3-layer MLP's mean squared error under jit, batch sharded
+  // (JAX's side: jit(grad(loss))).
+  json mlp_grad() {
+    const std::int64_t B = 8192, D = 256, H = 256;
+    const ts::Mesh mesh = line();
+    const ts::NamedSharding rows(mesh, ts::P("x")), rep(mesh, ts::P());
+    auto key = ts::random::key(7);
+    auto k = [&](int i) { return ts::random::fold_in(key, static_cast<std::uint32_t>(i)); };
+    const ts::Array x = ts::random::normal(k(0), {B, D}, ts::f32, rows);
+    const ts::Array y = ts::random::normal(k(1), {B, 1}, ts::f32, rows);
+    std::vector<ts::Array> params{ts::random::normal(k(2), {D, H}, ts::f32, rep) / std::sqrt(static_cast<float>(D)),
+                                  ts::zeros({H}, ts::f32, rep),
+                                  ts::random::normal(k(3), {H, H}, ts::f32, rep) / std::sqrt(static_cast<float>(H)),
+                                  ts::zeros({H}, ts::f32, rep),
+                                  ts::random::normal(k(4), {H, 1}, ts::f32, rep) / std::sqrt(static_cast<float>(H))};
+    auto loss = [](const std::vector<ts::Array>& ps, ts::Array xa, ts::Array ya) {
+      ts::Array h = ts::tanh(ts::matmul(xa, ps[0]) + ps[1]);
+      h = ts::tanh(ts::matmul(h, ps[2]) + ps[3]);
+      ts::Array e = ts::matmul(h, ps[4]) - ya;
+      return ts::mean(e * e);
+    };
+    auto g = ts::jit([&](const std::vector<ts::Array>& ps, ts::Array xa, ts::Array ya) {
+      return ts::grad(loss)(ps, xa, ya);
+    }, {.out_shardings = {rep}}, "mlp_grad");
+    auto t = time_calls(reps_, [&] { g(params, x, y)[0].block_until_ready(); });
+    json r = result("mlp_grad", "batch (" + nstr() + ",), 8192x256->256->256->1", t);
+    const auto out = g(params, x, y);
+    r["dtype"] = ts::dtype_name(out[0].dtype());
+    r["shape"] = out[0].shape();
+    r["flops"] = 6.0 * B * (D * H + H * H + H);
+    r["limit"] = "blas";
+    r["peak_rss_mb"] = peak_rss_mb();
     return r;
   }
 

@@ -39,6 +39,7 @@ GROUPS = [
     ("dispatch", ["dispatch"]),
     ("uneven", ["uneven_diff"]),
     ("jit", ["chain_jit", "chain_eager", "trace_compile", "mlp_big_jit", "mlp_big_explicit"]),
+    ("autodiff", ["jac_vmap", "jac_map", "mlp_grad"]),
 ]
 TITLES = {
     "diff_1dev": "diff axis 0, 4096² f64, prepend 0",
@@ -55,6 +56,9 @@ TITLES = {
     "trace_compile": "  trace + compile it afresh, 1024 f32",
     "mlp_big_jit": "jit: sigmoid(x@w+b) x 16384, w 16384x512 f32",
     "mlp_big_explicit": "  same, Explicit mesh axis",
+    "jac_vmap": "Jacobian 4096x8 rows, 24 params f64: vmap(jacfwd)",
+    "jac_map": "  same, chunked 128 rows (JAX lax.map batch_size)",
+    "mlp_grad": "jit(grad) 3-layer MLP 8192x256 f32, batch sharded",
 }
 for c in COLLECTIVES:
     name, owned = (c[: -len("_owned")], True) if c.endswith("_owned") else (c, False)
@@ -324,6 +328,16 @@ def main():
                 notes.append(f"{side} {w}: {m['steps']}")
             if m.get("communication"):
                 notes.append(f"{side} {w} plan: " + "; ".join(m["communication"]))
+    for w in ("jac_vmap", "jac_map", "mlp_grad"):
+        for side in ("tessera", "jax"):
+            m = meta.get((side, w), {})
+            if "peak_rss_mb" in m:
+                notes.append(f"{side} {w}: peak RSS of its process {m['peak_rss_mb']:.0f} MiB"
+                             + (f", peak per device {m['peak_device_mb']:.1f} MiB" if "peak_device_mb" in m else ""))
+            if m.get("uneven_error"):
+                notes.append(f"{side} {w} with M = 4099 rows (not divisible by {n}): {m['uneven_error']}")
+            if m.get("uneven_seconds"):
+                notes.append(f"{side} {w} with M = 4099 rows: {fmt_time(m['uneven_seconds'])}")
     for note in notes:
         print("  " + note)
     limits_line = (f"limits (best of before/after): streaming copy (read + write) 1 thread {lim['stream1_gbps']:.1f} GB/s, "

@@ -30,7 +30,7 @@ WORKLOADS = (["diff_1dev", "diff_rows", "diff_cols", "sin", "sum", "mlp_auto", "
                 for c in ("psum", "psum_owned", "all_gather", "all_gather_owned", "psum_scatter", "ppermute",
                           "ppermute_owned", "all_to_all")]
              + ["dispatch", "uneven_diff", "chain_jit", "chain_eager", "trace_compile", "mlp_big_jit",
-                "mlp_big_explicit"])
+                "mlp_big_explicit", "jac_vmap", "jac_map", "mlp_grad"])
 
 MIN_SAMPLE = 2e-3  # seconds per sample, at least
 
@@ -131,6 +131,10 @@ class Runner:
             return self.trace_compile()
         if w in ("mlp_big_jit", "mlp_big_explicit"):
             return self.mlp_big(w)
+        if w in ("jac_vmap", "jac_map"):
+            return self.jacobian(w)
+        if w == "mlp_grad":
+            return self.mlp_grad()
         for suffix, nbytes in (("_4k", 4096), ("_64m", 64 << 20)):
             if w.endswith(suffix):
                 return self.collective(w, w[: -len(suffix)], nbytes)
@@ -340,6 +344,79 @@ class Runner:
                         plan.append(l.split(" = ", 1)[1].split("{")[0].split(" ")[0] + " " + form.strip(" ("))
         return self.timed(w, f"x ({self.n},), w b replicated", f, x, wt, b,
                           communication=sorted(set(plan)))
+
+    # The plasma code's chunked Jacobian (examples/chunked_jacobian): a
+    # residual of N = 24 parameters at each of M grid rows (K = 8 values per
+    # row through a (K, L=32, N) quadrature), f64, rows sharded. jac_vmap:
+    # jit(vmap(jacfwd)) over all rows at once; jac_map: jit(lax.map(jacfwd,
+    # batch_size=128)), the memory-bounded form. M = 4096 divides by the
+    # devices; M = 4099 (what Tessera runs too) does not, and JAX's error
+    # for it is recorded.
+    def jacobian(self, w):
+        jax, P, np = self.jax, self.P, self.np
+        jnp = jax.numpy
+        M, K, N, L = 4096, 8, 24, 32
+        mesh = self.line()
+        rows, rep = self.NamedSharding(mesh, P("x")), self.NamedSharding(mesh, P())
+        i = np.arange(M)[:, None]
+        k = np.arange(K)[None, :]
+        x = jax.device_put(np.cos(0.37 * i + 0.91 * k), rows)
+        p = jax.device_put(0.2 * np.sin(1.3 * np.arange(N) + 0.5), rep)
+        freq = jnp.arange(1, N + 1, dtype=jnp.float64) * 0.5
+        nodes = jnp.linspace(0.5, 1.5, L, dtype=jnp.float64)
+
+        def residual(q, xr):
+            phase = (xr[:, None] * nodes[None, :])[:, :, None] * freq[None, None, :]
+            basis = jnp.mean(jnp.cos(phase), axis=1)
+            return jnp.tanh(basis @ q) + 0.1 * xr * jnp.sum(q * q)
+
+        row_jac = jax.jacfwd(residual)
+        if w == "jac_vmap":
+            f = jax.jit(jax.vmap(row_jac, in_axes=(None, 0)), out_shardings=rows)
+        else:
+            f = jax.jit(lambda q, xs: jax.lax.map(lambda xr: row_jac(q, xr), xs, batch_size=128), out_shardings=rows)
+        extra = {}
+        try:
+            xu = np.cos(0.37 * np.arange(4099)[:, None] + 0.91 * k)
+            f(p, jax.device_put(xu, rows)).block_until_ready()
+            extra["uneven"] = "ran with M = 4099"
+        except Exception as e:  # noqa: BLE001 -- the error is the result
+            extra["uneven_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        r = self.timed(w, f"rows ({self.n},), M={M}", f, p, x, **extra)
+        r["peak_rss_mb"] = peak_rss_mb()
+        return r
+
+    # grad of a 3-layer MLP's mean squared error, batch sharded, under jit.
+    def mlp_grad(self):
+        jax, P, np = self.jax, self.P, self.np
+        jnp = jax.numpy
+        B, D, H = 8192, 256, 256
+        mesh = self.line()
+        rows, rep = self.NamedSharding(mesh, P("x")), self.NamedSharding(mesh, P())
+        rng = np.random.default_rng(7)
+        x = jax.device_put(rng.standard_normal((B, D), dtype=np.float32), rows)
+        y = jax.device_put(rng.standard_normal((B, 1), dtype=np.float32), rows)
+        params = tuple(jax.device_put(a, rep) for a in (
+            (rng.standard_normal((D, H)) / np.sqrt(D)).astype(np.float32), np.zeros(H, np.float32),
+            (rng.standard_normal((H, H)) / np.sqrt(H)).astype(np.float32), np.zeros(H, np.float32),
+            (rng.standard_normal((H, 1)) / np.sqrt(H)).astype(np.float32)))
+
+        def loss(ps, xa, ya):
+            w1, b1, w2, b2, w3 = ps
+            h = jnp.tanh(xa @ w1 + b1)
+            h = jnp.tanh(h @ w2 + b2)
+            return jnp.mean((h @ w3 - ya) ** 2)
+
+        g = jax.jit(jax.grad(loss), out_shardings=(rep,) * 5)
+        r = self.timed("mlp_grad", f"batch ({self.n},), {B}x{D}->{H}->{H}->1", lambda xa, ya: g(params, xa, ya)[0], x, y)
+        r["flops"] = 6.0 * B * (D * H + H * H + H)
+        r["peak_rss_mb"] = peak_rss_mb()
+        return r
+
+
+def peak_rss_mb():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def main():

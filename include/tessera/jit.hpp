@@ -35,11 +35,14 @@
 namespace tessera {
 
 struct JitOptions {
-  /// Layout of each array leaf of the arguments, in order (trees
-  /// flattened as tree_leaves does); empty: as passed. Arguments laid out
-  /// otherwise are resharded first.
-  std::vector<NamedSharding> in_shardings = {};
-  /// Layout of each result; empty: as the program gives it.
+  /// Layouts of the arguments: one entry per argument, either a
+  /// NamedSharding for all its arrays or a tree of them with the argument's
+  /// structure (ts::ShardingTree: a sharding per field of a struct); or one
+  /// NamedSharding per array leaf, in tree_leaves order. Empty: as passed.
+  /// Arguments laid out otherwise are resharded first.
+  std::vector<ShardingTree> in_shardings = {};
+  /// Layout of each result array, or one for all; empty: as the program
+  /// gives it.
   std::vector<NamedSharding> out_shardings = {};
 };
 
@@ -77,8 +80,11 @@ class JitCache {
  public:
   JitCache(std::string name, JitOptions opt);
   ~JitCache();
-  JitResult call(std::vector<Array> args, const std::string& statics, const TraceFn& f);
-  Lowered lower(std::vector<Array> args, const std::string& statics, const TraceFn& f);
+  /// `in_shardings`: per array of `args` (empty: as they are).
+  JitResult call(std::vector<Array> args, const std::string& statics, const TraceFn& f,
+                 const std::vector<NamedSharding>& in_shardings = {});
+  Lowered lower(std::vector<Array> args, const std::string& statics, const TraceFn& f,
+                const std::vector<NamedSharding>& in_shardings = {});
   int size() const;
   const JitOptions& options() const;
   const std::string& name() const;
@@ -178,8 +184,8 @@ class Jitted {
     std::vector<Array> arrays;
     std::string statics;
     (detail::flatten_arg(a, arrays, statics), ...);
-    check_in_shardings(arrays, a...);
-    return detail::unflatten_result<R>(cache_->call(std::move(arrays), statics, trace_fn(a...)));
+    auto layouts = in_shardings(arrays, a...);
+    return detail::unflatten_result<R>(cache_->call(std::move(arrays), statics, trace_fn(a...), layouts));
   }
 
   /// Traces and compiles for these arguments (or takes the cached program)
@@ -189,8 +195,8 @@ class Jitted {
     std::vector<Array> arrays;
     std::string statics;
     (detail::flatten_arg(a, arrays, statics), ...);
-    check_in_shardings(arrays, a...);
-    return cache_->lower(std::move(arrays), statics, trace_fn(a...));
+    auto layouts = in_shardings(arrays, a...);
+    return cache_->lower(std::move(arrays), statics, trace_fn(a...), layouts);
   }
 
   /// Number of programs compiled so far (one per distinct signature).
@@ -207,16 +213,37 @@ class Jitted {
     };
   }
 
-  // in_shardings has one entry per array leaf, in order: a mismatch names
-  // the leaves.
+  // The layout of every array leaf: in_shardings per leaf (all plain
+  // shardings, one per array), or per argument (a sharding for all its
+  // arrays, or a tree of them checked against the argument's structure). A
+  // count that fits neither names the leaves.
   template <class... A>
-  void check_in_shardings(const std::vector<Array>& arrays, const A&... a) const {
+  std::vector<NamedSharding> in_shardings(const std::vector<Array>& arrays, const A&... a) const {
     const auto& in = cache_->options().in_shardings;
-    if (in.empty() || in.size() == arrays.size()) return;
+    if (in.empty()) return {};
+    bool plain = true;
+    for (const auto& t : in) plain = plain && !t.is_tree();
+    std::vector<NamedSharding> out;
+    if (plain && in.size() == arrays.size()) {
+      for (const auto& t : in) out.push_back(t.values().front());
+      return out;
+    }
+    if (in.size() == sizeof...(A)) {
+      std::size_t i = 0;
+      (
+          [&] {
+            for (auto& s : in[i].expand(a, cache_->name().c_str(), "in_shardings entry " + std::to_string(i)))
+              out.push_back(std::move(s));
+            ++i;
+          }(),
+          ...);
+      return out;
+    }
     std::string paths;
     for (const auto& p : detail::argument_paths(a...)) paths += (paths.empty() ? "" : ", ") + p;
     throw ShardingError("[" + cache_->name() + "] in_shardings has " + std::to_string(in.size()) + " entries for " +
-                        std::to_string(arrays.size()) + " array leaves (" + paths + ")");
+                        std::to_string(arrays.size()) + " array leaves (" + paths + ") in " +
+                        std::to_string(sizeof...(A)) + " arguments");
   }
 
   F f_;

@@ -27,6 +27,7 @@
 // another) are reported, never combined.
 #pragma once
 
+#include <concepts>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -81,29 +82,31 @@ A with_local_leaves(A a, const std::vector<Array>& local, std::size_t& k) {
 }  // namespace detail
 
 /// Returns a callable that runs `f` per device. `f` takes one pytree per
-/// in_spec (an Array, or a tree of them: tessera/tree.hpp), whose arrays are
-/// all laid out by that in_spec, and returns a pytree of Arrays with one out
-/// spec per array, in tree_leaves order (an Array, a std::vector or
-/// std::tuple of Arrays, a registered struct...). Non-array leaves of the
-/// arguments reach every device's body as they are.
+/// in_spec (an Array, or a tree of them: tessera/tree.hpp). An in_spec is
+/// one PartitionSpec for every array of its argument, or a tree of specs
+/// with the argument's structure (ts::SpecTree: a spec per field). `f`
+/// returns a pytree of Arrays with one out spec per array in tree_leaves
+/// order, or one out spec for all (an Array, a std::vector or std::tuple of
+/// Arrays, a registered struct...). Non-array leaves of the arguments reach
+/// every device's body as they are.
 template <class F>
-auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<PartitionSpec> out_specs,
+auto shard_map(F f, Mesh mesh, std::vector<SpecTree> in_specs, std::vector<PartitionSpec> out_specs,
                ShardMapOptions opt = {}, std::source_location loc = std::source_location::current()) {
   return [=](const auto&... args) {
     constexpr std::size_t n = sizeof...(args);
     if (n != in_specs.size())
       throw ShardingError("[shard_map] expected " + std::to_string(in_specs.size()) +
                           " arguments (one per in_spec), got " + std::to_string(n));
-    // Every array of an argument is laid out by the argument's in_spec.
+    // Every array of an argument is laid out by the argument's in_spec (or
+    // by its entry in the argument's tree of specs).
     std::vector<Array> in;
     std::vector<PartitionSpec> leaf_specs;
     [[maybe_unused]] std::size_t i = 0;  // unused for a function of no arguments
     (
         [&] {
-          for (Array& a : tree_leaves(args)) {
-            in.push_back(std::move(a));
-            leaf_specs.push_back(in_specs[i]);
-          }
+          for (Array& a : tree_leaves(args)) in.push_back(std::move(a));
+          for (PartitionSpec& s : in_specs[i].expand(args, "shard_map", "in_specs entry " + std::to_string(i)))
+            leaf_specs.push_back(std::move(s));
           ++i;
         }(),
         ...);
@@ -130,12 +133,21 @@ auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<
   };
 }
 
-/// Single-output form: out_specs is one PartitionSpec.
+/// Single-output form (or one out spec for every output).
 template <class F>
-auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, PartitionSpec out_spec, ShardMapOptions opt = {},
+auto shard_map(F f, Mesh mesh, std::vector<SpecTree> in_specs, PartitionSpec out_spec, ShardMapOptions opt = {},
                std::source_location loc = std::source_location::current()) {
   return shard_map(std::move(f), std::move(mesh), std::move(in_specs), std::vector<PartitionSpec>{std::move(out_spec)},
                    opt, loc);
+}
+
+/// in_specs given as a std::vector<PartitionSpec>.
+template <class F, class V, class O>
+  requires std::same_as<std::decay_t<V>, std::vector<PartitionSpec>>
+auto shard_map(F f, Mesh mesh, const V& in_specs, O out_specs, ShardMapOptions opt = {},
+               std::source_location loc = std::source_location::current()) {
+  return shard_map(std::move(f), std::move(mesh), std::vector<SpecTree>(in_specs.begin(), in_specs.end()),
+                   std::move(out_specs), opt, loc);
 }
 
 // ------------------------------------------------ collectives (inside bodies)

@@ -244,6 +244,59 @@ void check_same_structure(const A& a, const B& b, const char* op, const char* wh
                    " is " + sb.str() + (where.empty() ? std::string() : " (they part at '" + where + "')"));
 }
 
+/// A value for every array of one argument: one value for all of them, or a
+/// tree of values with the argument's structure (JAX's trees of shardings:
+/// a NamedSharding per field of a struct, a PartitionSpec per entry of a
+/// map). Leaves of the tree that are not values (the numbers of a
+/// templated struct, say) are skipped, as the argument's non-array leaves
+/// are. ShardingTree and SpecTree name the two uses.
+template <class L>
+class PerArray {
+ public:
+  PerArray(L one) : values_{std::move(one)} {}
+  template <class T>
+    requires is_tree_node<T>
+  PerArray(const T& tree) : tree_(true) {
+    tree_visit(tree, [&](const std::string& path, const auto& leaf) {
+      if constexpr (std::is_convertible_v<const std::decay_t<decltype(leaf)>&, const L&>) {
+        values_.push_back(leaf);
+        paths_.push_back(path);
+      }
+    });
+    structure_ = tree_structure(tree).str();
+  }
+  bool is_tree() const { return tree_; }
+  const std::vector<L>& values() const { return values_; }
+
+  /// The value of every array of `arg`, in tree_leaves order. A tree must
+  /// hold a value exactly where `arg` holds an array: otherwise ShapeError
+  /// "[op] tree structure mismatch: ..." naming `what` and the first path
+  /// where they part.
+  template <class A>
+  std::vector<L> expand(const A& arg, const char* op, const std::string& what) const {
+    const std::vector<std::string> paths = tree_paths(arg);
+    if (!tree_) return std::vector<L>(paths.size(), values_.front());
+    if (paths == paths_) return values_;
+    std::string where;
+    for (std::size_t i = 0; i < std::max(paths.size(), paths_.size()) && where.empty(); ++i)
+      if (i >= paths.size() || i >= paths_.size() || paths[i] != paths_[i]) {
+        const bool theirs = i < paths.size() && (i >= paths_.size() || paths[i] < paths_[i]);
+        where = theirs ? "no value for the array at '" + paths[i] + "'" : "a value at '" + paths_[i] + "' where the argument has no array";
+      }
+    throw ShapeError(std::string("[") + op + "] tree structure mismatch: " + what + " is " + structure_ +
+                     " but the argument is " + tree_structure(arg).str() + ": " + where);
+  }
+
+ private:
+  std::vector<L> values_;
+  std::vector<std::string> paths_;
+  std::string structure_;
+  bool tree_ = false;
+};
+
+using ShardingTree = PerArray<NamedSharding>;
+using SpecTree = PerArray<PartitionSpec>;
+
 }  // namespace tessera
 
 // ------------------------------------------------------------ registration

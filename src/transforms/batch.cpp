@@ -18,6 +18,7 @@
 // axes instead: each device cuts its own block (whatever its length) into
 // chunks, so no device ever holds more than c examples' intermediates.
 #include <algorithm>
+#include <mutex>
 
 #include "ops/common.hpp"
 #include "primitives/rules.hpp"
@@ -253,11 +254,14 @@ JitResult vmap_call(const std::vector<Array>& args, const std::vector<int>& axes
   local.out_axes = {};
   for (size_t k = 0; k < opt.out_axes.size(); ++k)
     local.out_axes.push_back(opt.out_axes[k] == not_mapped ? not_mapped : 0);
-  auto tree = std::make_shared<std::shared_ptr<const std::any>>();
-  std::vector<int> unmapped_out;
+  // Every device runs the body at once: the first result tree is kept
+  // under a lock.
+  std::mutex tree_mu;
+  std::shared_ptr<const std::any> tree;
   ShardMapBody body = [&](const std::vector<Array>& blocks) {
     JitResult r = chunked(blocks, axes, blocks[first].shape()[axes[first]], local, f, name);
-    if (!*tree) *tree = r.tree;
+    std::lock_guard<std::mutex> lock(tree_mu);
+    if (!tree) tree = r.tree;
     return r.outs;
   };
   // shard_map needs an out spec per result before the body runs: the
@@ -288,7 +292,7 @@ JitResult vmap_call(const std::vector<Array>& args, const std::vector<int>& axes
     if (oa == not_mapped || oa == 0) continue;
     outs[k] = move_dim(outs[k], 0, normalize(oa, outs[k].ndim(), name, "out_axes entry for result " + std::to_string(k)));
   }
-  return {std::move(outs), *tree};
+  return {std::move(outs), tree};
 }
 
 }  // namespace tessera::detail

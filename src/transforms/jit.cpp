@@ -846,11 +846,12 @@ int JitCache::size() const {
 namespace {
 
 std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& args, const std::string& statics,
-                                       const TraceFn& f);
+                                       const TraceFn& f, const std::vector<NamedSharding>& in_shardings);
 
 }  // namespace
 
-JitResult JitCache::call(std::vector<Array> args, const std::string& statics, const TraceFn& f) {
+JitResult JitCache::call(std::vector<Array> args, const std::string& statics, const TraceFn& f,
+                         const std::vector<NamedSharding>& in_shardings) {
   // Inside another jit's trace the function is traced inline, and so it is
   // on values of another transformation (vmap, jvp): their trace sees the
   // function's primitives one by one.
@@ -861,33 +862,34 @@ JitResult JitCache::call(std::vector<Array> args, const std::string& statics, co
     auto outs = f(args, *tree);
     return {std::move(outs), std::move(tree)};
   }
-  auto c = get_compiled(*st_, args, statics, f);
+  auto c = get_compiled(*st_, args, statics, f, in_shardings);
   auto out = execute(*c, args);
   manual_results(args, out);
   return {std::move(out), c->tree};
 }
 
-Lowered JitCache::lower(std::vector<Array> args, const std::string& statics, const TraceFn& f) {
+Lowered JitCache::lower(std::vector<Array> args, const std::string& statics, const TraceFn& f,
+                        const std::vector<NamedSharding>& in_shardings) {
   if (tracing_jit()) throw Error(msg(st_->name.c_str(), "lower() cannot be called while tracing another jit"));
-  return Lowered(get_compiled(*st_, args, statics, f));
+  return Lowered(get_compiled(*st_, args, statics, f, in_shardings));
 }
 
 namespace {
 
 std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& args, const std::string& statics,
-                                       const TraceFn& f) {
+                                       const TraceFn& f, const std::vector<NamedSharding>& in_shardings) {
   const char* name = st.name.c_str();
   if (args.empty()) throw Error(msg(name, "the function takes no arrays; jit needs at least one array argument"));
   for (size_t i = 0; i < args.size(); ++i) {
     check_operand(args[i], name, ("argument " + std::to_string(i)).c_str());
     if (args[i].impl()->trace) throw Error(msg(name, "argument " + std::to_string(i) + " is a traced value of another trace"));
   }
-  if (!st.opt.in_shardings.empty()) {
-    if (st.opt.in_shardings.size() != args.size())
-      throw ShardingError(msg(name, "in_shardings has " + std::to_string(st.opt.in_shardings.size()) +
-                                        " entries for " + std::to_string(args.size()) + " array arguments"));
+  if (!in_shardings.empty()) {
+    if (in_shardings.size() != args.size())
+      throw ShardingError(msg(name, "internal: " + std::to_string(in_shardings.size()) + " in_shardings for " +
+                                        std::to_string(args.size()) + " array arguments"));
     for (size_t i = 0; i < args.size(); ++i)
-      if (!(args[i].sharding() == st.opt.in_shardings[i])) args[i] = device_put(args[i], st.opt.in_shardings[i]);
+      if (!(args[i].sharding() == in_shardings[i])) args[i] = device_put(args[i], in_shardings[i]);
   }
   {
     std::lock_guard<std::mutex> lock(st.mu);
@@ -907,11 +909,12 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
   try {
     TraceScope scope(&trace);
     outs = f(tracers, *tree);
-    if (!st.opt.out_shardings.empty()) {
-      if (st.opt.out_shardings.size() != outs.size())
-        throw ShardingError(msg(name, "out_shardings has " + std::to_string(st.opt.out_shardings.size()) +
-                                          " entries for " + std::to_string(outs.size()) + " results"));
-      for (size_t i = 0; i < outs.size(); ++i) outs[i] = with_sharding_constraint(outs[i], st.opt.out_shardings[i]);
+    if (const auto& os = st.opt.out_shardings; !os.empty()) {
+      // One entry per result, or one for all.
+      if (os.size() != 1 && os.size() != outs.size())
+        throw ShardingError(msg(name, "out_shardings has " + std::to_string(os.size()) + " entries for " +
+                                          std::to_string(outs.size()) + " results"));
+      for (size_t i = 0; i < outs.size(); ++i) outs[i] = with_sharding_constraint(outs[i], os[os.size() == 1 ? 0 : i]);
     }
   } catch (Error& e) {
     // An op raised while tracing: say where the user called it.

@@ -329,6 +329,8 @@ class ShardMapPrim final : public Primitive {
           RecordRedirect capture(&records);
           for (const Array& r : shard_map_call(body_, mesh_, in_specs_, out_specs_, opt_, zeros_in))
             types_.push_back(TypeInfo{r.shape(), r.dtype()});
+          // One out spec for every output.
+          if (out_specs_.size() == 1 && types_.size() != 1) out_specs_.assign(types_.size(), out_specs_[0]);
         }
         for (CommRecord& r : records)
           if (r.op == "shard_map") records_.push_back(std::move(r));
@@ -388,8 +390,9 @@ class ShardMapPrim final : public Primitive {
       TraceFn fn = [&](const std::vector<Array>& t, std::any&) { return inner(t); };
       return vmap_call(local, std::vector<int>(local.size(), 0), VmapOptions{}, fn, "vmap").outs;
     };
-    out_bdims.assign(out_specs_.size(), 0);
-    return shard_map_call(body, mesh_, ins, outs, opt_, xs, loc_);
+    auto res = shard_map_call(body, mesh_, ins, outs, opt_, xs, loc_);
+    out_bdims.assign(res.size(), 0);
+    return res;
   }
   // jvp of a shard_map: the shard_map of the body's jvp, tangents passed
   // and returned beside the primals with the same specs.
@@ -399,7 +402,7 @@ class ShardMapPrim final : public Primitive {
     for (size_t i = 0; i < p.size(); ++i) args.push_back(instantiate(t[i], type_of(p[i])));
     std::vector<PartitionSpec> ins = in_specs_, outs = out_specs_;
     ins.insert(ins.end(), in_specs_.begin(), in_specs_.end());
-    outs.insert(outs.end(), out_specs_.begin(), out_specs_.end());
+    if (out_specs_.size() != 1) outs.insert(outs.end(), out_specs_.begin(), out_specs_.end());
     ShardMapBody inner = body_;
     const size_t n = p.size();
     ShardMapBody body = [inner, n](const std::vector<Array>& local) {
@@ -411,7 +414,7 @@ class ShardMapPrim final : public Primitive {
       return r.outs;
     };
     auto all = shard_map_call(body, mesh_, ins, outs, opt_, args, loc_);
-    const size_t k = out_specs_.size();
+    const size_t k = all.size() / 2;
     t_out.assign(all.begin() + static_cast<long>(k), all.end());
     all.resize(k);
     return all;
@@ -436,7 +439,8 @@ class ShardMapPrim final : public Primitive {
  private:
   ShardMapBody body_;
   Mesh mesh_;
-  std::vector<PartitionSpec> in_specs_, out_specs_;
+  std::vector<PartitionSpec> in_specs_;
+  mutable std::vector<PartitionSpec> out_specs_;  // expanded by the probe when one spec stands for all outputs
   ShardMapOptions opt_;
   std::source_location loc_;
   mutable std::mutex mu_;
@@ -552,14 +556,15 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
     record_comm(rec);
   }
 
-  // Assemble each output per its out spec.
+  // Assemble each output per its out spec (one spec: for every output, as
+  // a JAX out_specs prefix).
   const size_t nout = outs[0].size();
-  if (nout != out_specs.size())
+  if (nout != out_specs.size() && out_specs.size() != 1)
     throw ShardingError(msg(op, "the body returned " + std::to_string(nout) + " outputs but there are " +
-                                    std::to_string(out_specs.size()) + " out_specs"));
+                                    std::to_string(out_specs.size()) + " out_specs (give one per output, or one for all)"));
   std::vector<Array> result;
   for (size_t k = 0; k < nout; ++k) {
-    const PartitionSpec& spec = out_specs[k];
+    const PartitionSpec& spec = out_specs.size() == 1 ? out_specs[0] : out_specs[k];
     const Array& first = outs[0][k];
     const int rank = first.ndim();
     const NamedSharding s = resolve_spec(mesh, spec, rank, op);

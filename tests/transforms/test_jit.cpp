@@ -31,9 +31,15 @@ struct Particles {
   ts::Array x, v;
   int substeps = 1;
 };
+template <class L>
+struct Stars {
+  L coords, mass;
+  int generation = 0;
+};
 }  // namespace jit_tree
 
 TESSERA_TREE(jit_tree::Particles, x, v, substeps)
+TESSERA_TREE_TEMPLATE(jit_tree::Stars, coords, mass, generation)
 
 namespace {
 
@@ -205,10 +211,13 @@ TEST(Jit, PytreeArgumentsAndResults) {
   expect_same(t3, p.x + p.v + p.x, "three");
   EXPECT_EQ(xs3.size(), 3u);
   EXPECT_EQ(total.cache_size(), 2);
-  auto bad = ts::jit(step, {.in_shardings = {s, s}});
+  // Two entries for two arguments: each lays out every array of its argument.
+  auto per_arg = ts::jit(step, {.in_shardings = {s, s}});
+  expect_same(per_arg(p, params).x, step(p, params).x, "in_shardings per argument");
+  auto bad = ts::jit(step, {.in_shardings = {s, s, s}});
   expect_error<ts::ShardingError>([&] { bad(p, params); }, "[jit]",
-                                  {"in_shardings has 2 entries for 4 array leaves", "argument 0 x, argument 0 v",
-                                   "argument 1 ['offset'], argument 1 ['scale']"});
+                                  {"in_shardings has 3 entries for 4 array leaves", "argument 0 x, argument 0 v",
+                                   "argument 1 ['offset'], argument 1 ['scale']", "in 2 arguments"});
 }
 
 TEST(Jit, StaticArgumentsAreCacheKeys) {
@@ -661,4 +670,36 @@ TEST(Jit, TrailingReductionsFuse) {
   const std::string text = ts::jit(loss).lower(a, a).as_text();
   EXPECT_NE(text.find("fused loop [subtract, multiply -> mean]"), std::string::npos) << text;
   EXPECT_NE(text.find("all-reduce"), std::string::npos) << text;
+}
+
+// Shardings as trees: a NamedSharding per field (the struct templated over
+// its leaf type), one sharding for a whole argument, one out_sharding for
+// all results; a mismatch names where the trees part.
+TEST(Jit, ShardingTrees) {
+  const ts::Mesh mesh = line(4);
+  const ts::NamedSharding rows(mesh, ts::P("x")), rep(mesh, ts::P());
+  jit_tree::Stars<ts::Array> stars{ts::device_put(iota_data<float>(30), {10, 3}, rep),
+                                   ts::device_put(iota_data<float>(10), {10}, rep), 2};
+  auto f = [](const jit_tree::Stars<ts::Array>& s, ts::Array w) {
+    return std::make_tuple(s.coords * w, s.mass * static_cast<float>(s.generation));
+  };
+  const jit_tree::Stars<ts::NamedSharding> layout{rows, ts::NamedSharding(mesh, ts::P()), 0};
+  auto jf = ts::jit(f, {.in_shardings = {layout, rep}, .out_shardings = {rows}});
+  ts::Array w = ts::device_put(iota_data<float>(3), {3}, rep);
+  auto [c, m] = jf(stars, w);
+  EXPECT_EQ(c.sharding(), rows);
+  EXPECT_EQ(m.sharding(), rows);
+  EXPECT_EQ(c.to_vector<float>(), (stars.coords * w).to_vector<float>());
+  // One sharding for every array of an argument.
+  auto jg = ts::jit(f, {.in_shardings = {rows, rep}});
+  auto [c2, m2] = jg(stars, w);
+  EXPECT_EQ(c2.sharding(), rows);
+  EXPECT_EQ(m2.sharding(), rows);
+  // A tree that does not match the argument's: the path where they part.
+  std::map<std::string, ts::NamedSharding> wrong{{"coords", rows}};
+  auto bad = ts::jit([](const std::map<std::string, ts::Array>& t) { return t.at("coords"); },
+                     {.in_shardings = {wrong}});
+  std::map<std::string, ts::Array> arg{{"coords", stars.coords}, {"mass", stars.mass}};
+  expect_error<ts::ShapeError>([&] { bad(arg); }, "[jit]",
+                               {"tree structure mismatch", "in_shardings entry 0", "no value for the array at", "mass"});
 }

@@ -618,10 +618,19 @@ TEST_F(ShardMap, SeveralInputsAndOutputs) {
   EXPECT_EQ(outs[0].to_vector<float>(), hx);
   EXPECT_EQ(outs[1].shape(), (ts::Shape{4, 6}));
   EXPECT_EQ(outs[2].to_vector<float>(), hx);
+  // One out spec stands for every output (JAX's prefix rule).
+  auto [o1, o2] = ts::shard_map([](ts::Array xl) { return std::make_tuple(xl, xl * 2.0f); }, mesh, {ts::P("x")},
+                                ts::P("x"))(x);
+  EXPECT_EQ(o1.sharding(), x.sharding());
+  EXPECT_EQ(o2.sharding(), x.sharding());
+  EXPECT_EQ(o2.to_vector<float>(), (x * 2.0f).to_vector<float>());
   // Output count differs from out_specs.
   expect_error<ts::ShardingError>(
-      [&] { ts::shard_map([](ts::Array xl) { return std::make_tuple(xl, xl); }, mesh, {ts::P("x")}, ts::P("x"))(x); },
-      "[shard_map]", {"2 outputs", "1 out_specs"});
+      [&] {
+        ts::shard_map([](ts::Array xl) { return std::make_tuple(xl, xl, xl); }, mesh, {ts::P("x")},
+                      std::vector<ts::PartitionSpec>{ts::P("x"), ts::P("x")})(x);
+      },
+      "[shard_map]", {"3 outputs", "2 out_specs", "one for all"});
   expect_error<ts::ShardingError>(
       [&] {
         ts::shard_map([](ts::Array xl) { return std::vector<ts::Array>{xl}; }, mesh, {ts::P("x")},
@@ -657,12 +666,10 @@ TEST_F(ShardMap, PytreeArgumentsAndResults) {
   auto [m2, t2] = jg(b, params);
   expect_same(m2.pos, moved.pos, "pos under jit");
   expect_same(t2, total, "psum under jit");
-  // One out spec per array of the result.
-  expect_error<ts::ShardingError>(
-      [&] {
-        ts::shard_map([](const sm_tree::Body& bl) { return bl; }, mesh, {ts::P("x")}, ts::P("x"))(b);
-      },
-      "[shard_map]", {"2 outputs", "1 out_specs"});
+  // One out spec for every array of the result.
+  sm_tree::Body same = ts::shard_map([](const sm_tree::Body& bl) { return bl; }, mesh, {ts::P("x")}, ts::P("x"))(b);
+  expect_same(same.pos, b.pos, "one out spec for all: pos");
+  expect_same(same.vel, b.vel, "one out spec for all: vel");
 }
 
 // Wrong numbers of arguments.
@@ -868,4 +875,21 @@ TEST_F(ShardMap, ConcurrentCallersOnOverlappingMeshes) {
     t3.join();
   });
   EXPECT_EQ(wrong.load(), 0);
+}
+
+// in_specs as trees: a PartitionSpec per field of a map argument.
+TEST_F(ShardMap, SpecTrees) {
+  const ts::Mesh mesh(first(4), {4}, {"x"});
+  const std::int64_t n = 10;
+  auto x = ts::device_put(arange_f(n), {n}, ts::NamedSharding(mesh, ts::P("x")));
+  auto w = ts::device_put(arange_f(2), {2}, ts::NamedSharding(mesh, ts::P()));
+  std::map<std::string, ts::Array> arg{{"data", x}, {"scale", w}};
+  std::map<std::string, ts::PartitionSpec> specs{{"data", ts::P("x")}, {"scale", ts::P()}};
+  auto f = ts::shard_map([](const std::map<std::string, ts::Array>& t) { return t.at("data") * ts::sum(t.at("scale")); },
+                         mesh, {ts::SpecTree(specs)}, ts::P("x"));
+  EXPECT_EQ(f(arg).to_vector<float>(), (x * 1.0f).to_vector<float>());
+  std::map<std::string, ts::PartitionSpec> wrong{{"data", ts::P("x")}};
+  auto g = ts::shard_map([](const std::map<std::string, ts::Array>& t) { return t.at("data"); }, mesh,
+                         {ts::SpecTree(wrong)}, ts::P("x"));
+  expect_error<ts::ShapeError>([&] { g(arg); }, "[shard_map]", {"tree structure mismatch", "in_specs entry 0", "scale"});
 }
