@@ -166,6 +166,36 @@ TEST(ElementwiseGolden, Float32TrigAccuracy) {
     EXPECT_NEAR(c[i], std::cos(static_cast<double>(h[i])), tol) << h[i];
   }
   EXPECT_EQ(std::signbit(s[h.size() - 8]), false);  // sin(+0) = +0
+  EXPECT_EQ(std::signbit(s[h.size() - 7]), true);   // sin(-0) = -0
+}
+
+// f64 sin/cos are polynomial too: within a few ulp of libm's over a wide
+// range, the large-argument fallback exact, inf and NaN.
+TEST(ElementwiseGolden, Float64TrigAccuracy) {
+  std::vector<double> h;
+  for (double v = -1.2e5; v < 1.2e5; v += 7.31) h.push_back(v);
+  for (double v = -7.0; v < 7.0; v += 1e-3) h.push_back(v);
+  for (double v : {0.0, -0.0, 1e-300, 3.141592653589793, 1.5707963267948966, 1e6, -3e7, 1e300}) h.push_back(v);
+  h.push_back(INFINITY);
+  h.push_back(std::nan(""));
+  ts::Mesh m = ts::make_mesh({8}, {"x"});
+  auto x = ts::device_put(h, {static_cast<std::int64_t>(h.size())}, ts::NamedSharding(m, ts::P("x")));
+  auto s = ts::sin(x).to_vector<double>(), c = ts::cos(x).to_vector<double>();
+  for (size_t i = 0; i < h.size(); ++i) {
+    if (!std::isfinite(h[i])) {
+      EXPECT_TRUE(std::isnan(s[i]) && std::isnan(c[i])) << h[i];
+      continue;
+    }
+    if (std::fabs(h[i]) > 1e5) {  // the fallback: libm itself
+      EXPECT_EQ(s[i], std::sin(h[i])) << h[i];
+      EXPECT_EQ(c[i], std::cos(h[i])) << h[i];
+      continue;
+    }
+    ASSERT_NEAR(s[i], std::sin(h[i]), 2e-15) << h[i];
+    ASSERT_NEAR(c[i], std::cos(h[i]), 2e-15) << h[i];
+  }
+  EXPECT_EQ(std::signbit(s[h.size() - 10]), false);  // sin(+0) = +0
+  EXPECT_EQ(std::signbit(s[h.size() - 9]), true);    // sin(-0) = -0
 }
 
 // f32 tanh and log are polynomial too: within a few ulp of double math over
