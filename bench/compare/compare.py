@@ -211,7 +211,7 @@ def main():
     for rnd in range(args.rounds):
         for gname, ws in groups:
             sides = ["tessera", "jax"] if rnd % 2 == 0 else ["jax", "tessera"]
-            if env512 and gname == "mlp":
+            if env512 and gname in ("mlp", "autodiff mlp_grad"):
                 sides.insert(1, "tessera_avx512")
             for side in sides:
                 base = jax_py if side == "jax" else [runner]
@@ -314,7 +314,7 @@ def main():
     if any(r["workload"].startswith("ppermute") and r["tessera_seconds"] for r in table):
         notes.append("tessera ppermute (zero-copy) hands the sender's buffer to the receiver (one process, no copy), "
                      "so its time does not grow with the size and it has no limit; ppermute (owned) copies")
-    for w in ("mlp_auto", "mlp_shard_map"):
+    for w in ("mlp_auto", "mlp_shard_map", "mlp_grad"):
         if ("tessera_avx512", w) in samples:
             t = statistics.median(samples[("tessera_avx512", w)])
             tj = statistics.median(samples[("jax", w)]) if ("jax", w) in samples else None

@@ -158,14 +158,17 @@ class DotGeneral final : public Primitive {
     std::vector<int> ct_dim(static_cast<size_t>(ncanon));
     for (int i = 0; i < ncanon; ++i) ct_dim[c_.out_perm.empty() ? i : c_.out_perm[i]] = i;
     const int my_start = lhs ? nb : nb + nlf, ot_start = lhs ? nb + nlf : nb;
-    cpu::Contraction t;
-    std::vector<int> res_dim;  // per canonical dim of the transposed product: this operand's dim
+    cpu::Contraction t;  // operands (ct, other)
+    // This operand's dim for each canonical dim of the transposed product:
+    // its batch dims, then those from ct's free dims, then those from the
+    // other operand's free dims.
+    std::vector<int> rb, rl, rr;
     for (int i = 0; i < nb; ++i) {
       const int mine = me.batch[i], theirs = ot.batch[i];
       if (mine >= 0) {
         t.lhs.batch.push_back(ct_dim[i]);
         t.rhs.batch.push_back(theirs);
-        res_dim.push_back(mine);
+        rb.push_back(mine);
       } else if (theirs >= 0) {
         t.lhs.contract.push_back(ct_dim[i]);
         t.rhs.contract.push_back(theirs);
@@ -175,7 +178,7 @@ class DotGeneral final : public Primitive {
     }
     for (size_t k = 0; k < me.free.size(); ++k) {
       t.lhs.free.push_back(ct_dim[my_start + static_cast<int>(k)]);
-      res_dim.push_back(me.free[k]);
+      rl.push_back(me.free[k]);
     }
     for (size_t k = 0; k < ot.free.size(); ++k) {
       t.lhs.contract.push_back(ct_dim[ot_start + static_cast<int>(k)]);
@@ -183,21 +186,45 @@ class DotGeneral final : public Primitive {
     }
     for (size_t k = 0; k < ot.contract.size(); ++k) {
       t.rhs.free.push_back(ot.contract[k]);
-      res_dim.push_back(me.contract[k]);
+      rr.push_back(me.contract[k]);
     }
     t.rhs.summed = ot.summed;
     const int rank = static_cast<int>(me_t.shape.size());
     std::vector<int> kept;
     for (int d = 0; d < rank; ++d)
       if (std::find(me.summed.begin(), me.summed.end(), d) == me.summed.end()) kept.push_back(d);
-    bool identity = true;
-    for (size_t j = 0; j < kept.size(); ++j) {
-      const int at = static_cast<int>(std::find(res_dim.begin(), res_dim.end(), kept[j]) - res_dim.begin());
-      t.out_perm.push_back(at);
-      identity = identity && at == static_cast<int>(j);
+    // The permutation from the canonical order `res` to this operand's.
+    auto perm_for = [&](const std::vector<int>& res, bool& identity) {
+      std::vector<int> perm;
+      identity = true;
+      for (size_t j = 0; j < kept.size(); ++j) {
+        const int at = static_cast<int>(std::find(res.begin(), res.end(), kept[j]) - res.begin());
+        perm.push_back(at);
+        identity = identity && at == static_cast<int>(j);
+      }
+      return perm;
+    };
+    auto cat = [&](const std::vector<int>& a, const std::vector<int>& b) {
+      std::vector<int> v = rb;
+      v.insert(v.end(), a.begin(), a.end());
+      v.insert(v.end(), b.begin(), b.end());
+      return v;
+    };
+    bool identity = false, swapped_identity = false;
+    t.out_perm = perm_for(cat(rl, rr), identity);
+    const std::vector<int> swapped_perm = perm_for(cat(rr, rl), swapped_identity);
+    Array r;
+    if (!identity && swapped_identity) {
+      // (other, ct) gives this operand's order directly: no permuted copy
+      // (the weight gradient x^T ct of x @ w).
+      cpu::Contraction u;
+      u.lhs = t.rhs;
+      u.rhs = t.lhs;
+      r = bind1(std::make_shared<DotGeneral>("dot_general", std::move(u), t_, std::nullopt), {other, ct});
+    } else {
+      if (identity) t.out_perm.clear();
+      r = bind1(std::make_shared<DotGeneral>("dot_general", std::move(t), t_, std::nullopt), {ct, other});
     }
-    if (identity) t.out_perm.clear();
-    Array r = bind1(std::make_shared<DotGeneral>("dot_general", std::move(t), t_, std::nullopt), {ct, other});
     if (!me.summed.empty()) {
       Shape s = me_t.shape;
       for (int d : me.summed) s[d] = 1;
