@@ -65,12 +65,7 @@ class Elementwise : public Primitive {
  protected:
   // The primitive for batch-first operands: an out_sharding gains an
   // unsharded batch dim.
-  PrimitivePtr batched() const {
-    if (!out_spec_) return shared_from_this();
-    std::vector<PartitionSpec::Entry> e = out_spec_->entries();
-    e.insert(e.begin(), PartitionSpec::Entry());
-    return rebuilt(PartitionSpec(std::move(e), out_spec_->unreduced()));
-  }
+  PrimitivePtr batched() const { return out_spec_ ? rebuilt(*with_batch_dim(out_spec_, 0)) : shared_from_this(); }
   virtual PrimitivePtr rebuilt(PartitionSpec) const { return shared_from_this(); }
 
   const char* name_;

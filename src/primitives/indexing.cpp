@@ -297,13 +297,7 @@ class ScatterAdd final : public Global {
     if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);
     const Array x = move_dim(batch_first(in[0], bd[0], size), 0, 1);
     const Array u = move_dim(batch_first(in[2], bd[2], size), 0, 1);
-    std::optional<PartitionSpec> spec;
-    if (out_spec_) {
-      std::vector<PartitionSpec::Entry> e = out_spec_->entries();
-      e.resize(std::max<size_t>(e.size(), 1));
-      e.insert(e.begin() + 1, PartitionSpec::Entry());
-      spec = PartitionSpec(std::move(e));
-    }
+    auto spec = with_batch_dim(out_spec_, 1);
     ob = {1};
     return {bind1(std::make_shared<ScatterAdd>(std::move(spec)), {x, in[1], u})};
   }
@@ -373,13 +367,7 @@ class SegmentSum final : public Global {
   std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
                            std::vector<int>& ob) const override {
     if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);
-    std::optional<PartitionSpec> spec;
-    if (out_spec_) {
-      std::vector<PartitionSpec::Entry> e = out_spec_->entries();
-      e.resize(std::max<size_t>(e.size(), 1));
-      e.insert(e.begin() + 1, PartitionSpec::Entry());
-      spec = PartitionSpec(std::move(e));
-    }
+    auto spec = with_batch_dim(out_spec_, 1);
     ob = {1};
     return {bind1(std::make_shared<SegmentSum>(num_segments_, std::move(spec)), {move_dim(in[0], bd[0], 1), in[1]})};
   }

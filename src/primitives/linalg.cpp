@@ -81,7 +81,6 @@ class DotGeneral final : public Primitive {
                            std::vector<int>& ob) const override {
     cpu::Contraction c = c_;
     const int nb = static_cast<int>(c.lhs.batch.size()), nlf = static_cast<int>(c.lhs.free.size());
-    const int ncanon = nb + nlf + static_cast<int>(c.rhs.free.size());
     Array a = in[0], b = in[1];
     auto shift = [](cpu::DotSide& s) {
       for (auto* v : {&s.batch, &s.contract, &s.free, &s.summed})
@@ -102,35 +101,19 @@ class DotGeneral final : public Primitive {
       c.rhs.free.insert(c.rhs.free.begin(), 0);
       q = nb + nlf;
     }
-    std::optional<PartitionSpec> spec;
     if (c_.out_perm.empty()) {
       ob = {q};  // canonical order: the batch dim lands at q
-      if (out_spec_) {
-        std::vector<PartitionSpec::Entry> e = out_spec_->entries();
-        e.resize(static_cast<size_t>(std::max<int>(ncanon, static_cast<int>(e.size()))));
-        e.insert(e.begin() + q, PartitionSpec::Entry());
-        spec = PartitionSpec(std::move(e), out_spec_->unreduced());
-      }
     } else {
       std::vector<int> perm{q};
       for (int p : c_.out_perm) perm.push_back(p >= q ? p + 1 : p);
       c.out_perm = std::move(perm);
       ob = {0};
-      if (out_spec_) {
-        std::vector<PartitionSpec::Entry> e = out_spec_->entries();
-        e.insert(e.begin(), PartitionSpec::Entry());
-        spec = PartitionSpec(std::move(e), out_spec_->unreduced());
-      }
     }
+    auto spec = with_batch_dim(out_spec_, ob[0]);
     return {bind1(std::make_shared<DotGeneral>(name_, std::move(c), t_, std::move(spec)), {a, b})};
   }
   std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
-    Array y = bind1(shared_from_this(), p);
-    to = {Array()};
-    if (!has_tangent(y.dtype())) return {y};
-    if (t[0].valid()) to[0] = bind1(shared_from_this(), {t[0], p[1]});
-    if (t[1].valid()) to[0] = add_tangents(to[0], bind1(shared_from_this(), {p[0], t[1]}));
-    return {y};
+    return bilinear_jvp(*this, p, t, to);
   }
   std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
                                const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {

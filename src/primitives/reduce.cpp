@@ -104,12 +104,7 @@ class Reduce final : public Primitive {
                            std::vector<int>& ob) const override {
     std::vector<int> axes;
     for (int a : axes_) axes.push_back(a + 1);
-    std::optional<PartitionSpec> spec;
-    if (out_spec_) {
-      std::vector<PartitionSpec::Entry> e = out_spec_->entries();
-      e.insert(e.begin(), PartitionSpec::Entry());
-      spec = PartitionSpec(std::move(e), out_spec_->unreduced());
-    }
+    auto spec = with_batch_dim(out_spec_, 0);
     return batch_unary_first(in[0], bd[0], ob,
                              [&] { return std::make_shared<Reduce>(name_, op_, t_, axes, keepdims_, spec); });
   }
@@ -197,12 +192,7 @@ class ArgReduce final : public Primitive {
   std::string params() const override { return common_params({axis_}, keepdims_, out_spec_); }
   std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
                            std::vector<int>& ob) const override {
-    std::optional<PartitionSpec> spec;
-    if (out_spec_) {
-      std::vector<PartitionSpec::Entry> e = out_spec_->entries();
-      e.insert(e.begin(), PartitionSpec::Entry());
-      spec = PartitionSpec(std::move(e), out_spec_->unreduced());
-    }
+    auto spec = with_batch_dim(out_spec_, 0);
     return batch_unary_first(in[0], bd[0], ob,
                              [&] { return std::make_shared<ArgReduce>(name_, is_max_, axis_ + 1, keepdims_, spec); });
   }

@@ -75,6 +75,40 @@ std::vector<Array> linear_jvp(const Primitive& p, const std::vector<Array>& prim
   return out;
 }
 
+std::vector<Array> bilinear_jvp(const Primitive& p, const std::vector<Array>& primals,
+                                const std::vector<Array>& tangents, std::vector<Array>& tangents_out) {
+  Array y = bind1(p.shared_from_this(), primals);
+  tangents_out = {Array()};
+  if (!has_tangent(y.dtype())) return {y};
+  if (tangents[0].valid()) tangents_out[0] = bind1(p.shared_from_this(), {tangents[0], primals[1]});
+  if (tangents[1].valid())
+    tangents_out[0] = add_tangents(tangents_out[0], bind1(p.shared_from_this(), {primals[0], tangents[1]}));
+  return {y};
+}
+
+std::optional<PartitionSpec> with_batch_dim(const std::optional<PartitionSpec>& spec, int at) {
+  if (!spec) return std::nullopt;
+  std::vector<PartitionSpec::Entry> e = spec->entries();
+  if (static_cast<int>(e.size()) < at) e.resize(static_cast<size_t>(at));
+  e.insert(e.begin() + at, PartitionSpec::Entry());
+  return PartitionSpec(std::move(e), spec->unreduced());
+}
+
+ShardingRule own_factor_rule(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) {
+  ShardingRule r;
+  auto dims = [&](const Shape& shape) {
+    std::vector<int> f;
+    for (auto n : shape) {
+      f.push_back(static_cast<int>(r.factors.size()));
+      r.factors.push_back(Factor{n, FactorKind::PassThrough});
+    }
+    return f;
+  };
+  for (const auto& a : in) r.operands.push_back(dims(a.shape));
+  for (const auto& t : out) r.results.push_back(dims(t.shape));
+  return r;
+}
+
 std::vector<Array> batch_unary_first(const Array& x, int bdim, std::vector<int>& out_bdims,
                                      const std::function<PrimitivePtr()>& rebuild) {
   auto out = bind(rebuild(), {move_dim(x, bdim, 0)});

@@ -428,12 +428,7 @@ class Convolve final : public KeepsLayout {
     return {bind1(std::make_shared<Convolve>(axis_ + 1), {move_dim(in[0], bd[0], 0), in[1]})};
   }
   std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t, std::vector<Array>& to) const override {
-    Array y = bind1(shared_from_this(), p);
-    to = {Array()};
-    if (!has_tangent(y.dtype())) return {y};
-    if (t[0].valid()) to[0] = bind1(shared_from_this(), {t[0], p[1]});
-    if (t[1].valid()) to[0] = add_tangents(to[0], bind1(shared_from_this(), {p[0], t[1]}));
-    return {y};
+    return bilinear_jvp(*this, p, t, to);
   }
   // Linear in x for a fixed kernel: 'same' convolution with the reversed
   // kernel (odd lengths, where 'same' is centred both ways).

@@ -23,29 +23,13 @@ namespace tessera::detail {
 
 namespace {
 
-// For the text forms only: every dim its own factor.
-ShardingRule own_factors(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) {
-  ShardingRule r;
-  auto dims = [&](const Shape& shape) {
-    std::vector<int> f;
-    for (auto n : shape) {
-      f.push_back(static_cast<int>(r.factors.size()));
-      r.factors.push_back(Factor{n, FactorKind::PassThrough});
-    }
-    return f;
-  };
-  for (const auto& a : in) r.operands.push_back(dims(a.shape));
-  for (const auto& t : out) r.results.push_back(dims(t.shape));
-  return r;
-}
-
 class CustomVjpLinear final : public Primitive {
  public:
   CustomVjpLinear(CustomBwd bwd, std::vector<Array> residuals, AbstractArray out)
       : bwd_(std::move(bwd)), res_(std::move(residuals)), out_(std::move(out)) {}
   std::string_view name() const override { return "custom_vjp_bwd"; }
   std::vector<TypeInfo> infer(std::span<const AbstractArray>) const override { return {TypeInfo{out_.shape, out_.dtype}}; }
-  ShardingRule rule(std::span<const AbstractArray> in) const override { return own_factors(in, infer(in)); }
+  ShardingRule rule(std::span<const AbstractArray> in) const override { return own_factor_rule(in, infer(in)); }
   bool lowers_itself() const override { return true; }
   bool runs_per_member() const override { return false; }
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray>,
@@ -105,7 +89,7 @@ class CustomFn final : public Primitive {
     }
     return {TypeInfo{type_->shape, type_->dtype}};
   }
-  ShardingRule rule(std::span<const AbstractArray> in) const override { return own_factors(in, infer(in)); }
+  ShardingRule rule(std::span<const AbstractArray> in) const override { return own_factor_rule(in, infer(in)); }
   bool lowers_itself() const override { return true; }
   bool runs_per_member() const override { return false; }
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,

@@ -280,12 +280,6 @@ std::set<std::string> named_axes(const PartitionSpec& spec, int rank) {
   return named;
 }
 
-PartitionSpec leading_none(const PartitionSpec& s) {
-  std::vector<PartitionSpec::Entry> e = s.entries();
-  e.insert(e.begin(), PartitionSpec::Entry());
-  return PartitionSpec(std::move(e), s.unreduced());
-}
-
 std::string specs_text(const std::vector<PartitionSpec>& specs) {
   std::string s = "(";
   for (size_t i = 0; i < specs.size(); ++i) s += (i ? ", " : "") + specs[i].str();
@@ -344,21 +338,8 @@ class ShardMapPrim final : public Primitive {
     }
     return types_;
   }
-  ShardingRule rule(std::span<const AbstractArray> in) const override {
-    // For the text forms only: every dim its own factor, kept as it lies.
-    ShardingRule r;
-    auto dims = [&](const Shape& shape) {
-      std::vector<int> f;
-      for (auto n : shape) {
-        f.push_back(static_cast<int>(r.factors.size()));
-        r.factors.push_back(Factor{n, FactorKind::PassThrough});
-      }
-      return f;
-    };
-    for (const auto& a : in) r.operands.push_back(dims(a.shape));
-    for (const auto& t : infer(in)) r.results.push_back(dims(t.shape));
-    return r;
-  }
+  // For the text forms only: every dim its own factor, kept as it lies.
+  ShardingRule rule(std::span<const AbstractArray> in) const override { return own_factor_rule(in, infer(in)); }
   std::string params() const override {
     return "mesh=" + mesh_.str() + " in_specs=" + specs_text(in_specs_) + " out_specs=" + specs_text(out_specs_);
   }
@@ -382,9 +363,9 @@ class ShardMapPrim final : public Primitive {
     std::vector<PartitionSpec> ins, outs;
     for (size_t i = 0; i < in.size(); ++i) {
       xs.push_back(batch_first(in[i], bdims[i], size));
-      ins.push_back(leading_none(in_specs_[i]));
+      ins.push_back(*with_batch_dim(in_specs_[i], 0));
     }
-    for (const auto& o : out_specs_) outs.push_back(leading_none(o));
+    for (const auto& o : out_specs_) outs.push_back(*with_batch_dim(o, 0));
     ShardMapBody inner = body_;
     ShardMapBody body = [inner](const std::vector<Array>& local) {
       TraceFn fn = [&](const std::vector<Array>& t, std::any&) { return inner(t); };

@@ -94,20 +94,6 @@ template <int kPhase>  // 0: sin, 1: cos
   return __builtin_bit_cast(float, __builtin_bit_cast(std::uint32_t, s) ^ (static_cast<std::uint32_t>(q) << 31));
 }
 
-// Returns true when some |x[i]| is not <= kTrigFastLimit (or is NaN): the
-// check rides in the same vectorised loop (an integer or-reduction; a bool
-// one does not vectorise), so ordinary inputs cost no second pass.
-template <int kPhase>
-TESSERA_MATH_CLONES bool trig_f32(const float* __restrict x, float* __restrict y, std::int64_t n) {
-  std::uint32_t out = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    // sin(-0) is -0 (the reduction loses the sign of a zero).
-    y[i] = kPhase == 0 && x[i] == 0 ? x[i] : sincos_f32<kPhase>(x[i]);
-    out |= __builtin_fabsf(x[i]) <= kTrigFastLimit ? 0u : 1u;
-  }
-  return out != 0;
-}
-
 // True when some |x[i]| is not <= limit (or is NaN): a vectorised scan, so
 // the scalar fix-up passes below cost nothing on ordinary inputs.
 TESSERA_MATH_CLONES bool any_outside(const float* __restrict x, std::int64_t n, float limit) {
@@ -117,12 +103,6 @@ TESSERA_MATH_CLONES bool any_outside(const float* __restrict x, std::int64_t n, 
   return out != 0;
 }
 
-template <bool kCos>
-void trig_f32_checked(const float* x, float* y, std::int64_t n) {
-  if (!trig_f32<kCos ? 1 : 0>(x, y, n)) return;
-  for (std::int64_t i = 0; i < n; ++i)
-    if (!(std::fabs(x[i]) <= kTrigFastLimit) && !std::isnan(x[i])) y[i] = kCos ? std::cos(x[i]) : std::sin(x[i]);
-}
 
 // sin/cos of f64 the same way: reduction by pi in three parts (each fma
 // rounds once, so r carries an absolute error near 1 ulp of pi/2), then the
@@ -156,22 +136,32 @@ template <int kPhase>  // 0: sin, 1: cos
   return __builtin_bit_cast(double, __builtin_bit_cast(std::uint64_t, s) ^ (static_cast<std::uint64_t>(q) << 63));
 }
 
-template <int kPhase>
-TESSERA_MATH_CLONES bool trig_f64(const double* __restrict x, double* __restrict y, std::int64_t n) {
-  std::uint64_t out = 0;
+// sin (kPhase 0) or cos (1) of n elements. Returns true when some |x[i]|
+// is not <= the fast limit (or is NaN): the check rides in the same
+// vectorised loop (an integer or-reduction; a bool one does not
+// vectorise), so ordinary inputs cost no second pass.
+template <class T, int kPhase>
+TESSERA_MATH_CLONES bool trig_fast(const T* __restrict x, T* __restrict y, std::int64_t n) {
+  constexpr bool f32 = std::is_same_v<T, float>;
+  std::uint32_t out = 0;
   for (std::int64_t i = 0; i < n; ++i) {
+    T s;
+    if constexpr (f32) s = sincos_f32<kPhase>(x[i]);
+    else s = sincos_f64<kPhase>(x[i]);
     // sin(-0) is -0 (the reduction loses the sign of a zero).
-    y[i] = kPhase == 0 && x[i] == 0 ? x[i] : sincos_f64<kPhase>(x[i]);
-    out |= __builtin_fabs(x[i]) <= kTrigFastLimitF64 ? 0u : 1u;
+    y[i] = kPhase == 0 && x[i] == 0 ? x[i] : s;
+    out |= (f32 ? __builtin_fabsf(x[i]) <= kTrigFastLimit : __builtin_fabs(x[i]) <= kTrigFastLimitF64) ? 0u : 1u;
   }
   return out != 0;
 }
 
-template <bool kCos>
-void trig_f64_checked(const double* x, double* y, std::int64_t n) {
-  if (!trig_f64<kCos ? 1 : 0>(x, y, n)) return;
+// The fast loop, then libm for the elements beyond its range.
+template <class T, bool kCos>
+void trig_checked(const T* x, T* y, std::int64_t n) {
+  if (!trig_fast<T, kCos ? 1 : 0>(x, y, n)) return;
+  const T limit = std::is_same_v<T, float> ? T(kTrigFastLimit) : T(kTrigFastLimitF64);
   for (std::int64_t i = 0; i < n; ++i)
-    if (!(std::fabs(x[i]) <= kTrigFastLimitF64) && !std::isnan(x[i])) y[i] = kCos ? std::cos(x[i]) : std::sin(x[i]);
+    if (!(std::fabs(x[i]) <= limit) && !std::isnan(x[i])) y[i] = kCos ? std::cos(x[i]) : std::sin(x[i]);
 }
 
 // exp of f32 without calls: n = round(x / ln 2), r = x - n ln 2 (two-part
@@ -355,14 +345,8 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
       case UnaryOp::Expm1: unary_loop(x, y, n, [](T v) { return std::expm1(v); }); return;
       case UnaryOp::Sqrt: unary_loop(x, y, n, [](T v) { return std::sqrt(v); }); return;
       case UnaryOp::Rsqrt: unary_loop(x, y, n, [](T v) { return T(1) / std::sqrt(v); }); return;
-      case UnaryOp::Sin:
-        if constexpr (std::is_same_v<T, float>) trig_f32_checked<false>(x, y, n);
-        else trig_f64_checked<false>(x, y, n);
-        return;
-      case UnaryOp::Cos:
-        if constexpr (std::is_same_v<T, float>) trig_f32_checked<true>(x, y, n);
-        else trig_f64_checked<true>(x, y, n);
-        return;
+      case UnaryOp::Sin: trig_checked<T, false>(x, y, n); return;
+      case UnaryOp::Cos: trig_checked<T, true>(x, y, n); return;
       case UnaryOp::Tanh:
         if constexpr (std::is_same_v<T, float>) tanh_f32_checked(x, y, n);
         else unary_loop(x, y, n, [](T v) { return std::tanh(v); });
