@@ -264,11 +264,16 @@ JitResult vmap_call(const std::vector<Array>& args, const std::vector<int>& axes
     if (!tree) tree = r.tree;
     return r.outs;
   };
-  // shard_map needs an out spec per result before the body runs: the
-  // result count comes from running the function on one example of zeros.
+  // Every result mapped: one out spec stands for all of them. With some
+  // not_mapped, shard_map needs a spec per result before the body runs, and
+  // the result count comes from running the function on one example of
+  // zeros.
   std::vector<PartitionSpec> out_specs;
+  const bool all_mapped = std::find(opt.out_axes.begin(), opt.out_axes.end(), not_mapped) == opt.out_axes.end();
   size_t nres = 0;
-  {
+  if (all_mapped) {
+    out_specs.push_back(P(PartitionSpec::Entry(baxes)));
+  } else {
     std::vector<Array> one;
     for (size_t i = 0; i < args.size(); ++i) {
       if (axes[i] == not_mapped) {
@@ -284,8 +289,7 @@ JitResult vmap_call(const std::vector<Array>& args, const std::vector<int>& axes
     nres = run_batch(one, axes, 1, probe, f, name).outs.size();
   }
   for (size_t k = 0; k < nres; ++k)
-    out_specs.push_back(out_axis_for(opt, k, nres, name) == not_mapped ? P()
-                                                                        : P(PartitionSpec::Entry(baxes)));
+    out_specs.push_back(out_axis_for(opt, k, nres, name) == not_mapped ? P() : P(PartitionSpec::Entry(baxes)));
   std::vector<Array> outs = shard_map_call(body, mesh, in_specs, out_specs, ShardMapOptions{}, args);
   for (size_t k = 0; k < outs.size(); ++k) {
     const int oa = out_axis_for(opt, k, outs.size(), name);

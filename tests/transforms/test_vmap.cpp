@@ -258,3 +258,16 @@ TEST(Vmap, OfShardMapAndSpmdAxisName) {
   EXPECT_EQ(r.sharding().spec()[0].axes(), std::vector<std::string>{"x"});
   EXPECT_EQ(r.to_vector<float>(), (ts::exp(b) * 2.0f).to_vector<float>());
 }
+
+// A batch sharded over devices, chunked per device, with a result that does
+// not depend on the example (out_axes not_mapped) beside a mapped one.
+TEST(Vmap, PerDeviceChunksWithAnUnmappedResult) {
+  const ts::Mesh m = line(4);
+  ts::Array x = data({11, 3}, ts::NamedSharding(m, ts::P("x")));
+  ts::Array w = data({3}, ts::NamedSharding(m, ts::P()), 4);
+  auto f = [](ts::Array a, ts::Array b) { return std::make_tuple(a * b, ts::sum(b)); };
+  auto [ys, total] = ts::vmap(f, {.in_axes = {0, ts::not_mapped}, .out_axes = {1, ts::not_mapped}, .chunk_size = 2})(x, w);
+  EXPECT_EQ(ys.shape(), (ts::Shape{3, 11}));
+  EXPECT_EQ(ys.to_vector<float>(), ts::transpose(x * w).to_vector<float>());
+  EXPECT_EQ(total.to_vector<float>(), ts::sum(w).to_vector<float>());
+}
