@@ -623,7 +623,173 @@ using detail::msg;
 
 namespace detail {
 
+namespace {
+
+// A collective applied to a value of vmap, jvp or grad inside a body is
+// bound as a primitive, so those traces apply its rules: batching runs the
+// collective on the whole batch (it acts per element across devices, so the
+// batch dim just moves along); JVPs are the collective of the tangent (all
+// of these are linear); transposes follow JAX's rules with varying axes:
+// psum (invariant result) <-> pbroadcast (the identity on values), pmean
+// likewise scaled, all_gather (invariant) -> this device's slice,
+// psum_scatter -> all_gather, ppermute -> the inverse permutation.
+struct CollSpec {
+  enum Kind { Sum, Mean, Gather, Scatter, Permute } kind = Sum;
+  AxisNames axes;
+  int axis = 0;
+  bool tiled = false;
+  std::vector<std::pair<int, int>> perm;
+};
+
+const char* coll_name(CollSpec::Kind k) {
+  static const char* names[] = {"psum", "pmean", "all_gather", "psum_scatter", "ppermute"};
+  return names[k];
+}
+
+Array apply_collective(const CollSpec& s, const Array& x) {
+  switch (s.kind) {
+    case CollSpec::Sum: return psum(x, s.axes);
+    case CollSpec::Mean: return pmean(x, s.axes);
+    case CollSpec::Gather: return all_gather(x, s.axes, s.axis, s.tiled);
+    case CollSpec::Scatter: return psum_scatter(x, s.axes, s.axis, s.tiled);
+    case CollSpec::Permute: return ppermute(x, s.axes, s.perm);
+  }
+  return x;
+}
+
+// This device's place in the group of `axes` and the group's size.
+std::pair<int, int> group_place(const ManualContext& c, const AxisNames& axes, const char* op) {
+  const std::vector<int> coords = c.mesh.coords(c.pos);
+  int rank = 0, size = 1;
+  for (const auto& a : axes.names()) {
+    const int i = c.mesh.axis_index(a);
+    if (i < 0) throw ShardingError(std::string("[") + op + "] no axis named '" + a + "' in " + c.mesh.str());
+    rank = rank * c.mesh.shape()[i] + coords[i];
+    size *= c.mesh.shape()[i];
+  }
+  return {rank, size};
+}
+
+bool transformed(const Array& x) {
+  return x.valid() && x.impl()->trace && std::string_view(x.impl()->traced_by) != "jit";
+}
+
+class CollectivePrim final : public Primitive {
+ public:
+  explicit CollectivePrim(CollSpec s) : s_(std::move(s)) {}
+  std::string_view name() const override { return coll_name(s_.kind); }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
+    const char* op = coll_name(s_.kind);
+    const auto [rank, n] = group_place(context(op), s_.axes, op);
+    (void)rank;
+    Shape sh = in[0].shape;
+    DType dt = in[0].dtype;
+    const int r = static_cast<int>(sh.size());
+    auto norm = [&](int a, int rk) { return normalize_axis(a, rk, op); };
+    switch (s_.kind) {
+      case CollSpec::Mean:
+        if (!is_float(dt)) dt = DType::f32;
+        break;
+      case CollSpec::Gather:
+        if (s_.tiled) sh[norm(s_.axis, r)] *= n;  // equal blocks (checked by the transpose)
+        else sh.insert(sh.begin() + norm(s_.axis, r + 1), n);
+        break;
+      case CollSpec::Scatter: {
+        const int d = norm(s_.axis, r);
+        if (s_.tiled) sh[d] = block_size(sh[d], rank, n);
+        else sh.erase(sh.begin() + d);
+        break;
+      }
+      default: break;
+    }
+    return {TypeInfo{sh, dt}};
+  }
+  ShardingRule rule(std::span<const AbstractArray> in) const override { return own_factor_rule(in, infer(in)); }
+  bool lowers_itself() const override { return true; }
+  bool runs_per_member() const override { return false; }
+  std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
+                                                    const std::vector<TypeInfo>&) const override {
+    return std::vector<NamedSharding>{in[0].sharding};
+  }
+  void eval_cpu(const LocalArgs&, LocalOuts&) const override {
+    throw Error(msg(coll_name(s_.kind), "internal: a collective runs on local values (eval_global)"));
+  }
+  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,
+                                 const std::vector<NamedSharding>&) const override {
+    return {apply_collective(s_, in[0])};
+  }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t,
+                           std::vector<int>& out_bdims) const override {
+    CollSpec s = s_;
+    const Array x = move_dim(in[0], bdims[0], 0);
+    const int ex_rank = x.ndim() - 1;
+    if (s.kind == CollSpec::Gather || s.kind == CollSpec::Scatter) {
+      const int rk = s.kind == CollSpec::Gather && !s.tiled ? ex_rank + 1 : ex_rank;
+      s.axis = normalize_axis(s.axis, rk, coll_name(s.kind)) + 1;
+    }
+    out_bdims = {0};
+    return {apply_collective(s, x)};
+  }
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& t_out) const override {
+    Array y = apply_collective(s_, p[0]);
+    t_out = {t[0].valid() && has_tangent(y.dtype()) ? apply_collective(s_, t[0]) : Array()};
+    return {y};
+  }
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
+    if (!ct[0].valid()) return {Array()};
+    const char* op = coll_name(s_.kind);
+    const Array& c = ct[0];
+    Array r;
+    switch (s_.kind) {
+      case CollSpec::Sum: r = c; break;
+      case CollSpec::Mean: r = c / static_cast<double>(group_place(context(op), s_.axes, op).second); break;
+      case CollSpec::Gather: {
+        // The invariant gathered value's cotangent: this device's part.
+        const auto [rank, n] = group_place(context(op), s_.axes, op);
+        const int rk = types[0].shape.size() + (s_.tiled ? 0 : 1);
+        const int a = normalize_axis(s_.axis, static_cast<int>(rk), op);
+        const std::int64_t len = s_.tiled ? types[0].shape[a] : 1;
+        if (s_.tiled && c.shape()[a] != len * n)
+          throw Error(msg(op, "differentiating a tiled all_gather of blocks of unequal sizes is not supported yet"));
+        std::vector<SliceSpec> sl(static_cast<size_t>(c.ndim()));
+        sl[a] = SliceSpec{rank * len, (rank + 1) * len, 1};
+        r = slice(c, sl, {});
+        if (!s_.tiled) r = squeeze(r, {a}, {});
+        break;
+      }
+      case CollSpec::Scatter: {
+        const int rk = static_cast<int>(types[0].shape.size());
+        r = all_gather(c, s_.axes, normalize_axis(s_.axis, rk, op), s_.tiled);
+        break;
+      }
+      case CollSpec::Permute: {
+        std::vector<std::pair<int, int>> inv;
+        for (const auto& [src, dst] : s_.perm) inv.emplace_back(dst, src);
+        r = ppermute(c, s_.axes, inv);
+        break;
+      }
+    }
+    if (r.dtype() != types[0].dtype) r = astype(r, types[0].dtype, {});
+    return {r};
+  }
+
+ private:
+  CollSpec s_;
+};
+
+Array bind_collective(CollSpec s, const Array& x) { return bind1(std::make_shared<CollectivePrim>(std::move(s)), {x}); }
+
+}  // namespace
+
 Array preduce(const Array& x0, const AxisNames& axes, ReduceOp op, const char* name) {
+  if (transformed(x0)) {
+    if (op != ReduceOp::Sum || !is_float(x0.dtype()))
+      throw Error(std::string("[") + name + "] does not support values traced by " + x0.impl()->traced_by +
+                  " yet (only psum and pmean of floating-point values do)");
+    return bind_collective(CollSpec{CollSpec::Sum, axes, 0, false, {}}, x0);
+  }
   auto& c = context(name);
   check_local(x0, name);
   // As JAX's psum, booleans are summed as i32 (a product likewise); any and
@@ -646,6 +812,7 @@ Array pmax(const Array& x, const AxisNames& axes) { return detail::preduce(x, ax
 Array pmin(const Array& x, const AxisNames& axes) { return detail::preduce(x, axes, detail::ReduceOp::Min, "pmin"); }
 
 Array pmean(const Array& x, const AxisNames& axes) {
+  if (detail::transformed(x)) return detail::bind_collective(detail::CollSpec{detail::CollSpec::Mean, axes, 0, false, {}}, x);
   auto& c = context("pmean");
   detail::check_local(x, "pmean");
   int size = 1;
@@ -662,6 +829,8 @@ Array pmean(const Array& x, const AxisNames& axes) {
 }
 
 Array all_gather(const Array& x, const AxisNames& axes, int axis, bool tiled) {
+  if (detail::transformed(x))
+    return detail::bind_collective(detail::CollSpec{detail::CollSpec::Gather, axes, axis, tiled, {}}, x);
   const char* name = "all_gather";
   auto& c = context(name);
   detail::check_local(x, name);
@@ -676,6 +845,8 @@ Array all_gather(const Array& x, const AxisNames& axes, int axis, bool tiled) {
 }
 
 Array psum_scatter(const Array& x, const AxisNames& axes, int scatter_dimension, bool tiled) {
+  if (detail::transformed(x))
+    return detail::bind_collective(detail::CollSpec{detail::CollSpec::Scatter, axes, scatter_dimension, tiled, {}}, x);
   const char* name = "psum_scatter";
   auto& c = context(name);
   detail::check_local(x, name);
@@ -694,6 +865,8 @@ Array psum_scatter(const Array& x, const AxisNames& axes, int scatter_dimension,
 }
 
 Array ppermute(const Array& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
+  if (detail::transformed(x))
+    return detail::bind_collective(detail::CollSpec{detail::CollSpec::Permute, axes, 0, false, perm}, x);
   const char* name = "ppermute";
   auto& c = context(name);
   detail::check_local(x, name);

@@ -277,6 +277,42 @@ TEST(Autodiff, ThroughShardMap) {
   std::int64_t rows = 0;
   const auto want = numeric_jacobian([&](const ts::Array& a) { return body(a); }, x, rows);
   expect_near(j.to_vector<double>(), want, 1e-6, "jacfwd through shard_map");
+  // Through collectives: jvp of a body with psum, all_gather and ppermute.
+  auto mixed = ts::shard_map(
+      [](ts::Array xl) {
+        ts::Array total = ts::psum(ts::sum(ts::sin(xl)), "x");
+        ts::Array g = ts::all_gather(xl * xl, "x", 0, true);
+        ts::Array r = ts::ppermute(xl * 3.0, "x", {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+        return std::make_tuple(g * total, r);
+      },
+      m, {ts::P("x")}, std::vector<ts::PartitionSpec>{ts::P(), ts::P("x")});
+  const ts::Array x8 = input({8}, ts::NamedSharding(m, ts::P("x")));
+  auto flat = [&](const ts::Array& a) {
+    auto [g, r] = mixed(a);
+    return ts::concatenate({g, r}, 0);
+  };
+  std::int64_t r8 = 0;
+  expect_near(ts::jacfwd(flat)(x8).to_vector<double>(), numeric_jacobian(flat, x8, r8), 1e-6, "jacfwd through collectives");
+  // grad inside a body, with respect to a varying value: the transposes of
+  // psum (the identity), all_gather (this device's slice) and ppermute (the
+  // inverse permutation).
+  auto inner = ts::shard_map(
+      [](ts::Array xl) {
+        return ts::grad([](ts::Array a) {
+          ts::Array g = ts::all_gather(a * a, "x", 0, true);
+          ts::Array p = ts::ppermute(ts::sin(a), "x", {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+          return ts::psum(ts::sum(p * a), "x") + ts::sum(g) / 4.0;
+        })(xl);
+      },
+      m, {ts::P("x")}, ts::P("x"));
+  // d/dx_i: from the gathered squares (summed over all, over 4) x_i / 2; from sum(ppermute(sin x) * x): the
+  // element received from the left neighbour, sin(x_{i-2}) (blocks of 2),
+  // plus x_{i+2} cos(x_i) sent to the right.
+  const auto hx = x8.to_vector<double>();
+  std::vector<double> want_g(8);
+  for (int i = 0; i < 8; ++i)
+    want_g[i] = 0.5 * hx[i] + std::sin(hx[(i + 6) % 8]) + hx[(i + 2) % 8] * std::cos(hx[i]);
+  expect_near(inner(x8).to_vector<double>(), want_g, 1e-12, "grad inside a body");
   // Reverse mode is not supported yet: a clear error.
   expect_error<ts::Error>([&] { ts::grad([&](ts::Array a) { return ts::sum(body(a)); })(x); }, "[shard_map]",
                           {"reverse-mode", "jacfwd"});

@@ -249,9 +249,20 @@ TEST(Vmap, OfShardMapAndSpmdAxisName) {
   ts::Array xs = data({3, 10}, ts::NamedSharding(m, ts::P()));
   ts::Array got = ts::vmap(body)(xs);
   EXPECT_EQ(got.to_vector<float>(), (2.0f * ts::sin(xs) + 1.0f).to_vector<float>());
-  // Collectives on batched values are not supported yet: a clear error.
+  // Collectives act per example: the batch rides along.
   auto with_psum = ts::shard_map([](ts::Array xl) { return ts::psum(ts::sum(xl), "x"); }, m, {ts::P("x")}, ts::P());
-  expect_error<ts::Error>([&] { ts::vmap(with_psum)(xs); }, "[psum]", {"vmap", "not support"});
+  const auto per = ts::vmap(with_psum)(xs).to_vector<float>(), want = ts::sum(xs, {1}).to_vector<float>();
+  ASSERT_EQ(per.size(), want.size());
+  for (size_t i = 0; i < per.size(); ++i) EXPECT_NEAR(per[i], want[i], 1e-5f);
+  auto gather = ts::shard_map([](ts::Array xl) { return ts::all_gather(xl * 2.0f, "x", 0, true); }, m, {ts::P("x")}, ts::P());
+  ts::Array ev = data({3, 8}, ts::NamedSharding(m, ts::P()));
+  EXPECT_EQ(ts::vmap(gather)(ev).to_vector<float>(), (ev * 2.0f).to_vector<float>());
+  auto shift = ts::shard_map([](ts::Array xl) { return ts::ppermute(xl, "x", {{0, 1}, {1, 2}, {2, 3}, {3, 0}}); }, m,
+                             {ts::P("x")}, ts::P("x"));
+  EXPECT_EQ(ts::vmap(shift)(ev).to_vector<float>(), ts::roll(ev, 2, 1).to_vector<float>());
+  // pmax under vmap is not supported yet: a clear error.
+  auto with_pmax = ts::shard_map([](ts::Array xl) { return ts::pmax(ts::sum(xl), "x"); }, m, {ts::P("x")}, ts::P());
+  expect_error<ts::Error>([&] { ts::vmap(with_pmax)(xs); }, "[pmax]", {"vmap", "not support"});
   // spmd_axis_name: the batch dim is sharded over the axis throughout.
   ts::Array b = data({8, 5}, ts::NamedSharding(m, ts::P()));
   ts::Array r = ts::vmap([](ts::Array a) { return ts::exp(a) * 2.0f; }, {.spmd_axis_name = "x"})(b);
