@@ -22,10 +22,11 @@
 #include <algorithm>
 
 #include "ops/common.hpp"
+#include "primitives/elementwise.hpp"
 #include "primitives/rules.hpp"
 #include "sharding/propagate.hpp"
 #include "tessera/ops.hpp"
-#include "primitives/elementwise.hpp"
+#include "tessera/shard_map.hpp"
 #include "transforms/trace.hpp"
 
 namespace tessera {
@@ -247,7 +248,20 @@ JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals, Pullback
                                         typeof(st->results[k])));
     auto g = st->lin.transpose(st->inputs, st->outputs, cts);
     std::vector<Array> out;
-    for (size_t i = 0; i < g.size(); ++i) out.push_back(finish_cotangent(g[i], st->primals[i]));
+    for (size_t i = 0; i < g.size(); ++i) {
+      // Inside a shard_map body: an input invariant over a manual axis that
+      // met values varying over it was implicitly broadcast (JAX's
+      // pbroadcast), whose transpose sums over the axis. Every transpose is
+      // linear, so the sum is taken once, on the input's cotangent.
+      if (in_manual_body() && g[i].valid()) {
+        std::vector<std::string> extra;
+        const auto have = varying_axes(*st->primals[i].impl());
+        for (const auto& a : varying_axes(*g[i].impl()))
+          if (std::find(have.begin(), have.end(), a) == have.end()) extra.push_back(a);
+        if (!extra.empty()) g[i] = psum(g[i], AxisNames(extra));
+      }
+      out.push_back(finish_cotangent(g[i], st->primals[i]));
+    }
     return out;
   };
   return {std::move(outs), std::move(tree)};

@@ -313,6 +313,17 @@ TEST(Autodiff, ThroughShardMap) {
   for (int i = 0; i < 8; ++i)
     want_g[i] = 0.5 * hx[i] + std::sin(hx[(i + 6) % 8]) + hx[(i + 2) % 8] * std::cos(hx[i]);
   expect_near(inner(x8).to_vector<double>(), want_g, 1e-12, "grad inside a body");
+  // With respect to a replicated (invariant) value that meets varying ones:
+  // the implicit broadcast's transpose sums over the devices, as in JAX.
+  const ts::Array w = input({2}, ts::NamedSharding(m, ts::P()), 5);
+  auto by_w = ts::shard_map(
+      [](ts::Array xl, ts::Array wl) {
+        return ts::grad([&](ts::Array v) { return ts::psum(ts::sum(ts::sin(v) * xl), "x"); })(wl);
+      },
+      m, {ts::P("x"), ts::P()}, ts::P());
+  const ts::Array xr = ts::reshape(x8, {4, 2});
+  expect_near(by_w(x8, w).to_vector<double>(), (ts::cos(w) * ts::sum(xr, {0})).to_vector<double>(), 1e-12,
+              "grad of an invariant input inside a body");
   // Reverse mode is not supported yet: a clear error.
   expect_error<ts::Error>([&] { ts::grad([&](ts::Array a) { return ts::sum(body(a)); })(x); }, "[shard_map]",
                           {"reverse-mode", "jacfwd"});
