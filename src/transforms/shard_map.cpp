@@ -302,9 +302,10 @@ std::string specs_text(const std::vector<PartitionSpec>& specs) {
 class ShardMapPrim final : public Primitive {
  public:
   ShardMapPrim(ShardMapBody body, Mesh mesh, std::vector<PartitionSpec> in_specs,
-               std::vector<PartitionSpec> out_specs, ShardMapOptions opt, std::source_location loc)
+               std::vector<PartitionSpec> out_specs, ShardMapOptions opt, std::source_location loc,
+               std::optional<ShardMapBody> primal = std::nullopt)
       : body_(std::move(body)), mesh_(std::move(mesh)), in_specs_(std::move(in_specs)),
-        out_specs_(std::move(out_specs)), opt_(opt), loc_(loc) {}
+        out_specs_(std::move(out_specs)), opt_(opt), loc_(loc), primal_(std::move(primal)) {}
   std::string_view name() const override { return "shard_map"; }
   std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -375,35 +376,73 @@ class ShardMapPrim final : public Primitive {
     out_bdims.assign(res.size(), 0);
     return res;
   }
-  // jvp of a shard_map: the shard_map of the body's jvp, tangents passed
-  // and returned beside the primals with the same specs.
+  // jvp of a shard_map: the primal call, and the shard_map of the body's
+  // jvp for the tangents (primals and tangents in, with the same specs;
+  // tangents out). The tangent call is a primitive of its own that knows
+  // the primal body, so reverse mode can transpose it.
   std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
                          std::vector<Array>& t_out) const override {
+    std::vector<Array> y = shard_map_call(body_, mesh_, in_specs_, out_specs_, opt_, p, loc_);
+    bool any = false;
+    for (const Array& ti : t) any = any || ti.valid();
+    t_out.assign(y.size(), Array());
+    if (!any) return y;
     std::vector<Array> args = p;
     for (size_t i = 0; i < p.size(); ++i) args.push_back(instantiate(t[i], type_of(p[i])));
-    std::vector<PartitionSpec> ins = in_specs_, outs = out_specs_;
+    std::vector<PartitionSpec> ins = in_specs_;
     ins.insert(ins.end(), in_specs_.begin(), in_specs_.end());
-    if (out_specs_.size() != 1) outs.insert(outs.end(), out_specs_.begin(), out_specs_.end());
     ShardMapBody inner = body_;
     const size_t n = p.size();
-    ShardMapBody body = [inner, n](const std::vector<Array>& local) {
+    ShardMapBody tangent_body = [inner, n](const std::vector<Array>& local) {
       TraceFn fn = [&](const std::vector<Array>& a, std::any&) { return inner(a); };
       std::vector<Array> tan;
-      auto r = jvp_call(fn, std::vector<Array>(local.begin(), local.begin() + static_cast<long>(n)),
-                        std::vector<Array>(local.begin() + static_cast<long>(n), local.end()), tan);
-      r.outs.insert(r.outs.end(), tan.begin(), tan.end());
-      return r.outs;
+      jvp_call(fn, std::vector<Array>(local.begin(), local.begin() + static_cast<long>(n)),
+               std::vector<Array>(local.begin() + static_cast<long>(n), local.end()), tan);
+      return tan;
     };
-    auto all = shard_map_call(body, mesh_, ins, outs, opt_, args, loc_);
-    const size_t k = all.size() / 2;
-    t_out.assign(all.begin() + static_cast<long>(k), all.end());
-    all.resize(k);
-    return all;
+    t_out = detail::bind(std::make_shared<ShardMapPrim>(tangent_body, mesh_, ins, out_specs_, opt_, loc_, body_), args);
+    return y;
   }
-  std::vector<Array> transpose(const std::vector<Array>&, const std::vector<Array>&,
-                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
-    throw Error("[shard_map] reverse-mode differentiation (grad, vjp, jacrev) through shard_map is not supported "
-                "yet; use jvp or jacfwd, or differentiate inside the body");
+  // The tangent call transposed (reverse mode): on every device the primal
+  // body's vjp at its blocks, pulled back from its blocks of the results'
+  // cotangents (laid out by out_specs). The forward pass runs again inside
+  // (rematerialised) rather than being kept from the forward call. The
+  // cotangent of an input replicated over an axis is summed over it inside
+  // the body (vjp's implicit-broadcast rule), so it is laid out by its
+  // in_spec again.
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+    const size_t n = in_specs_.size() / 2;
+    bool primal_linear = false;
+    for (size_t i = 0; i < n && i < linear.size(); ++i) primal_linear = primal_linear || linear[i];
+    if (!primal_ || primal_linear)
+      throw Error("[shard_map] internal: reverse mode reached a shard_map that is not a JVP's tangent call");
+    infer(types);  // the results' types (expands a single out spec)
+    std::vector<Array> args(in.begin(), in.begin() + static_cast<long>(n));
+    for (size_t k = 0; k < types_.size(); ++k) {
+      if (k < ct.size() && ct[k].valid()) {
+        args.push_back(ct[k]);
+        continue;
+      }
+      const PartitionSpec& os = out_specs_.size() == 1 ? out_specs_[0] : out_specs_[k];
+      args.push_back(zeros(types_[k].shape, types_[k].dtype,
+                           resolve_spec(mesh_, os, static_cast<int>(types_[k].shape.size()), "shard_map"), {}));
+    }
+    std::vector<PartitionSpec> primal_specs(in_specs_.begin(), in_specs_.begin() + static_cast<long>(n));
+    std::vector<PartitionSpec> ins = primal_specs;
+    for (size_t k = 0; k < types_.size(); ++k) ins.push_back(out_specs_.size() == 1 ? out_specs_[0] : out_specs_[k]);
+    ShardMapBody primal = *primal_;
+    ShardMapBody backward = [primal, n](const std::vector<Array>& local) {
+      TraceFn fn = [&](const std::vector<Array>& a, std::any&) { return primal(a); };
+      Pullback back;
+      vjp_call(fn, std::vector<Array>(local.begin(), local.begin() + static_cast<long>(n)), back);
+      return back(std::vector<Array>(local.begin() + static_cast<long>(n), local.end()));
+    };
+    std::vector<Array> cts = shard_map_call(backward, mesh_, ins, primal_specs, opt_, args, loc_);
+    std::vector<Array> r(in_specs_.size());
+    for (size_t i = 0; i < n; ++i)
+      if (linear[n + i]) r[n + i] = cts[i];
+    return r;
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {
@@ -424,6 +463,7 @@ class ShardMapPrim final : public Primitive {
   mutable std::vector<PartitionSpec> out_specs_;  // expanded by the probe when one spec stands for all outputs
   ShardMapOptions opt_;
   std::source_location loc_;
+  std::optional<ShardMapBody> primal_;  // a JVP's tangent call: the primal body
   mutable std::mutex mu_;
   mutable bool probed_ = false;
   mutable std::vector<TypeInfo> types_;
