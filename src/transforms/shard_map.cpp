@@ -674,7 +674,7 @@ namespace {
 // likewise scaled, all_gather (invariant) -> this device's slice,
 // psum_scatter -> all_gather, ppermute -> the inverse permutation.
 struct CollSpec {
-  enum Kind { Sum, Mean, Gather, Scatter, Permute } kind = Sum;
+  enum Kind { Sum, Mean, Gather, Scatter, Permute, Max, Min } kind = Sum;
   AxisNames axes;
   int axis = 0;
   bool tiled = false;
@@ -682,7 +682,7 @@ struct CollSpec {
 };
 
 const char* coll_name(CollSpec::Kind k) {
-  static const char* names[] = {"psum", "pmean", "all_gather", "psum_scatter", "ppermute"};
+  static const char* names[] = {"psum", "pmean", "all_gather", "psum_scatter", "ppermute", "pmax", "pmin"};
   return names[k];
 }
 
@@ -693,6 +693,8 @@ Array apply_collective(const CollSpec& s, const Array& x) {
     case CollSpec::Gather: return all_gather(x, s.axes, s.axis, s.tiled);
     case CollSpec::Scatter: return psum_scatter(x, s.axes, s.axis, s.tiled);
     case CollSpec::Permute: return ppermute(x, s.axes, s.perm);
+    case CollSpec::Max: return pmax(x, s.axes);
+    case CollSpec::Min: return pmin(x, s.axes);
   }
   return x;
 }
@@ -772,6 +774,8 @@ class CollectivePrim final : public Primitive {
   }
   std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
                          std::vector<Array>& t_out) const override {
+    if ((s_.kind == CollSpec::Max || s_.kind == CollSpec::Min) && t[0].valid())
+      throw Error(msg(coll_name(s_.kind), "is not differentiable yet; psum a mask of the maxima instead"));
     Array y = apply_collective(s_, p[0]);
     t_out = {t[0].valid() && has_tangent(y.dtype()) ? apply_collective(s_, t[0]) : Array()};
     return {y};
@@ -825,10 +829,12 @@ Array bind_collective(CollSpec s, const Array& x) { return bind1(std::make_share
 
 Array preduce(const Array& x0, const AxisNames& axes, ReduceOp op, const char* name) {
   if (transformed(x0)) {
-    if (op != ReduceOp::Sum || !is_float(x0.dtype()))
+    const bool ok = op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::Min;
+    if (!ok || x0.dtype() == DType::bool_)
       throw Error(std::string("[") + name + "] does not support values traced by " + x0.impl()->traced_by +
-                  " yet (only psum and pmean of floating-point values do)");
-    return bind_collective(CollSpec{CollSpec::Sum, axes, 0, false, {}}, x0);
+                  " yet (psum, pmean, pmax and pmin of numbers do)");
+    const auto kind = op == ReduceOp::Sum ? CollSpec::Sum : op == ReduceOp::Max ? CollSpec::Max : CollSpec::Min;
+    return bind_collective(CollSpec{kind, axes, 0, false, {}}, x0);
   }
   auto& c = context(name);
   check_local(x0, name);

@@ -260,9 +260,11 @@ TEST(Vmap, OfShardMapAndSpmdAxisName) {
   auto shift = ts::shard_map([](ts::Array xl) { return ts::ppermute(xl, "x", {{0, 1}, {1, 2}, {2, 3}, {3, 0}}); }, m,
                              {ts::P("x")}, ts::P("x"));
   EXPECT_EQ(ts::vmap(shift)(ev).to_vector<float>(), ts::roll(ev, 2, 1).to_vector<float>());
-  // pmax under vmap is not supported yet: a clear error.
-  auto with_pmax = ts::shard_map([](ts::Array xl) { return ts::pmax(ts::sum(xl), "x"); }, m, {ts::P("x")}, ts::P());
-  expect_error<ts::Error>([&] { ts::vmap(with_pmax)(xs); }, "[pmax]", {"vmap", "not support"});
+  auto with_pmax = ts::shard_map([](ts::Array xl) { return ts::pmax(ts::max(xl), "x"); }, m, {ts::P("x")}, ts::P());
+  EXPECT_EQ(ts::vmap(with_pmax)(xs).to_vector<float>(), ts::max(xs, {1}).to_vector<float>());
+  // all_to_all under vmap is not supported yet: a clear error.
+  auto a2a = ts::shard_map([](ts::Array xl) { return ts::all_to_all(xl, "x", 0, 0, true); }, m, {ts::P("x")}, ts::P("x"));
+  expect_error<ts::Error>([&] { ts::vmap(a2a)(ev); }, "[all_to_all]", {"vmap", "not support"});
   // spmd_axis_name: the batch dim is sharded over the axis throughout.
   ts::Array b = data({8, 5}, ts::NamedSharding(m, ts::P()));
   ts::Array r = ts::vmap([](ts::Array a) { return ts::exp(a) * 2.0f; }, {.spmd_axis_name = "x"})(b);
