@@ -32,8 +32,6 @@ Array batch_first_aligned(const Array& x, int bdim, int rank) {
   return reshape(y, s, {}, {});
 }
 
-int shifted(int axis, int example_rank) { return (axis < 0 ? axis + example_rank : axis) + 1; }
-
 bool has_tangent(DType dtype) { return dtype == DType::f32 || dtype == DType::f64; }
 
 Array zeros_of(const AbstractArray& t) { return zeros(t.shape, t.dtype, t.sharding, {}); }

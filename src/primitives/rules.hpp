@@ -17,9 +17,6 @@ Array batch_first(const Array& x, int bdim, std::int64_t size);
 /// batch dim first, then size-1 dims so its example aligns right-justified
 /// with the others (NumPy broadcasting inside each example).
 Array batch_first_aligned(const Array& x, int bdim, int rank);
-/// Dim `axis` of an example is dim `axis + 1` of a batch-first value
-/// (negative axes counted from the end of the example).
-int shifted(int axis, int example_rank);
 
 /// True for dtypes that carry tangents (floating point).
 bool has_tangent(DType dtype);

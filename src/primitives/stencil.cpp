@@ -331,7 +331,8 @@ class Cumsum final : public KeepsLayout {
     std::string s = "axis=";
     s += std::to_string(axis_);
     return s;
-  }  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
+  }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
                            std::vector<int>& ob) const override {
     return batch_unary_first(in[0], bd[0], ob, [&] { return std::make_shared<Cumsum>(axis_ + 1); });
   }
@@ -421,7 +422,8 @@ class Convolve final : public KeepsLayout {
     std::string s = "axis=";
     s += std::to_string(axis_);
     return s;
-  }  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+  }
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
                            std::vector<int>& ob) const override {
     if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);  // a kernel per example: one at a time
     ob = {0};

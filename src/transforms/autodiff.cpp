@@ -55,15 +55,16 @@ class JvpTrace final : public Trace {
   std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
     bool ours = false;
     for (const Array& a : args) ours = ours || owns(a);
-    std::vector<Array> primals, tangents, t_out, out;
-    for (const Array& a : args) {
-      Dual d = unwrap(a);
-      primals.push_back(std::move(d.primal));
-      tangents.push_back(std::move(d.tangent));
-    }
+    std::vector<Array> t_out, out;
     {
       TraceScope up(parent());
       if (!ours) return bind(prim, args);
+      std::vector<Array> primals, tangents;
+      for (const Array& a : args) {
+        Dual d = unwrap(a);
+        primals.push_back(std::move(d.primal));
+        tangents.push_back(std::move(d.tangent));
+      }
       out = prim->jvp(primals, tangents, t_out);
     }
     t_out.resize(out.size());
@@ -90,9 +91,7 @@ class LinearTrace final : public Trace {
   Array new_value(const AbstractArray& t) {
     const int id = static_cast<int>(values.size());
     values.push_back(t);
-    Array a = make_tracer(this, t.shape, t.dtype, t.sharding, nullptr, "grad");
-    const_cast<ArrayImpl&>(*a.impl()).value = id;
-    return a;
+    return make_tracer(this, t.shape, t.dtype, t.sharding, nullptr, "grad", id);
   }
 
   std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
@@ -273,25 +272,27 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x,
   if (!has_tangent(x.dtype()))
     throw DTypeError(msg(name, "the input must be floating point, got " + typeof(x)));
   const NamedSharding rep(x.sharding().mesh(), P());
-  auto basis_for = [&](const Array& like) {
-    const std::int64_t n = like.size();
-    Shape s{n};
-    s.insert(s.end(), like.shape().begin(), like.shape().end());
-    return reshape(eye(n, n, 0, like.dtype(), rep), s);
+  // The basis directions are mapped over as indices, each made one-hot
+  // inside the map, so a chunk of c directions holds c basis arrays, never
+  // the whole n x n identity.
+  auto indices = [&](const Array& like) { return arange(0, static_cast<double>(like.size()), 1, DType::i32, rep); };
+  auto one_hot = [&](const Array& idx, const Array& like) {
+    const Array pos = reshape(indices(like), like.shape());
+    return astype(equal(pos, idx), like.dtype());
   };
   VmapOptions opt;
   opt.chunk_size = chunk;
   Array cols;  // (n, *out) for forward, (m, *in) for reverse
   Shape out_shape;
   if (forward) {
-    TraceFn g = [&](const std::vector<Array>& t, std::any&) {
+    TraceFn g = [&](const std::vector<Array>& idx, std::any&) {
       std::vector<Array> t_out;
       TraceFn one = [&](const std::vector<Array>& a, std::any&) { return std::vector<Array>{f(a[0])}; };
-      auto r = jvp_call(one, {x}, {t[0]}, t_out);
+      auto r = jvp_call(one, {x}, {one_hot(idx[0], x)}, t_out);
       out_shape = r.outs[0].shape();
       return t_out;
     };
-    cols = vmap_call({basis_for(x)}, {0}, opt, g, name).outs[0];
+    cols = vmap_call({indices(x)}, {0}, opt, g, name).outs[0];
     // (n, *out) -> (*out, n) -> (*out, *in)
     const int ro = cols.ndim() - 1;
     std::vector<int> perm;
@@ -306,8 +307,8 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x,
   auto r = vjp_call(one, {x}, back);
   const Array y = r.outs[0];
   if (!has_tangent(y.dtype())) throw DTypeError(msg(name, "the function's result must be floating point, got " + typeof(y)));
-  TraceFn g = [&](const std::vector<Array>& ct, std::any&) { return back({ct[0]}); };
-  cols = vmap_call({basis_for(y)}, {0}, opt, g, name).outs[0];
+  TraceFn g = [&](const std::vector<Array>& idx, std::any&) { return back({one_hot(idx[0], y)}); };
+  cols = vmap_call({indices(y)}, {0}, opt, g, name).outs[0];
   Shape js = y.shape();
   js.insert(js.end(), x.shape().begin(), x.shape().end());
   return reshape(cols, js);

@@ -77,18 +77,18 @@ class BatchTrace final : public Trace {
   std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
     bool ours = false;
     for (const Array& a : args) ours = ours || owns(a);
-    std::vector<Array> in;
-    std::vector<int> bdims;
-    for (const Array& a : args) {
-      auto [v, d] = unwrap(a);
-      in.push_back(std::move(v));
-      bdims.push_back(d);
-    }
     std::vector<Array> out;
     std::vector<int> out_bdims;
     {
       TraceScope up(parent());
       if (!ours) return bind(prim, args);
+      std::vector<Array> in;
+      std::vector<int> bdims;
+      for (const Array& a : args) {
+        auto [v, d] = unwrap(a);
+        in.push_back(std::move(v));
+        bdims.push_back(d);
+      }
       out = prim->batch(in, bdims, size_, out_bdims);
     }
     if (out_bdims.size() != out.size())

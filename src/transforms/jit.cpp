@@ -86,10 +86,7 @@ class JitTrace final : public Trace {
   Array new_value(const AbstractArray& a) {
     const int id = static_cast<int>(prog.values.size());
     prog.values.push_back(a);
-    auto impl = std::make_shared<ArrayImpl>(a.shape, a.dtype, a.sharding);
-    impl->trace = this;
-    impl->value = id;
-    return Array(std::move(impl));
+    return make_tracer(this, a.shape, a.dtype, a.sharding, nullptr, "jit", id);
   }
 
   int value_of(const Array& a) {

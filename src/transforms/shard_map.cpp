@@ -170,11 +170,16 @@ std::vector<std::string> without(std::vector<std::string> v, const std::vector<s
   return v;
 }
 
+// A value of vmap, jvp or grad (not of jit): it has no local block.
+bool transformed(const Array& x) {
+  return x.valid() && x.impl()->trace && std::string_view(x.impl()->traced_by) != "jit";
+}
+
 void check_local(const Array& x, const char* op) {
   if (!x.valid()) throw Error(std::string("[") + op + "] the operand is an empty (default-constructed) array");
-  // Collectives act on the local blocks directly; values of vmap, jvp or
-  // grad inside a body have none.
-  if (x.impl()->trace && std::string_view(x.impl()->traced_by) != "jit")
+  // Collectives act on the local blocks directly; the transformable ones
+  // bind a primitive for such values before they get here.
+  if (transformed(x))
     throw Error(std::string("[") + op + "] does not support values traced by " + x.impl()->traced_by +
                 " yet (a " + x.impl()->traced_by + " of a shard_map whose body uses collectives); apply " +
                 x.impl()->traced_by + " to the collective-free part of the body instead");
@@ -712,10 +717,6 @@ std::pair<int, int> group_place(const ManualContext& c, const AxisNames& axes, c
   return {rank, size};
 }
 
-bool transformed(const Array& x) {
-  return x.valid() && x.impl()->trace && std::string_view(x.impl()->traced_by) != "jit";
-}
-
 class CollectivePrim final : public Primitive {
  public:
   explicit CollectivePrim(CollSpec s) : s_(std::move(s)) {}
@@ -723,7 +724,6 @@ class CollectivePrim final : public Primitive {
   std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
     const char* op = coll_name(s_.kind);
     const auto [rank, n] = group_place(context(op), s_.axes, op);
-    (void)rank;
     Shape sh = in[0].shape;
     DType dt = in[0].dtype;
     const int r = static_cast<int>(sh.size());
@@ -787,6 +787,9 @@ class CollectivePrim final : public Primitive {
     const Array& c = ct[0];
     Array r;
     switch (s_.kind) {
+      case CollSpec::Max:
+      case CollSpec::Min:  // not linear: their JVP refuses, so no linear program holds them
+        return Primitive::transpose(ct, {}, types, {});
       case CollSpec::Sum: r = c; break;
       case CollSpec::Mean: r = c / static_cast<double>(group_place(context(op), s_.axes, op).second); break;
       case CollSpec::Gather: {

@@ -14,9 +14,10 @@ TraceScope::~TraceScope() { t_trace = prev_; }
 Trace* current_trace() { return t_trace; }
 
 Array make_tracer(const Trace* t, Shape shape, DType dtype, NamedSharding sharding,
-                  std::shared_ptr<const void> payload, const char* traced_by) {
+                  std::shared_ptr<const void> payload, const char* traced_by, int value) {
   auto impl = std::make_shared<ArrayImpl>(std::move(shape), dtype, std::move(sharding));
   impl->trace = t;
+  impl->value = value;
   impl->payload = std::move(payload);
   impl->traced_by = traced_by;
   return Array(std::move(impl));

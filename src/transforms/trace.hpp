@@ -45,8 +45,9 @@ class TraceScope {
 };
 
 /// A value of trace `t` with the given type, carrying `payload`.
+/// (`value`: its number in the trace, for traces that number their values.)
 Array make_tracer(const Trace* t, Shape shape, DType dtype, NamedSharding sharding,
-                  std::shared_ptr<const void> payload, const char* traced_by);
+                  std::shared_ptr<const void> payload, const char* traced_by, int value = -1);
 
 /// The payload of a value of a transformation's trace.
 template <class P>
