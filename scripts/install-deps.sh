@@ -11,6 +11,8 @@ packages=(
   nlohmann-json3-dev
   libfmt-dev
   libopenblas-dev
+  libyaml-cpp-dev libhdf5-dev libcfitsio-dev zlib1g-dev
+  libplplot-dev plplot-driver-cairo
 )
 
 missing=()

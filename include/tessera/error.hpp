@@ -46,6 +46,13 @@ class CollectiveError : public Error {
   using Error::Error;
 };
 
+/// A value does not fit the op: out of the range it supports (a term larger
+/// than an exact accumulator's bound, a negative count).
+class ValueError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A device or runtime problem: bad device count, configuration too late.
 class DeviceError : public Error {
  public:

@@ -1,0 +1,127 @@
+// Spectra: resample_accumulate and the exact accumulators
+// (tessera/spectra.hpp). exact_limbs and exact_total are composites of
+// elementwise ops and a reduction, so they run eagerly, under jit and inside
+// shard_map bodies alike.
+#include <cmath>
+
+#include "backend/cpu/spectra.hpp"
+#include "ops/common.hpp"
+#include "primitives/spectra.hpp"
+#include "tessera/spectra.hpp"
+
+namespace tessera {
+
+using detail::msg;
+
+namespace {
+
+void check_bound(double max_abs, const char* op) {
+  // The limbs' quanta reach 2^(P-70); keep them and the sigmas normal doubles.
+  if (!(std::isfinite(max_abs) && max_abs >= 0x1p-900 && max_abs <= 0x1p900))
+    throw ValueError(msg(op, "max_abs must be a finite bound in [2^-900, 2^900], got " + std::to_string(max_abs)));
+}
+
+void check_float(const Array& a, const char* op, const char* name) {
+  if (!detail::is_float(a.dtype()))
+    throw DTypeError(msg(op, std::string(name) + " must be a float array, got " + detail::describe(a)));
+}
+
+}  // namespace
+
+Array resample_accumulate(const Array& flux, const Array& wave, const Array& target, const Array& segment_ids,
+                          std::int64_t num_segments, double max_abs, const ResampleOptions& opt,
+                          std::source_location loc) {
+  detail::CallSite site(loc);
+  const char* op = "resample_accumulate";
+  detail::check_operand(flux, op, "flux");
+  detail::check_operand(wave, op, "wave");
+  detail::check_operand(target, op, "target");
+  detail::check_operand(segment_ids, op, "segment_ids");
+  std::vector<const Array*> all{&flux, &wave, &target, &segment_ids};
+  if (opt.weights) detail::check_operand(*opt.weights, op, "weights"), all.push_back(&*opt.weights);
+  if (opt.wave_scale) detail::check_operand(*opt.wave_scale, op, "wave_scale"), all.push_back(&*opt.wave_scale);
+  detail::check_same_mesh(all, op);
+  if (flux.ndim() != 2)
+    throw ShapeError(msg(op, "flux must be 2-d (rows, wavelengths), got shape " + shape_str(flux.shape())));
+  const std::int64_t n = flux.shape()[0], K = flux.shape()[1];
+  const bool shared = wave.ndim() == 1 && wave.shape()[0] == K;
+  const bool per_row = wave.ndim() == 2 && wave.shape() == flux.shape();
+  if (!shared && !per_row) {
+    std::string text = "wave must be (K,) or (n, K) for flux of shape ";
+    text += shape_str(flux.shape());
+    text += ", got shape ";
+    text += shape_str(wave.shape());
+    throw ShapeError(msg(op, text));
+  }
+  if (target.ndim() != 1 || target.size() == 0)
+    throw ShapeError(msg(op, "target must be a non-empty 1-d grid, got shape " + shape_str(target.shape())));
+  if (segment_ids.ndim() != 1 || segment_ids.shape()[0] != n) {
+    std::string text = "segment_ids must have shape (";
+    text += std::to_string(n);
+    text += ",) (one per row of flux), got shape ";
+    text += shape_str(segment_ids.shape());
+    throw ShapeError(msg(op, text));
+  }
+  if (!detail::is_integer(segment_ids.dtype()))
+    throw DTypeError(msg(op, "segment_ids must be integers, got " + detail::describe(segment_ids)));
+  if (num_segments < 0)
+    throw ValueError(msg(op, "num_segments must be >= 0, got " + std::to_string(num_segments)));
+  check_float(flux, op, "flux");
+  check_float(wave, op, "wave");
+  check_float(target, op, "target");
+  check_bound(max_abs, op);
+  std::vector<Array> args{flux, wave, target, segment_ids};
+  for (const auto* extra : {&opt.weights, &opt.wave_scale}) {
+    if (!*extra) continue;
+    const char* name = extra == &opt.weights ? "weights" : "wave_scale";
+    const Array& a = **extra;
+    if (a.ndim() != 1 || a.shape()[0] != n) {
+      std::string text = name;
+      text += " must have shape (";
+      text += std::to_string(n);
+      text += ",), got shape ";
+      text += shape_str(a.shape());
+      throw ShapeError(msg(op, text));
+    }
+    if (a.dtype() == DType::bool_) throw DTypeError(msg(op, std::string(name) + " must be numeric, got bool"));
+    args.push_back(a);
+  }
+  return detail::bind1(detail::make_resample_accumulate(num_segments, max_abs, opt.weights.has_value(),
+                                                        opt.wave_scale.has_value()),
+                       std::move(args));
+}
+
+Array exact_limbs(const Array& x, double max_abs, std::source_location loc) {
+  detail::CallSite site(loc);
+  const char* op = "exact_limbs";
+  detail::check_operand(x, op, "x");
+  check_bound(max_abs, op);
+  if (x.dtype() == DType::bool_) throw DTypeError(msg(op, "x must be numeric, got bool"));
+  const cpu::ExactLimbs l(max_abs);
+  // Each rounding is two ops, so nothing can fuse x + sigma - sigma away.
+  const Array v = astype(x, DType::f64, {});
+  const Array h = subtract(add(v, l.sigma[0], {}), l.sigma[0], {});
+  const Array r = subtract(v, h, {}, {});
+  const Array m = subtract(add(r, l.sigma[1], {}), l.sigma[1], {});
+  const Array r2 = subtract(r, m, {}, {});
+  const Array lo = subtract(add(r2, l.sigma[2], {}), l.sigma[2], {});
+  return stack({h, m, lo}, 0, {});
+}
+
+Array exact_total(const Array& acc, DType dtype, std::source_location loc) {
+  detail::CallSite site(loc);
+  const char* op = "exact_total";
+  detail::check_operand(acc, op, "acc");
+  if (acc.ndim() < 1 || acc.shape()[0] != 3 || acc.dtype() != DType::f64)
+    throw ShapeError(msg(op, "acc must be an exact accumulator f64 (3, ...), got " + detail::describe(acc)));
+  const int rank = acc.ndim();
+  auto limb = [&](std::int64_t i) {
+    std::vector<SliceSpec> s(static_cast<std::size_t>(rank));
+    s[0] = SliceSpec{i, i + 1};
+    return squeeze(slice(acc, s, {}), {0}, {});
+  };
+  const Array v = add(add(limb(0), limb(1), {}, {}), limb(2), {}, {});
+  return dtype == DType::f64 ? v : astype(v, dtype, {});
+}
+
+}  // namespace tessera
