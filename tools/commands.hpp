@@ -36,4 +36,30 @@ struct DemoOptions {
 
 int cmd_demo(const Context& ctx, const DemoOptions& opt);
 
+struct IfuOptions {
+  std::string config;  // empty: the built-in default config
+  std::string input;   // empty: <output_path>/rubix_galaxy.h5 if it exists, else a generated disk
+  std::string output;  // FITS cube path (default ifu_cube.fits)
+  std::string ssp;     // BC03lr.h5 (default: $TESSERA_IFU_DATA or the build's ifu-data/)
+  std::string plots;   // folder of the PNG quick-looks (default: the cube's folder)
+  std::string json;    // timings and memory as JSON
+  bool no_plots = false;
+  bool quiet = false;
+  std::int64_t chunk = 32768;
+  std::int64_t particles = 100000;  // of the generated disk
+  std::uint64_t seed = 1;
+  int repeat = 1;
+};
+int cmd_ifu(const Context& ctx, const IfuOptions& opt);
+
+struct IfuGenerateOptions {
+  std::int64_t particles = 100000;
+  std::uint64_t seed = 1;
+  std::string config;        // the rotation and spaxel edges particles are nudged off
+  std::string output;        // Rubix-format HDF5
+  std::string rubix_output;  // the same with log10(age/yr) ages, for Rubix 0.0.5
+  bool no_nudge = false;
+};
+int cmd_ifu_generate(const IfuGenerateOptions& opt);
+
 }  // namespace tessera::cli

@@ -2,6 +2,9 @@
 //
 //   tessera [--num-devices N] devices   list the devices and where their count came from
 //   tessera [--num-devices N] demo      meshes, shardings, reshards, timed against memcpy
+//   tessera ifu [--config C] [--input G] [--output cube.fits] [--devices N]
+//                                       the IFU datacube pipeline (apps/ifu)
+//   tessera ifu-generate --output G     a seeded disk galaxy in Rubix's HDF5 format
 //
 // Errors from the library (tessera::Error) are printed and exit with code 1.
 #include <algorithm>
@@ -82,6 +85,34 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   demo->add_flag("--small-only", dopt.small_only, "skip the large, timed array");
 
+  CLI::App* ifu = app.add_subcommand("ifu", "star particles to a mock IFU datacube (FITS) and quick-look PNGs");
+  cli::IfuOptions iopt;
+  ifu->add_option("--config", iopt.config, "Rubix user config (YAML); default: MUSE at z = 0.1 with PSF and LSF");
+  ifu->add_option("--input", iopt.input, "galaxy: Rubix HDF5 (.h5) or .npz; default: the config's "
+                                         "output_path/rubix_galaxy.h5, else a generated disk");
+  ifu->add_option("--output", iopt.output, "FITS cube to write")->capture_default_str();
+  ifu->add_option("--devices", ctx.num_devices, "number of devices the particles are sharded over (as --num-devices)");
+  ifu->add_option("--ssp", iopt.ssp, "BC03lr.h5 (default: $TESSERA_IFU_DATA or the build's ifu-data/)");
+  ifu->add_option("--plots", iopt.plots, "folder for the PNG quick-looks (default: the cube's folder)");
+  ifu->add_flag("--no-plots", iopt.no_plots, "write no pictures");
+  ifu->add_option("--chunk", iopt.chunk, "particles per device per step (bounds memory)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  ifu->add_option("--particles", iopt.particles, "particles of the generated disk")->capture_default_str()->check(CLI::PositiveNumber);
+  ifu->add_option("--seed", iopt.seed, "seed of the generated disk")->capture_default_str();
+  ifu->add_option("--repeat", iopt.repeat, "run the pipeline this many times (timings)")->capture_default_str()->check(CLI::Range(1, 1000));
+  ifu->add_option("--json", iopt.json, "write timings and peak memory as JSON");
+  ifu->add_flag("--quiet", iopt.quiet, "print nothing but errors");
+
+  CLI::App* gen = app.add_subcommand("ifu-generate", "write a seeded exponential-disk galaxy in Rubix's HDF5 format");
+  cli::IfuGenerateOptions gopt;
+  gen->add_option("--particles", gopt.particles, "star particles")->capture_default_str()->check(CLI::PositiveNumber);
+  gen->add_option("--seed", gopt.seed, "random seed")->capture_default_str();
+  gen->add_option("--config", gopt.config, "config whose rotation and spaxel edges particles are nudged off");
+  gen->add_option("--output", gopt.output, "galaxy file to write (ages in Gyr)")->required();
+  gen->add_option("--rubix-output", gopt.rubix_output, "also write the galaxy with log10(age/yr) ages, as Rubix 0.0.5 looks them up");
+  gen->add_flag("--no-nudge", gopt.no_nudge, "keep particles that lie on spaxel edges where they are");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -92,6 +123,8 @@ int run(int argc, char** argv) {
 
   if (devices->parsed()) return cli::cmd_devices(ctx);
   if (demo->parsed()) return cli::cmd_demo(ctx, dopt);
+  if (ifu->parsed()) return cli::cmd_ifu(ctx, iopt);
+  if (gen->parsed()) return cli::cmd_ifu_generate(gopt);
   return 0;
 }
 

@@ -1,0 +1,256 @@
+// `tessera ifu` and `tessera ifu-generate`: the IFU datacube pipeline
+// (apps/ifu) from the command line.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <tessera/tessera.hpp>
+
+#include "commands.hpp"
+#include "ifu/errors.hpp"
+#include "ifu/fits.hpp"
+#include "ifu/generate.hpp"
+#include "ifu/pipeline.hpp"
+#include "ifu/plots.hpp"
+#include "ifu/progress.hpp"
+
+namespace ts = tessera;
+namespace fs = std::filesystem;
+
+namespace tessera::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+// The config `tessera ifu` runs without --config: Rubix's reference setup
+// (MUSE at z = 0.1, Euler rotation, Gaussian PSF and LSF, noise off).
+constexpr const char* kDefaultConfig = R"(pipeline:
+  name: calc_ifu
+simulation:
+  name: NIHAO
+telescope:
+  name: MUSE
+  psf:
+    name: gaussian
+    size: 5
+    sigma: 0.6
+  lsf:
+    sigma: 0.5
+  noise:
+    signal_to_noise: .inf
+    noise_distribution: normal
+cosmology:
+  name: PLANCK15
+galaxy:
+  dist_z: 0.1
+  rotation:
+    alpha: 60.0
+    beta: 20.0
+    gamma: 30.0
+ssp:
+  template:
+    name: BruzualCharlot2003
+  method: cubic
+)";
+
+ifu::Config load(const std::string& path) {
+  if (path.empty()) return ifu::parse_config(kDefaultConfig, "built-in default config");
+  return ifu::load_config(path);
+}
+
+/// The BC03 templates: --ssp, $TESSERA_IFU_DATA, or ifu-data/ beside the
+/// build's tools/ folder (where scripts/fetch-bc03.sh puts them).
+std::string find_ssp(const std::string& given) {
+  if (!given.empty()) return given;
+  std::vector<fs::path> tried;
+  if (const char* env = std::getenv("TESSERA_IFU_DATA")) tried.push_back(fs::path(env) / "BC03lr.h5");
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) tried.push_back(exe.parent_path().parent_path() / "ifu-data" / "BC03lr.h5");
+  for (const auto& p : tried)
+    if (fs::exists(p)) return p.string();
+  std::string text = "[ifu] the BC03 templates (BC03lr.h5) were not found";
+  for (const auto& p : tried) text += (&p == &tried.front() ? " at " : ", ") + p.string();
+  text += "; fetch them with `bash scripts/fetch-bc03.sh` (make demo does) or pass --ssp FILE";
+  throw ifu::InputError(text);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+int cmd_ifu(const Context& ctx, const IfuOptions& o) {
+  const auto t_start = Clock::now();
+  const ifu::Config cfg = load(o.config);
+  const bool say = !o.quiet;
+  const auto devs = ts::devices();
+  const ts::Mesh mesh = ts::make_mesh({static_cast<int>(devs.size())}, {"data"});
+
+  // The galaxy: --input, the config's output_path/rubix_galaxy.h5, or the
+  // generated default disk.
+  ifu::GalaxyData galaxy;
+  std::string source;
+  std::string input = o.input;
+  if (input.empty() && !cfg.output_path.empty() && fs::exists(fs::path(cfg.output_path) / "rubix_galaxy.h5"))
+    input = (fs::path(cfg.output_path) / "rubix_galaxy.h5").string();
+  if (!input.empty()) {
+    galaxy = ifu::read_galaxy(input);
+    source = input;
+  } else {
+    ifu::DiskOptions d;
+    d.particles = o.particles;
+    d.seed = o.seed;
+    galaxy = ifu::generate_disk(d);
+    source = "a generated exponential disk (seed " + std::to_string(o.seed) + ")";
+  }
+  const std::string ssp_path = find_ssp(o.ssp);
+  const ifu::SspGrid ssp = ifu::read_ssp_h5(ssp_path);
+  const double load_s = seconds_since(t_start);
+  if (say) {
+    std::cout << "tessera ifu: " << galaxy.n << " star particles from " << source << "\n"
+              << "  config: " << cfg.source << " (" << cfg.telescope << ", z = " << cfg.dist_z << ")\n"
+              << "  templates: " << ssp_path << "\n"
+              << "  mesh: " << devs.size() << " device" << (devs.size() == 1 ? "" : "s") << " (count from "
+              << device_count_source(ctx) << "), particles sharded over \"data\", " << o.chunk
+              << " per device per step\n";
+  }
+
+  ifu::Progress* bar = nullptr;
+  ifu::PipelineOptions popt;
+  popt.chunk = o.chunk;
+  popt.on_progress = [&bar](std::int64_t n) {
+    if (bar) bar->advance(n);
+  };
+  const ifu::Pipeline pipe(cfg, ssp, mesh, popt);
+
+  std::vector<double> runs;
+  ifu::Cube cube;
+  std::vector<float> host;
+  const int total_runs = std::max(1, o.repeat);
+  double put_s = 0;
+  for (int r = 0; r < total_runs; ++r) {
+    ifu::Progress progress(r == 0 ? "ifu" : "ifu (repeat)", galaxy.n, say && !o.quiet);
+    bar = &progress;
+    const auto t0 = Clock::now();
+    const ifu::Particles particles = pipe.put(galaxy);
+    if (r == 0) put_s = seconds_since(t0);
+    const auto t1 = Clock::now();
+    cube = pipe.run(particles);
+    host = cube.data.to_vector<float>();
+    runs.push_back(seconds_since(t1));
+    progress.finish();
+    bar = nullptr;
+  }
+  const auto& shape = cube.data.shape();
+  const std::int64_t ny = shape[0], nx = shape[1], nwave = shape[2];
+  const double spaxel = ts::ifu::telescope(cfg.telescope).spatial_res_arcsec;
+
+  // FITS cube.
+  std::string out_path = o.output.empty() ? "ifu_cube.fits" : o.output;
+  if (fs::path(out_path).has_parent_path()) fs::create_directories(fs::path(out_path).parent_path());
+  ifu::CubeWcs wcs;
+  wcs.spaxel_arcsec = spaxel;
+  wcs.wave0 = pipe.wave0();
+  wcs.dwave = pipe.dwave();
+  wcs.cards = {{"TELESCOP", cfg.telescope, "instrument whose grids the cube uses"},
+               {"REDSHIFT", std::to_string(cfg.dist_z), "galaxy.dist_z of the config"},
+               {"NPART", std::to_string(galaxy.n), "star particles read"},
+               {"NAPER", std::to_string(cube.in_aperture), "star particles inside the aperture"},
+               {"KPCARCS", std::to_string(pipe.geometry().kpc_per_arcsec), "kpc per arcsec at REDSHIFT"},
+               {"CREATOR", std::string("tessera ") + ts::kVersion + " ifu", "software"}};
+  ifu::write_cube_fits(out_path, host.data(), ny, nx, nwave, wcs);
+
+  // Quick-look pictures.
+  std::vector<std::string> pictures;
+  if (!o.no_plots) {
+    const std::string dir = o.plots.empty() ? fs::path(out_path).parent_path().string() : o.plots;
+    const std::vector<float> vmap = cube.velocity_map.to_vector<float>();
+    ifu::QuicklookInput q;
+    q.cube = host.data();
+    q.ny = ny, q.nx = nx, q.nwave = nwave;
+    q.wave0 = pipe.wave0();
+    q.dwave = pipe.dwave();
+    q.spaxel_arcsec = spaxel;
+    q.velocity = vmap.data();
+    std::ostringstream title;
+    title << cfg.telescope << ", z = " << cfg.dist_z << ", " << galaxy.n << " particles";
+    q.title = title.str();
+    q.bunit = "Lsun/Å";
+    pictures = ifu::write_quicklooks(dir.empty() ? "." : dir, fs::path(out_path).stem().string(), q);
+  }
+
+  const double first = runs.front();
+  std::vector<double> steady(runs.begin() + 1, runs.end());
+  const double rss = peak_rss_mib();
+  if (say) {
+    std::cout << "  cube: " << ny << " x " << nx << " spaxels x " << nwave << " wavelengths ("
+              << pipe.wave0() << " .. " << pipe.wave0() + pipe.dwave() * static_cast<double>(nwave - 1) << " A), "
+              << cube.in_aperture << " particles inside the aperture\n";
+    std::cout << std::fixed << std::setprecision(3) << "  time: read " << load_s << " s, put on devices " << put_s
+              << " s, pipeline " << first << " s";
+    if (!steady.empty()) {
+      std::vector<double> s = steady;
+      std::sort(s.begin(), s.end());
+      std::cout << " (then median " << s[s.size() / 2] << " s over " << s.size() << " more)";
+    }
+    std::cout << "; peak memory " << std::setprecision(0) << rss << " MiB\n" << std::defaultfloat;
+    std::cout << "  wrote " << out_path << "\n";
+    for (const auto& p : pictures) std::cout << "  wrote " << p << "\n";
+  }
+  if (!o.json.empty()) {
+    std::ofstream js(o.json);
+    js << std::setprecision(9) << "{\"particles\": " << galaxy.n << ", \"devices\": " << devs.size()
+       << ", \"in_aperture\": " << cube.in_aperture << ", \"read_s\": " << load_s << ", \"put_s\": " << put_s
+       << ", \"first_s\": " << first << ", \"steady_s\": [";
+    for (std::size_t i = 0; i < steady.size(); ++i) js << (i ? ", " : "") << steady[i];
+    js << "], \"peak_rss_mib\": " << rss << ", \"cube_shape\": [" << ny << ", " << nx << ", " << nwave
+       << "], \"chunk\": " << o.chunk << ", \"output\": \"" << json_escape(out_path) << "\"}\n";
+  }
+  return 0;
+}
+
+int cmd_ifu_generate(const IfuGenerateOptions& o) {
+  ifu::DiskOptions d;
+  d.particles = o.particles;
+  d.seed = o.seed;
+  ifu::GalaxyData g = ifu::generate_disk(d);
+  std::int64_t moved = 0;
+  if (!o.no_nudge) moved = ifu::nudge_off_edges(g, load(o.config));
+  if (fs::path(o.output).has_parent_path()) fs::create_directories(fs::path(o.output).parent_path());
+  ifu::write_galaxy_h5(o.output, g);
+  std::cout << "wrote " << o.output << ": " << g.n << " star particles (seed " << o.seed << ")";
+  if (!o.no_nudge) std::cout << ", " << moved << " moved off spaxel edges";
+  std::cout << "\n";
+  if (!o.rubix_output.empty()) {
+    if (fs::path(o.rubix_output).has_parent_path()) fs::create_directories(fs::path(o.rubix_output).parent_path());
+    ifu::write_galaxy_h5(o.rubix_output, ifu::with_rubix_ages(g));
+    std::cout << "wrote " << o.rubix_output << ": the same with ages as log10(age/yr) for Rubix 0.0.5\n";
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli
