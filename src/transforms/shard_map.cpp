@@ -194,9 +194,11 @@ bool in_manual_body() { return t_ctx != nullptr; }
 const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a) {
   ManualContext& c = *t_ctx;
   const Mesh& m = a->sharding.mesh();
-  if (m.size() == 1 && m.devices()[0] == c.local_mesh.devices()[0]) return a;
+  if (m == c.local_mesh) return a;
   // A global array captured by the body: fine when replicated (it reads as
-  // this device's copy), an error otherwise.
+  // this device's copy), an error otherwise. A 1-device array of the
+  // shard_map's own 1-device mesh is such a capture too: it is localized, so
+  // that it meets the body's values on the local mesh.
   auto it = c.localized.find(a.get());
   if (it != c.localized.end()) return it->second;
   const int pos = m.device_position(c.local_mesh.devices()[0]);

@@ -714,6 +714,12 @@ TEST_F(ShardMap, CapturedArrays) {
   auto x4 = ts::device_put(arange_f(4), {4}, ts::NamedSharding(four, ts::P("x")));
   auto g = ts::shard_map([&](ts::Array xl) { return xl + scale; }, four, {ts::P("x")}, ts::P("x"));
   EXPECT_EQ(g(x4).to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
+  // A 1-device mesh: its replicated arrays are captures like any other.
+  const ts::Mesh one(first(1), {1}, {"data"});
+  const ts::Array c1 = ts::device_put(std::vector<float>{10}, {1}, ts::NamedSharding(one, ts::P()));
+  auto x1 = ts::device_put(arange_f(3), {3}, ts::NamedSharding(one, ts::P("data")));
+  auto h = ts::shard_map([&](ts::Array xl) { return xl - c1; }, one, {ts::P("data")}, ts::P("data"));
+  EXPECT_EQ(h(x1).to_vector<float>(), (std::vector<float>{-10, -9, -8}));
   // Sharded captures.
   auto sharded = ts::device_put(arange_f(8), {8}, ts::NamedSharding(mesh, ts::P("x")));
   expect_error<ts::ShardingError>(
