@@ -90,16 +90,20 @@ void load_row(const void* src, DType dt, std::int64_t off, std::int64_t n, doubl
 /// p[j] = jnp.interp(t[j], w, s) for increasing t and w (K >= 1), marching
 /// through both: the cell of t[j] is the i in [1, K-1] with
 /// w[i-1] <= t[j] < w[i] (searchsorted right, clipped), as jnp.interp.
-/// Returns sum_{j>=1} p[j] * dt[j].
+/// Returns sum_{j>=1} p[j] * dt[j]; *pmax gets a bound on |p| (the largest
+/// |s| at the ends of the cells used: p lies between them).
 TESSERA_SPECTRA_CLONES
 double interp_row(const double* t, const double* dt, std::int64_t T, const double* w, const double* s, std::int64_t K,
-                  double* p) {
+                  double* p, double* pmax) {
   std::int64_t j = 0;
+  double big = 0.0;
   if (K == 1) {
     for (; j < T; ++j) p[j] = s[0];
+    big = std::abs(s[0]);
   } else {
     // Below the grid: the first value.
     while (j < T && t[j] < w[0]) p[j++] = s[0];
+    if (j > 0) big = std::abs(s[0]);
     for (std::int64_t i = 1; i < K && j < T; ++i) {
       // Targets in [w[i-1], w[i]) (the last cell also takes t == w[K-1]).
       const double hi = w[i];
@@ -109,33 +113,40 @@ double interp_row(const double* t, const double* dt, std::int64_t T, const doubl
       } else {
         while (j1 < T && t[j1] <= hi) ++j1;
       }
+      if (j1 == j) continue;
       const double w0 = w[i - 1], s0 = s[i - 1];
       const double dx = hi - w0;
-      const double slope_num = s[i] - s0;
+      big = std::max(big, std::max(std::abs(s0), std::abs(s[i])));
       if (std::abs(dx) <= 0.0) {
         for (std::int64_t q = j; q < j1; ++q) p[q] = s0;
       } else {
-        for (std::int64_t q = j; q < j1; ++q) p[q] = s0 + (t[q] - w0) / dx * slope_num;
+        const double slope = (s[i] - s0) / dx;
+        for (std::int64_t q = j; q < j1; ++q) p[q] = s0 + (t[q] - w0) * slope;
       }
       j = j1;
     }
     // Above the grid: the last value.
+    if (j < T) big = std::max(big, std::abs(s[K - 1]));
     for (; j < T; ++j) p[j] = s[K - 1];
   }
-  double lnew = 0.0;
-  for (std::int64_t q = 1; q < T; ++q) lnew += p[q] * dt[q];
-  return lnew;
+  *pmax = big;
+  // Four running sums (a fixed order: the same bits for every row and mesh)
+  // keep the adds from waiting on each other.
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  std::int64_t q = 1;
+  for (; q + 4 <= T; q += 4)
+    for (int u = 0; u < 4; ++u) acc[u] += p[q + u] * dt[q + u];
+  for (; q < T; ++q) acc[0] += p[q] * dt[q];
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
-/// acc{0,1,2}[j] += the limbs of p[j] * f; returns max |p[j] * f|.
+/// acc{0,1,2}[j] += the limbs of p[j] * f.
 TESSERA_SPECTRA_CLONES
-double accumulate_row(const double* p, double f, std::int64_t T, const double* sigma, double* a0, double* a1,
-                      double* a2) {
+void accumulate_row(const double* p, double f, std::int64_t T, const double* sigma, double* __restrict a0,
+                    double* __restrict a1, double* __restrict a2) {
   const double s0 = sigma[0], s1 = sigma[1], s2 = sigma[2];
-  double mx = 0.0;
   for (std::int64_t j = 0; j < T; ++j) {
     const double x = p[j] * f;
-    mx = std::max(mx, std::abs(x));
     const double h = (x + s0) - s0;
     const double r = x - h;
     const double m = (r + s1) - s1;
@@ -145,7 +156,6 @@ double accumulate_row(const double* p, double f, std::int64_t T, const double* s
     a1[j] += m;
     a2[j] += l;
   }
-  return mx;
 }
 
 std::string too_large(double x, double max_abs) {
@@ -208,13 +218,16 @@ std::string resample_accumulate(const ResampleArgs& a) {
     double lin = 0.0;
     for (std::int64_t k = 1; k < K; ++k)
       if (w[k] >= tlo && w[k] <= thi) lin += s[k] * (w[k] - w[k - 1]);
-    const double lout = interp_row(t.data(), dt.data(), T, w.data(), s.data(), K, p.data());
+    double pmax = 0.0;
+    const double lout = interp_row(t.data(), dt.data(), T, w.data(), s.data(), K, p.data(), &pmax);
     double ratio = lin / lout;
     if (std::isnan(ratio) || lout == 0.0) ratio = 0.0;
     const double f = weight * ratio;
     const std::int64_t off = id[i] * T;
-    const double mx = accumulate_row(p.data(), f, T, limbs.sigma, out0 + off, out1 + off, out2 + off);
+    // |p[j] * f| <= pmax * |f| (rounding is monotonic).
+    const double mx = pmax * std::abs(f);
     if (mx > a.max_abs) return too_large(mx, a.max_abs);
+    accumulate_row(p.data(), f, T, limbs.sigma, out0 + off, out1 + off, out2 + off);
   }
   return {};
 }

@@ -1,0 +1,33 @@
+// The interp2d kernel: one device's block of queries against the whole grid
+// and table (see src/primitives/interp2d.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "tessera/dtype.hpp"
+
+namespace tessera::detail::cpu {
+
+enum class Interp2dMethod { Linear, Cubic };
+
+/// Coordinates of one call: the knots and the queries, each with its own
+/// dtype (any real dtype; read as f64).
+struct Interp2dGrid {
+  const void* x = nullptr;
+  DType x_dtype = DType::f64;
+  std::int64_t nx = 0;  // >= 2
+  const void* y = nullptr;
+  DType y_dtype = DType::f64;
+  std::int64_t ny = 0;  // >= 2
+};
+
+/// out[q, :] = the interpolant at (xq[q], yq[q]) for q in [0, n): a weighted
+/// sum of rows of f (nx, ny, rest), row-major, of dtype t (f32 or f64, also
+/// out's). Queries outside the grid (or NaN) give `fill` in every element of
+/// their row; without fill the edge cell's polynomial extrapolates.
+void interp2d(Interp2dMethod method, const std::optional<double>& fill, const Interp2dGrid& grid, const void* xq,
+              DType xq_dtype, const void* yq, DType yq_dtype, std::int64_t n, const void* f, DType t,
+              std::int64_t rest, void* out);
+
+}  // namespace tessera::detail::cpu
