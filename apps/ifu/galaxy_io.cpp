@@ -1,2 +1,623 @@
-// (placeholder)
-namespace tessera::ifu {}
+// Galaxy files: the Rubix HDF5 layout (HDF5 C API) and .npz archives.
+#include "ifu/galaxy_io.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <tuple>
+
+#include "ifu/errors.hpp"
+#include "ifu/npy.hpp"
+#include "tessera/version.hpp"
+
+namespace tessera::ifu {
+
+namespace {
+
+[[noreturn]] void fail(const char* ctx, const std::string& path, const std::string& what) {
+  std::string msg = "[";
+  msg += ctx;
+  msg += "] ";
+  msg += path;
+  msg += ": ";
+  msg += what;
+  throw InputError(msg);
+}
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  q += s;
+  q += "'";
+  return q;
+}
+
+// ---- HDF5 plumbing ----
+
+// Silences HDF5's automatic error printing while alive (failures become
+// InputErrors with the library's innermost message instead) and restores it.
+class QuietHdf5 {
+ public:
+  QuietHdf5() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  QuietHdf5(const QuietHdf5&) = delete;
+  QuietHdf5& operator=(const QuietHdf5&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// The innermost description on HDF5's error stack (the root cause), or "".
+std::string hdf5_message() {
+  std::string out;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        if (e->desc && *e->desc) *static_cast<std::string*>(data) = e->desc;
+        return 0;
+      },
+      &out);
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
+
+// An owned HDF5 identifier, closed with the matching H5?close.
+class Id {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Id() = default;
+  Id(hid_t id, Closer close) : id_(id), close_(close) {}
+  Id(Id&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
+  Id& operator=(Id&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      close_ = o.close_;
+      o.id_ = H5I_INVALID_HID;
+    }
+    return *this;
+  }
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  ~Id() { reset(); }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+  hid_t id_ = H5I_INVALID_HID;
+  Closer close_ = nullptr;
+};
+
+// An open HDF5 file and the context for its messages.
+class H5File {
+ public:
+  H5File(const std::string& path, const char* ctx, bool create) : path_(path), ctx_(ctx) {
+    if (create) {
+      file_ = Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+      if (!file_.ok()) bad("cannot create the HDF5 file", true);
+      return;
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+      bad(std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
+    file_ = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file_.ok()) bad("cannot open as HDF5", true);
+  }
+
+  [[noreturn]] void bad(const std::string& what, bool with_hdf5 = false) const {
+    std::string w = what;
+    if (with_hdf5) {
+      const std::string h = hdf5_message();
+      if (!h.empty()) {
+        w += " (HDF5: ";
+        w += h;
+        w += ")";
+      }
+    }
+    fail(ctx_, path_, w);
+  }
+
+  // Whether every component of `name` ("a/b/c") exists as a link.
+  bool exists(const std::string& name) const {
+    std::size_t pos = 0;
+    for (;;) {
+      pos = name.find('/', pos + 1);
+      const std::string part = name.substr(0, pos);
+      if (H5Lexists(file_.get(), part.c_str(), H5P_DEFAULT) <= 0) return false;
+      if (pos == std::string::npos) return true;
+    }
+  }
+
+  Id open_dataset(const std::string& name) const {
+    if (!exists(name)) bad("missing dataset " + quoted("/" + name));
+    Id d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!d.ok()) bad(quoted("/" + name) + " is not a dataset", true);
+    return d;
+  }
+
+  // The dataset's shape; its element type must be an integer or a float.
+  std::vector<std::int64_t> numeric_shape(const Id& d, const std::string& name) const {
+    Id type(H5Dget_type(d.get()), H5Tclose);
+    const H5T_class_t cls = H5Tget_class(type.get());
+    if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
+      std::string w = quoted("/" + name);
+      w += " must hold numbers, it holds ";
+      w += cls == H5T_STRING     ? "strings"
+           : cls == H5T_COMPOUND ? "compound records"
+           : cls == H5T_ENUM     ? "enum values"
+                                 : "non-numeric values";
+      bad(w);
+    }
+    Id space(H5Dget_space(d.get()), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 0) bad(quoted("/" + name) + ": unreadable dataspace", true);
+    std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    return {dims.begin(), dims.end()};
+  }
+
+  // The whole dataset converted by HDF5 to T (float or double), one H5Dread.
+  template <class T>
+  std::vector<T> read(const Id& d, const std::string& name, std::int64_t count) const {
+    std::vector<T> out(static_cast<std::size_t>(count));
+    const hid_t mem = std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+    if (count > 0 && H5Dread(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+      bad("cannot read " + quoted("/" + name), true);
+    return out;
+  }
+
+  // The string attribute `unit` of a dataset, if it has one.
+  std::optional<std::string> unit(const Id& d, const std::string& name) const {
+    if (H5Aexists(d.get(), "unit") <= 0) return std::nullopt;
+    Id attr(H5Aopen(d.get(), "unit", H5P_DEFAULT), H5Aclose);
+    Id type(H5Aget_type(attr.get()), H5Tclose);
+    Id space(H5Aget_space(attr.get()), H5Sclose);
+    if (H5Tget_class(type.get()) != H5T_STRING || H5Sget_simple_extent_npoints(space.get()) != 1)
+      bad("the 'unit' attribute of " + quoted("/" + name) + " must be a single string");
+    Id mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));  // HDF5 does not convert between ASCII and UTF-8
+    std::string text;
+    if (H5Tis_variable_str(type.get()) > 0) {
+      H5Tset_size(mem.get(), H5T_VARIABLE);
+      char* s = nullptr;
+      if (H5Aread(attr.get(), mem.get(), &s) < 0) bad("cannot read the unit of " + quoted("/" + name), true);
+      if (s) text = s;
+      H5free_memory(s);
+    } else {
+      const std::size_t size = H5Tget_size(type.get());
+      H5Tset_size(mem.get(), size);
+      H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
+      std::vector<char> buf(size + 1, '\0');
+      if (H5Aread(attr.get(), mem.get(), buf.data()) < 0) bad("cannot read the unit of " + quoted("/" + name), true);
+      text.assign(buf.data(), strnlen(buf.data(), size));
+    }
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    return text;
+  }
+
+  hid_t id() const { return file_.get(); }
+  const std::string& path() const { return path_; }
+  const char* ctx() const { return ctx_; }
+
+ private:
+  std::string path_;
+  const char* ctx_;
+  Id file_;
+};
+
+// ---- units ----
+
+enum class Quantity { kLength, kVelocity, kMass, kAge, kDimensionless };
+
+const char* canonical(Quantity q) {
+  switch (q) {
+    case Quantity::kLength:
+      return "kpc";
+    case Quantity::kVelocity:
+      return "km/s";
+    case Quantity::kMass:
+      return "Msun";
+    case Quantity::kAge:
+      return "Gyr";
+    default:
+      return "\"\" (dimensionless)";
+  }
+}
+
+// Astropy's definitions (which Rubix converts with): the IAU 2012 parsec and
+// the IAU 2015 nominal solar mass; a year is a Julian year.
+constexpr double kKpcInM = 3.0856775814913673e19;
+constexpr double kMsunInKg = 1.988409870698051e30;
+
+// The factor taking a value in `unit` to the canonical unit of `q`; an
+// InputError (naming the dataset) for units that are unknown, of the wrong
+// kind, or depend on the Hubble parameter or the scale factor.
+double unit_factor(const H5File& f, const std::string& dataset, const std::string& unit, Quantity q) {
+  // Normalise spacing: runs of blanks -> one, none around '/' and '*' ("km / s" -> "km/s").
+  std::string collapsed;
+  for (char c : unit) {
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      collapsed += c;
+    else if (!collapsed.empty() && collapsed.back() != ' ')
+      collapsed += ' ';
+  }
+  while (!collapsed.empty() && collapsed.back() == ' ') collapsed.pop_back();
+  std::string u;
+  for (std::size_t i = 0; i < collapsed.size(); ++i) {
+    auto op = [&](std::size_t j) { return j < collapsed.size() && (collapsed[j] == '/' || collapsed[j] == '*'); };
+    if (collapsed[i] == ' ' && ((i > 0 && op(i - 1)) || op(i + 1))) continue;
+    u += collapsed[i];
+  }
+  // A leading scale factor: "1e10 Msun", "1e10*Msun".
+  double scale = 1;
+  if (!u.empty() && (std::isdigit(static_cast<unsigned char>(u[0])) || u[0] == '.')) {
+    const std::size_t cut = u.find_first_of(" *");
+    if (cut != std::string::npos) {
+      double v = 0;
+      auto [ptr, ec] = std::from_chars(u.data(), u.data() + cut, v);
+      if (ec == std::errc() && ptr == u.data() + cut && v > 0 && std::isfinite(v)) {
+        scale = v;
+        u = u.substr(cut + 1);
+      }
+    }
+  }
+  auto reject = [&](const std::string& why) -> double {
+    std::string w = "unit ";
+    w += quoted(unit);
+    w += " of ";
+    w += quoted("/" + dataset);
+    w += " ";
+    w += why;
+    f.bad(w);
+  };
+  if (u.find("/h") != std::string::npos || u.find("h^-1") != std::string::npos || u.find("h-1") != std::string::npos ||
+      u.rfind("ckpc", 0) == 0 || u.rfind("cMpc", 0) == 0)
+    return reject("depends on the Hubble parameter or the scale factor; store physical units (e.g. kpc)");
+  struct Known {
+    const char* name;
+    Quantity q;
+    double factor;
+  };
+  static const Known table[] = {
+      {"kpc", Quantity::kLength, 1},
+      {"pc", Quantity::kLength, 1e-3},
+      {"Mpc", Quantity::kLength, 1e3},
+      {"m", Quantity::kLength, 1 / kKpcInM},
+      {"km", Quantity::kLength, 1e3 / kKpcInM},
+      {"cm", Quantity::kLength, 1e-2 / kKpcInM},
+      {"km/s", Quantity::kVelocity, 1},
+      {"km s-1", Quantity::kVelocity, 1},
+      {"km s^-1", Quantity::kVelocity, 1},
+      {"m/s", Quantity::kVelocity, 1e-3},
+      {"m s-1", Quantity::kVelocity, 1e-3},
+      {"m s^-1", Quantity::kVelocity, 1e-3},
+      {"cm/s", Quantity::kVelocity, 1e-5},
+      {"cm s-1", Quantity::kVelocity, 1e-5},
+      {"cm s^-1", Quantity::kVelocity, 1e-5},
+      {"Msun", Quantity::kMass, 1},
+      {"Msol", Quantity::kMass, 1},
+      {"solMass", Quantity::kMass, 1},
+      {"M_sun", Quantity::kMass, 1},
+      {"kg", Quantity::kMass, 1 / kMsunInKg},
+      {"g", Quantity::kMass, 1e-3 / kMsunInKg},
+      {"Gyr", Quantity::kAge, 1},
+      {"Myr", Quantity::kAge, 1e-3},
+      {"kyr", Quantity::kAge, 1e-6},
+      {"yr", Quantity::kAge, 1e-9},
+      {"", Quantity::kDimensionless, 1},
+      {"dimensionless", Quantity::kDimensionless, 1},
+  };
+  for (const Known& k : table) {
+    if (u != k.name) continue;
+    if (k.q != q) {
+      std::string w = "is not a unit of the expected kind (expected one convertible to ";
+      w += canonical(q);
+      w += ")";
+      return reject(w);
+    }
+    return scale * k.factor;
+  }
+  if (u == "Zsun" || u == "Z_sun" || u == "Zsol")
+    return reject("is not supported: solar metallicity is not one agreed number; store the mass fraction Z");
+  std::string w = "is not known (expected one convertible to ";
+  w += canonical(q);
+  w += ")";
+  return reject(w);
+}
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string t = "(";
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    if (k) t += ", ";
+    t += std::to_string(s[k]);
+  }
+  if (s.size() == 1) t += ",";
+  t += ")";
+  return t;
+}
+
+// One dataset read in canonical units, as float (particles) or double (galaxy).
+template <class T>
+std::vector<T> read_quantity(const H5File& f, const std::string& name, Quantity q, std::vector<std::int64_t>& shape) {
+  const Id d = f.open_dataset(name);
+  shape = f.numeric_shape(d, name);
+  std::int64_t count = 1;
+  for (auto s : shape) count *= s;
+  std::vector<T> v = f.read<T>(d, name, count);
+  const auto unit = f.unit(d, name);
+  const double factor = unit ? unit_factor(f, name, *unit, q) : 1.0;
+  if (factor != 1.0)
+    for (auto& x : v) x = static_cast<T>(static_cast<double>(x) * factor);
+  return v;
+}
+
+// A galaxy scalar stored as () or (1,).
+double read_scalar(const H5File& f, const std::string& name, Quantity q) {
+  std::vector<std::int64_t> shape;
+  auto v = read_quantity<double>(f, name, q, shape);
+  if (v.size() != 1 || shape.size() > 1)
+    f.bad(quoted("/" + name) + " must be a scalar, its shape is " + shape_text(shape));
+  return v[0];
+}
+
+GalaxyData read_galaxy_h5(const std::string& path) {
+  QuietHdf5 quiet;
+  const H5File f(path, "ifu galaxy", false);
+  GalaxyData g;
+  std::vector<std::int64_t> shape;
+  const auto center = read_quantity<double>(f, "galaxy/center", Quantity::kLength, shape);
+  if (center.size() != 3 || shape.size() != 1)
+    f.bad("'/galaxy/center' must have shape (3,), it has " + shape_text(shape));
+  std::copy(center.begin(), center.end(), g.center.begin());
+  if (f.exists("galaxy/halfmassrad_stars"))
+    g.halfmassrad_stars = read_scalar(f, "galaxy/halfmassrad_stars", Quantity::kLength);
+  if (f.exists("galaxy/redshift")) g.redshift = read_scalar(f, "galaxy/redshift", Quantity::kDimensionless);
+
+  const std::string stars = "particles/stars/";
+  g.coords = read_quantity<float>(f, stars + "coords", Quantity::kLength, shape);
+  if (shape.size() != 2 || shape[1] != 3)
+    f.bad("'/particles/stars/coords' must have shape (n, 3), it has " + shape_text(shape));
+  g.n = shape[0];
+  if (g.n == 0) f.bad("'/particles/stars/coords' holds no particles");
+  g.velocity = read_quantity<float>(f, stars + "velocity", Quantity::kVelocity, shape);
+  if (shape != std::vector<std::int64_t>{g.n, 3}) {
+    std::string w = "'/particles/stars/velocity' must have shape ";
+    w += shape_text({g.n, 3});
+    w += " like coords, it has ";
+    w += shape_text(shape);
+    f.bad(w);
+  }
+  const std::tuple<const char*, Quantity, std::vector<float>*> per_particle[] = {
+      {"mass", Quantity::kMass, &g.mass},
+      {"age", Quantity::kAge, &g.age},
+      {"metallicity", Quantity::kDimensionless, &g.metallicity}};
+  for (const auto& [field, q, dst] : per_particle) {
+    *dst = read_quantity<float>(f, stars + field, q, shape);
+    if (shape != std::vector<std::int64_t>{g.n}) {
+      std::string w = quoted("/" + stars + field);
+      w += " must have shape ";
+      w += shape_text({g.n});
+      w += " (one value per particle of coords), it has ";
+      w += shape_text(shape);
+      f.bad(w);
+    }
+  }
+  return g;
+}
+
+GalaxyData read_galaxy_npz(const std::string& path) {
+  auto arrays = read_npz(path);
+  auto bad = [&](const std::string& what) { fail("ifu galaxy", path, what); };
+  auto get = [&](const char* name) -> const NpyArray& {
+    auto it = arrays.find(name);
+    if (it == arrays.end()) {
+      std::string w = "missing array ";
+      w += quoted(name);
+      w += " (the archive holds:";
+      for (const auto& kv : arrays) {
+        w += " ";
+        w += kv.first;
+      }
+      w += ")";
+      bad(w);
+    }
+    return it->second;
+  };
+  GalaxyData g;
+  const NpyArray& coords = get("coords");
+  if (coords.shape.size() != 2 || coords.shape[1] != 3)
+    bad("array 'coords' must have shape (n, 3), it has " + shape_text(coords.shape));
+  g.n = coords.shape[0];
+  if (g.n == 0) bad("array 'coords' holds no particles");
+  g.coords = coords.to_f32();
+  const NpyArray& vel = get("velocity");
+  if (vel.shape != std::vector<std::int64_t>{g.n, 3})
+    bad("array 'velocity' must have shape " + shape_text({g.n, 3}) + " like coords, it has " + shape_text(vel.shape));
+  g.velocity = vel.to_f32();
+  const std::pair<const char*, std::vector<float>*> per_particle[] = {
+      {"mass", &g.mass}, {"age", &g.age}, {"metallicity", &g.metallicity}};
+  for (const auto& [field, dst] : per_particle) {
+    const NpyArray& a = get(field);
+    if (a.shape != std::vector<std::int64_t>{g.n}) {
+      std::string w = "array ";
+      w += quoted(field);
+      w += " must have shape ";
+      w += shape_text({g.n});
+      w += " (one value per particle of coords), it has ";
+      w += shape_text(a.shape);
+      bad(w);
+    }
+    *dst = a.to_f32();
+  }
+  if (arrays.count("center")) {
+    const NpyArray& c = arrays.at("center");
+    if (c.shape != std::vector<std::int64_t>{3})
+      bad("array 'center' must have shape (3,), it has " + shape_text(c.shape));
+    const auto v = c.to_f64();
+    std::copy(v.begin(), v.end(), g.center.begin());
+  }
+  const std::pair<const char*, double*> scalars[] = {{"halfmassrad_stars", &g.halfmassrad_stars},
+                                                     {"redshift", &g.redshift}};
+  for (const auto& [field, dst] : scalars) {
+    if (!arrays.count(field)) continue;
+    const NpyArray& a = arrays.at(field);
+    if (a.size() != 1 || a.shape.size() > 1) {
+      std::string w = "array ";
+      w += quoted(field);
+      w += " must be a scalar, its shape is ";
+      w += shape_text(a.shape);
+      bad(w);
+    }
+    *dst = a.to_f64()[0];
+  }
+  return g;
+}
+
+// ---- writing ----
+
+void write_attr_string(const H5File& f, hid_t obj, const char* name, const std::string& value) {
+  Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  Id attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const char* s = value.c_str();
+  if (!attr.ok() || H5Awrite(attr.get(), type.get(), &s) < 0)
+    f.bad(std::string("cannot write attribute ") + name, true);
+}
+
+template <class T>
+void write_dataset(const H5File& f, const std::string& name, const std::vector<hsize_t>& dims, const T* data,
+                   const char* unit) {
+  const hid_t type = std::is_same_v<T, float> ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
+  const hid_t mem = std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+  Id space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+           H5Sclose);
+  Id d(H5Dcreate2(f.id(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  if (!d.ok()) f.bad("cannot create dataset " + quoted("/" + name), true);
+  hsize_t count = 1;
+  for (auto x : dims) count *= x;
+  if (count > 0 && H5Dwrite(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    f.bad("cannot write dataset " + quoted("/" + name), true);
+  if (unit) write_attr_string(f, d.get(), "unit", unit);
+}
+
+Id make_group(const H5File& f, const char* name) {
+  Id g(H5Gcreate2(f.id(), name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  if (!g.ok()) f.bad(std::string("cannot create group ") + name, true);
+  return g;
+}
+
+bool starts_with_bytes(const std::string& path, const char* magic, std::size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(n, '\0');
+  return in.read(head.data(), static_cast<std::streamsize>(n)) && std::memcmp(head.data(), magic, n) == 0;
+}
+
+}  // namespace
+
+GalaxyData read_galaxy(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    fail("ifu galaxy", path, std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
+  // HDF5 files start with this signature (at offset 0 unless a user block precedes it).
+  if (starts_with_bytes(path, "\x89HDF\r\n\x1a\n", 8)) return read_galaxy_h5(path);
+  if (starts_with_bytes(path, "PK", 2)) return read_galaxy_npz(path);
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf") return read_galaxy_h5(path);  // e.g. with a user block
+  fail("ifu galaxy", path, "neither an HDF5 file (Rubix's rubix_galaxy.h5 layout) nor a .npz archive");
+}
+
+void write_galaxy_h5(const std::string& path, const GalaxyData& g) {
+  auto check = [&](const std::vector<float>& v, const char* name, std::int64_t per) {
+    if (static_cast<std::int64_t>(v.size()) != g.n * per) {
+      std::string w = name;
+      w += " holds ";
+      w += std::to_string(v.size());
+      w += " values, expected ";
+      w += std::to_string(g.n * per);
+      w += " for n = ";
+      w += std::to_string(g.n);
+      fail("ifu galaxy", path, w);
+    }
+  };
+  if (g.n < 0) fail("ifu galaxy", path, "negative particle count");
+  check(g.coords, "coords", 3);
+  check(g.velocity, "velocity", 3);
+  check(g.mass, "mass", 1);
+  check(g.age, "age", 1);
+  check(g.metallicity, "metallicity", 1);
+
+  QuietHdf5 quiet;
+  const H5File f(path, "ifu galaxy", true);
+  const Id meta = make_group(f, "meta");
+  for (const char* group : {"galaxy", "particles", "particles/stars"}) make_group(f, group);
+  const auto n = static_cast<hsize_t>(g.n);
+  write_dataset<double>(f, "galaxy/center", {3}, g.center.data(), "kpc");
+  write_dataset<double>(f, "galaxy/halfmassrad_stars", {}, &g.halfmassrad_stars, "kpc");
+  write_dataset<double>(f, "galaxy/redshift", {}, &g.redshift, "");
+  write_dataset<float>(f, "particles/stars/coords", {n, 3}, g.coords.data(), "kpc");
+  write_dataset<float>(f, "particles/stars/velocity", {n, 3}, g.velocity.data(), "km/s");
+  write_dataset<float>(f, "particles/stars/mass", {n}, g.mass.data(), "Msun");
+  write_dataset<float>(f, "particles/stars/age", {n}, g.age.data(), "Gyr");
+  write_dataset<float>(f, "particles/stars/metallicity", {n}, g.metallicity.data(), "");
+  // Provenance, on the free-form meta group (nothing reads it).
+  write_attr_string(f, meta.get(), "created_by", std::string("tessera ifu ") + kVersion);
+}
+
+namespace detail {
+
+std::vector<H5Numbers> read_h5_numbers(const std::string& path, const std::vector<std::string>& datasets,
+                                       const char* ctx) {
+  QuietHdf5 quiet;
+  const H5File f(path, ctx, false);
+  std::vector<H5Numbers> out;
+  for (const auto& name : datasets) {
+    const Id d = f.open_dataset(name);
+    H5Numbers a;
+    a.shape = f.numeric_shape(d, name);
+    std::int64_t count = 1;
+    for (auto s : a.shape) count *= s;
+    a.values = f.read<double>(d, name, count);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+void write_h5_numbers(const std::string& path, const std::vector<std::pair<std::string, H5Numbers>>& datasets,
+                      const char* ctx) {
+  QuietHdf5 quiet;
+  const H5File f(path, ctx, true);
+  for (const auto& [name, a] : datasets) {
+    std::vector<hsize_t> dims(a.shape.begin(), a.shape.end());
+    std::int64_t count = 1;
+    for (auto s : a.shape) count *= s;
+    if (static_cast<std::int64_t>(a.values.size()) != count) {
+      std::string w = quoted(name);
+      w += " has ";
+      w += std::to_string(a.values.size());
+      w += " values for shape ";
+      w += shape_text(a.shape);
+      f.bad(w);
+    }
+    write_dataset<double>(f, name, dims, a.values.data(), nullptr);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace tessera::ifu

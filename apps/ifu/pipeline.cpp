@@ -328,7 +328,10 @@ Cube Pipeline::run(const Particles& p) const {
   // positive spaxel totals; one normal draw per cube element from a
   // counter-based key, so the noise is the same on every mesh.
   if (cfg_.noise && std::isfinite(cfg_.signal_to_noise)) {
-    const Array total = sum(cube, {2});
+    // Each spaxel's total, summed exactly: the wavelength dim is sharded, and
+    // a float sum of its parts would round differently on every mesh.
+    const double peak = std::max(max(abs(cube)).item<double>(), 1e-290);
+    const Array total = exact_total(sum(exact_limbs(cube, peak), {3}), DType::f32);
     const Array bright = greater(total, 0.0f);
     Array med = median(total, {}, {.where = bright, .keepdims = false});
     med = where(isnan(med), 0.0f, med);

@@ -1,0 +1,69 @@
+// Star particles of one galaxy: the Rubix HDF5 galaxy file, or a .npz archive.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::ifu {
+
+/// The galaxy in canonical units: kpc, km/s, Msun, Gyr, mass fraction Z.
+struct GalaxyData {
+  std::array<double, 3> center{0, 0, 0};  // kpc
+  double halfmassrad_stars = 0;           // kpc (0 when absent)
+  double redshift = 0;                    // of the snapshot; the pipeline observes at galaxy.dist_z instead
+  std::int64_t n = 0;                     // number of star particles
+  std::vector<float> coords;              // n x 3 row-major, kpc
+  std::vector<float> velocity;            // n x 3, km/s
+  std::vector<float> mass;                // Msun
+  std::vector<float> age;                 // Gyr
+  std::vector<float> metallicity;         // mass fraction Z
+};
+
+/// Reads a galaxy (the format is told by the file's signature, whatever its extension):
+///  * HDF5, the Rubix layout: /galaxy/center (3,), /galaxy/halfmassrad_stars ()
+///    and /galaxy/redshift () (both optional here), /particles/stars/{coords (n,3),
+///    velocity (n,3), mass, age, metallicity (n,)}. Any integer or float storage
+///    type is converted. A dataset's string attribute `unit` is honoured: lengths
+///    in kpc, pc, Mpc, m, km, cm; velocities in km/s, m/s, cm/s; masses in Msun
+///    (Msol, solMass, M_sun), kg, g; ages in Gyr, Myr, kyr, yr; metallicity and
+///    redshift dimensionless ("" or "dimensionless"); a leading scale factor
+///    ("1e10 Msun") is allowed. Comoving or h-scaled units and unknown units are an
+///    InputError naming the dataset; a missing attribute means the canonical unit.
+///    (Rubix 0.0.5 itself reads the attribute but never converts: the files it
+///    writes always hold the canonical units.)
+///  * .npz (np.savez / np.savez_compressed): arrays coords, velocity, mass, age,
+///    metallicity and optional center, halfmassrad_stars, redshift, all in the
+///    canonical units; other arrays are ignored.
+/// Missing datasets, shape mismatches and empty galaxies are InputErrors.
+GalaxyData read_galaxy(const std::string& path);
+
+/// Writes the Rubix layout (overwrites), float64 galaxy scalars and float32
+/// particle arrays, each with its `unit` attribute as a variable-length UTF-8
+/// string (what h5py writes), so rubix.utils.load_galaxy_data reads it.
+void write_galaxy_h5(const std::string& path, const GalaxyData& g);
+
+namespace detail {
+
+/// A numeric HDF5 dataset read whole as double.
+struct H5Numbers {
+  std::vector<std::int64_t> shape;
+  std::vector<double> values;
+};
+
+/// Reads the named datasets (paths inside the file) of an HDF5 file, one
+/// H5Dread each. A missing dataset or one of a non-numeric type is an
+/// InputError starting with "[ctx] path: ".
+std::vector<H5Numbers> read_h5_numbers(const std::string& path, const std::vector<std::string>& datasets,
+                                       const char* ctx);
+
+/// Creates (overwrites) an HDF5 file holding the given float64 datasets at the
+/// file's root.
+void write_h5_numbers(const std::string& path, const std::vector<std::pair<std::string, H5Numbers>>& datasets,
+                      const char* ctx);
+
+}  // namespace detail
+
+}  // namespace tessera::ifu
