@@ -191,8 +191,13 @@ Cube Pipeline::run(const Particles& p) const {
         throw InputError(text);
       }
   }
-  const Array offset = subtract(p.coords, center);
-  const Array radius = sqrt(sum(multiply(offset, offset), {1}));
+  // Distances from the center, compiled: the chain runs as one loop, with
+  // no (n, 3) temporaries.
+  static const auto distance = jit([](const Array& coords, const Array& c) {
+    const Array d = subtract(coords, c);
+    return sqrt(sum(multiply(d, d), {1}));
+  });
+  const Array radius = distance(p.coords, center);
   const Array near = less(radius, 10.0f);
   const Array vsys = median(p.velocity, {0}, {.where = broadcast_to(expand_dims(near, 1), {p.n, 3}), .keepdims = false});
   Cube out;
@@ -212,7 +217,7 @@ Cube Pipeline::run(const Particles& p) const {
                        "which the galaxy file does not give");
     const Array inside = less_equal(radius, static_cast<float>(p.halfmassrad));
     const Array m = astype(where(inside, p.mass, 0.0f), DType::f64);
-    const Array d = astype(offset, DType::f64);
+    const Array d = astype(subtract(p.coords, center), DType::f64);
     // Terms m x_i x_j, bounded by max(m) * max |x|^2.
     const double mmax = max(abs(p.mass)).item<double>();
     const double bound = std::max(mmax * p.halfmassrad * p.halfmassrad * 4.0, 1e-300);
