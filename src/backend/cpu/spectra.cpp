@@ -76,6 +76,7 @@ std::int64_t load_id(const void* p, DType dt, std::int64_t i) {
 }
 
 /// dst[0..n) = src[off .. off+n) as doubles.
+TESSERA_SPECTRA_CLONES
 void load_row(const void* src, DType dt, std::int64_t off, std::int64_t n, double* dst) {
   if (dt == DType::f32) {
     const float* s = static_cast<const float*>(src) + off;
@@ -87,14 +88,55 @@ void load_row(const void* src, DType dt, std::int64_t off, std::int64_t n, doubl
   }
 }
 
-/// p[j] = jnp.interp(t[j], w, s) for increasing t and w (K >= 1), marching
-/// through both: the cell of t[j] is the i in [1, K-1] with
-/// w[i-1] <= t[j] < w[i] (searchsorted right, clipped), as jnp.interp.
-/// Returns sum_{j>=1} p[j] * dt[j]; *pmax gets a bound on |p| (the largest
-/// |s| at the ends of the cells used: p lies between them).
+/// w[k] = base[k] * scale, and the flux inside [tlo, thi]:
+/// sum_{k>=1} s[k] (w[k] - w[k-1]) [tlo <= w[k] <= thi], in four running
+/// sums (a fixed order).
 TESSERA_SPECTRA_CLONES
-double interp_row(const double* t, const double* dt, std::int64_t T, const double* w, const double* s, std::int64_t K,
-                  double* p, double* pmax) {
+double scale_and_integrate(const double* base, double scale, const double* s, std::int64_t K, double tlo, double thi,
+                           double* w) {
+  for (std::int64_t k = 0; k < K; ++k) w[k] = base[k] * scale;
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  std::int64_t k = 1;
+  for (; k + 4 <= K; k += 4)
+    for (int u = 0; u < 4; ++u) {
+      const double wk = w[k + u];
+      acc[u] += (wk >= tlo && wk <= thi) ? s[k + u] * (wk - w[k + u - 1]) : 0.0;
+    }
+  for (; k < K; ++k) acc[0] += (w[k] >= tlo && w[k] <= thi) ? s[k] * (w[k] - w[k - 1]) : 0.0;
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/// The target grid with what finds a value's place in it fast: for a
+/// (nearly) uniform grid, (v - t0) * inv_h guesses the index and a check or
+/// two fixes it, so a row's cell boundaries cost no mispredicted branches.
+struct TargetGrid {
+  const double* t;
+  std::int64_t T;
+  double t0, inv_h;
+  /// The first j >= lo with t[j] >= v (strict = true) or t[j] > v (false).
+  std::int64_t first_at_or_above(double v, std::int64_t lo, bool strict) const {
+    const double g = (v - t0) * inv_h;
+    std::int64_t j = g <= 0.0 ? 0 : g >= static_cast<double>(T) ? T : static_cast<std::int64_t>(std::ceil(g));
+    j = std::max(j, lo);
+    auto below = [&](std::int64_t q) { return strict ? t[q] < v : t[q] <= v; };
+    while (j > lo && !below(j - 1)) --j;
+    while (j < T && below(j)) ++j;
+    return j;
+  }
+};
+
+/// p[j] = jnp.interp(t[j], w, s) for increasing t and w (K >= 1): the cell of
+/// t[j] is the i in [1, K-1] with w[i-1] <= t[j] < w[i] (searchsorted right,
+/// clipped), as jnp.interp. Cell by cell, each cell's targets 16 at a time (p
+/// has 16 spare entries at the end: a cell may write past its last target,
+/// the next cell overwrites them). Returns sum_{j>=1} p[j] * dt[j]; *pmax
+/// gets a bound on |p| (the largest |s| at the ends of the cells used: p
+/// lies between them).
+TESSERA_SPECTRA_CLONES
+double interp_row(const TargetGrid& tg, const double* dt, const double* w, const double* s, std::int64_t K, double* p,
+                  double* pmax) {
+  const double* t = tg.t;
+  const std::int64_t T = tg.T;
   std::int64_t j = 0;
   double big = 0.0;
   if (K == 1) {
@@ -102,27 +144,22 @@ double interp_row(const double* t, const double* dt, std::int64_t T, const doubl
     big = std::abs(s[0]);
   } else {
     // Below the grid: the first value.
-    while (j < T && t[j] < w[0]) p[j++] = s[0];
+    j = tg.first_at_or_above(w[0], 0, true);
+    for (std::int64_t q = 0; q < j; ++q) p[q] = s[0];
     if (j > 0) big = std::abs(s[0]);
-    for (std::int64_t i = 1; i < K && j < T; ++i) {
+    // The first cell with targets: w[i] > t[j].
+    std::int64_t i = j < T ? std::upper_bound(w, w + K, t[j]) - w : K;
+    i = std::max<std::int64_t>(i, 1);
+    for (; i < K && j < T; ++i) {
       // Targets in [w[i-1], w[i]) (the last cell also takes t == w[K-1]).
-      const double hi = w[i];
-      std::int64_t j1 = j;
-      if (i < K - 1) {
-        while (j1 < T && t[j1] < hi) ++j1;
-      } else {
-        while (j1 < T && t[j1] <= hi) ++j1;
-      }
+      const std::int64_t j1 = tg.first_at_or_above(w[i], j, i < K - 1);
       if (j1 == j) continue;
       const double w0 = w[i - 1], s0 = s[i - 1];
-      const double dx = hi - w0;
+      const double dx = w[i] - w0;
       big = std::max(big, std::max(std::abs(s0), std::abs(s[i])));
-      if (std::abs(dx) <= 0.0) {
-        for (std::int64_t q = j; q < j1; ++q) p[q] = s0;
-      } else {
-        const double slope = (s[i] - s0) / dx;
-        for (std::int64_t q = j; q < j1; ++q) p[q] = s0 + (t[q] - w0) * slope;
-      }
+      const double slope = std::abs(dx) <= 0.0 ? 0.0 : (s[i] - s0) / dx;
+      for (std::int64_t q = j; q < j1; q += 16)
+        for (int u = 0; u < 16; ++u) p[q + u] = s0 + (t[q + u] - w0) * slope;
       j = j1;
     }
     // Above the grid: the last value.
@@ -175,8 +212,10 @@ std::string resample_accumulate(const ResampleArgs& a) {
   if (n == 0 || T == 0 || S == 0 || K == 0) return {};
   const ExactLimbs limbs(a.max_abs);
 
-  std::vector<double> t(static_cast<std::size_t>(T)), dt(static_cast<std::size_t>(T), 0.0);
+  // 16 spare entries: interp_row's cells write targets 16 at a time.
+  std::vector<double> t(static_cast<std::size_t>(T) + 16), dt(static_cast<std::size_t>(T), 0.0);
   load_row(a.target, a.target_dt, 0, T, t.data());
+  for (std::int64_t j = T; j < T + 16; ++j) t[j] = t[T - 1];
   for (std::int64_t j = 1; j < T; ++j) dt[j] = t[j] - t[j - 1];
   const double tlo = t[0], thi = t[T - 1];
 
@@ -204,7 +243,8 @@ std::string resample_accumulate(const ResampleArgs& a) {
   }
 
   std::vector<double> base(static_cast<std::size_t>(K)), w(static_cast<std::size_t>(K)), s(static_cast<std::size_t>(K)),
-      p(static_cast<std::size_t>(T));
+      p(static_cast<std::size_t>(T) + 16);
+  const TargetGrid grid{t.data(), T, t[0], T > 1 && t[T - 1] > t[0] ? static_cast<double>(T - 1) / (t[T - 1] - t[0]) : 0.0};
   if (!a.wave_per_row) load_row(a.wave, a.wave_dt, 0, K, base.data());
   double* out0 = a.out;
   double* out1 = a.out + S * T;
@@ -213,13 +253,10 @@ std::string resample_accumulate(const ResampleArgs& a) {
     const double weight = a.weights ? load(a.weights, a.weights_dt, i) : 1.0;
     if (a.wave_per_row) load_row(a.wave, a.wave_dt, i * K, K, base.data());
     const double scale = a.scale ? load(a.scale, a.scale_dt, i) : 1.0;
-    for (std::int64_t k = 0; k < K; ++k) w[k] = base[k] * scale;
     load_row(a.flux, a.flux_dt, i * K, K, s.data());
-    double lin = 0.0;
-    for (std::int64_t k = 1; k < K; ++k)
-      if (w[k] >= tlo && w[k] <= thi) lin += s[k] * (w[k] - w[k - 1]);
+    const double lin = scale_and_integrate(base.data(), scale, s.data(), K, tlo, thi, w.data());
     double pmax = 0.0;
-    const double lout = interp_row(t.data(), dt.data(), T, w.data(), s.data(), K, p.data(), &pmax);
+    const double lout = interp_row(grid, dt.data(), w.data(), s.data(), K, p.data(), &pmax);
     double ratio = lin / lout;
     if (std::isnan(ratio) || lout == 0.0) ratio = 0.0;
     const double f = weight * ratio;
