@@ -39,39 +39,9 @@ double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-// The config `tessera ifu` runs without --config: Rubix's reference setup
-// (MUSE at z = 0.1, Euler rotation, Gaussian PSF and LSF, noise off).
-constexpr const char* kDefaultConfig = R"(pipeline:
-  name: calc_ifu
-simulation:
-  name: NIHAO
-telescope:
-  name: MUSE
-  psf:
-    name: gaussian
-    size: 5
-    sigma: 0.6
-  lsf:
-    sigma: 0.5
-  noise:
-    signal_to_noise: .inf
-    noise_distribution: normal
-cosmology:
-  name: PLANCK15
-galaxy:
-  dist_z: 0.1
-  rotation:
-    alpha: 60.0
-    beta: 20.0
-    gamma: 30.0
-ssp:
-  template:
-    name: BruzualCharlot2003
-  method: cubic
-)";
 
 ifu::Config load(const std::string& path) {
-  if (path.empty()) return ifu::parse_config(kDefaultConfig, "built-in default config");
+  if (path.empty()) return ifu::parse_config(ifu::default_config_yaml(), "built-in default config");
   return ifu::load_config(path);
 }
 

@@ -501,6 +501,37 @@ void read_ssp(const Section& s, Config& c) {
 
 }  // namespace
 
+const char* default_config_yaml() {
+  return R"(pipeline:
+  name: calc_ifu
+simulation:
+  name: NIHAO
+telescope:
+  name: MUSE
+  psf:
+    name: gaussian
+    size: 5
+    sigma: 0.6
+  lsf:
+    sigma: 0.5
+  noise:
+    signal_to_noise: .inf
+    noise_distribution: normal
+cosmology:
+  name: PLANCK15
+galaxy:
+  dist_z: 0.1
+  rotation:
+    alpha: 60.0
+    beta: 20.0
+    gamma: 30.0
+ssp:
+  template:
+    name: BruzualCharlot2003
+  method: cubic
+)";
+}
+
 Config parse_config(const std::string& yaml_text, const std::string& source) {
   Config c;
   c.source = source;

@@ -60,6 +60,12 @@ struct Config {
   std::string log_level = "WARNING";  // upper-cased Python logging level name
 };
 
+/// The config `tessera ifu` runs without one: Rubix's reference setup (MUSE
+/// at z = 0.1, PLANCK15, Euler rotation (60, 20, 30), Gaussian PSF 5x5 with
+/// sigma 0.6 spaxel, LSF sigma 0.5 Angstrom, noise off (S/N = inf), BC03
+/// templates, cubic lookup), as YAML text.
+const char* default_config_yaml();
+
 /// Reads and validates the config file at `path`; relative output_path is
 /// resolved against the file's folder.
 Config load_config(const std::string& path);

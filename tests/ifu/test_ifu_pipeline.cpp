@@ -23,30 +23,8 @@ using ts::testing::expect_error;
 
 namespace {
 
-constexpr const char* kConfig = R"(pipeline:
-  name: calc_ifu
-telescope:
-  name: MUSE
-  psf:
-    name: gaussian
-    size: 5
-    sigma: 0.6
-  lsf:
-    sigma: 0.5
-  noise:
-    signal_to_noise: .inf
-    noise_distribution: normal
-galaxy:
-  dist_z: 0.1
-  rotation:
-    alpha: 60.0
-    beta: 20.0
-    gamma: 30.0
-ssp:
-  template:
-    name: BruzualCharlot2003
-  method: cubic
-)";
+// Rubix's reference setup (PSF, LSF, noise off).
+const std::string kConfig = ifu::default_config_yaml();
 
 ifu::Config config(const std::string& extra_noise = ".inf") {
   std::string text = kConfig;
@@ -303,7 +281,7 @@ TEST(IfuPipeline, VelocityMapShowsTheRotation) {
 
 TEST(IfuPipeline, InertiaTensorAlignmentIsBitwiseAcrossDevices) {
   std::string text = kConfig;
-  text.replace(text.find("pipeline:"), 0, "simulation:\n  name: IllustrisTNG\n");
+  text.replace(text.find("NIHAO"), 5, "IllustrisTNG");
   const ifu::Config cfg = ifu::parse_config(text, "tng config");
   const ifu::SspGrid ssp = ifu::generate_ssp_grid(3, 8, 40);
   ifu::DiskOptions d;
@@ -341,7 +319,7 @@ TEST(IfuPipeline, Errors) {
   for (std::int64_t i = 0; i < sparse.n; ++i) sparse.coords[3 * i] = static_cast<float>(sparse.center[0] + (i % 2 ? 20 : -20));
   expect_error<ifu::InputError>([&] { run(cfg, ssp, sparse, 2); }, "[ifu]", {"within 10 kpc"});
   std::string text = kConfig;
-  text.replace(text.find("pipeline:"), 0, "simulation:\n  name: IllustrisTNG\n");
+  text.replace(text.find("NIHAO"), 5, "IllustrisTNG");
   ifu::GalaxyData nohalf = g;
   nohalf.halfmassrad_stars = 0;
   expect_error<ifu::InputError>([&] { run(ifu::parse_config(text, "tng"), ssp, nohalf, 1); }, "[ifu]",
