@@ -1,6 +1,8 @@
 // Errors of the IFU application.
 #pragma once
 
+#include <string>
+
 #include "tessera/error.hpp"
 
 namespace tessera::ifu {
@@ -12,5 +14,16 @@ class InputError : public tessera::Error {
  public:
   using Error::Error;
 };
+
+/// Raises InputError "[ctx] path: what".
+[[noreturn]] inline void fail_input(const char* ctx, const std::string& path, const std::string& what) {
+  std::string msg = "[";
+  msg += ctx;
+  msg += "] ";
+  msg += path;
+  msg += ": ";
+  msg += what;
+  throw InputError(msg);
+}
 
 }  // namespace tessera::ifu

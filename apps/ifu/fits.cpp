@@ -24,13 +24,7 @@ namespace tessera::ifu {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  std::string msg = "[ifu fits] ";
-  msg += path;
-  msg += ": ";
-  msg += what;
-  throw InputError(msg);
-}
+[[noreturn]] void fail(const std::string& path, const std::string& what) { fail_input("ifu fits", path, what); }
 
 // cfitsio's status text and its message stack, then clears the stack.
 [[noreturn]] void cfitsio_fail(const std::string& path, const char* doing, int status) {

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "ifu/errors.hpp"
+#include "tessera/sharding.hpp"
 #include "ifu/npy.hpp"
 #include "tessera/version.hpp"
 
@@ -22,13 +23,7 @@ namespace tessera::ifu {
 namespace {
 
 [[noreturn]] void fail(const char* ctx, const std::string& path, const std::string& what) {
-  std::string msg = "[";
-  msg += ctx;
-  msg += "] ";
-  msg += path;
-  msg += ": ";
-  msg += what;
-  throw InputError(msg);
+  fail_input(ctx, path, what);
 }
 
 std::string quoted(const std::string& s) {
@@ -339,16 +334,7 @@ double unit_factor(const H5File& f, const std::string& dataset, const std::strin
   return reject(w);
 }
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string t = "(";
-  for (std::size_t k = 0; k < s.size(); ++k) {
-    if (k) t += ", ";
-    t += std::to_string(s[k]);
-  }
-  if (s.size() == 1) t += ",";
-  t += ")";
-  return t;
-}
+std::string shape_text(const std::vector<std::int64_t>& s) { return tessera::shape_str(s); }
 
 // One dataset read in canonical units, as float (particles) or double (galaxy).
 template <class T>

@@ -30,13 +30,7 @@ namespace tessera::ifu {
 namespace {
 
 [[noreturn]] void fail(const char* ctx, const std::string& path, const std::string& what) {
-  std::string msg = "[";
-  msg += ctx;
-  msg += "] ";
-  msg += path;
-  msg += ": ";
-  msg += what;
-  throw InputError(msg);
+  fail_input(ctx, path, what);
 }
 
 std::vector<char> read_file(const char* ctx, const std::string& path) {

@@ -4,30 +4,16 @@
 #include <cmath>
 
 #include "ifu/errors.hpp"
+#include "tessera/sharding.hpp"
 #include "ifu/galaxy_io.hpp"
 
 namespace tessera::ifu {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  std::string msg = "[ifu ssp] ";
-  msg += path;
-  msg += ": ";
-  msg += what;
-  throw InputError(msg);
-}
+[[noreturn]] void fail(const std::string& path, const std::string& what) { fail_input("ifu ssp", path, what); }
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string t = "(";
-  for (std::size_t k = 0; k < s.size(); ++k) {
-    if (k) t += ", ";
-    t += std::to_string(s[k]);
-  }
-  if (s.size() == 1) t += ",";
-  t += ")";
-  return t;
-}
+std::string shape_text(const std::vector<std::int64_t>& s) { return tessera::shape_str(s); }
 
 // An interpolation axis: at least 2 finite values, strictly increasing.
 void check_axis(const std::string& path, const char* name, const std::vector<double>& v) {
