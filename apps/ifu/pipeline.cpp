@@ -271,9 +271,11 @@ Cube Pipeline::run(const Particles& p) const {
       const Array pix = add(bin(x), multiply(bin(y), static_cast<int>(nb)));
       const Array spectra = interp2d(z, log_age, z_grid_, age_grid_, flux_grid_, lookup);
       const Array doppler = exp(divide(vz, static_cast<float>(kSpeedOfLight)));
-      const Array part = resample_accumulate(spectra, wave_rest_, target_, pix, nb * nb, max_abs,
-                                             {.weights = m, .wave_scale = doppler});
-      acc = acc.valid() ? add(acc, part) : part;
+      // Into the device's accumulator in the same pass (init): no per-chunk
+      // partial cube, no add.
+      ResampleOptions ro{.weights = m, .wave_scale = doppler};
+      if (acc.valid()) ro.init = acc;
+      acc = resample_accumulate(spectra, wave_rest_, target_, pix, nb * nb, max_abs, ro);
       // The velocity map's sums, exact too: sum m v_z and sum m per spaxel.
       const Array mvz = segment_sum(transpose(exact_limbs(multiply(m, vz), mv_abs)), pix, nb * nb);
       const Array mm = segment_sum(transpose(exact_limbs(m, std::max(mass_max, 1e-290))), pix, nb * nb);

@@ -26,10 +26,15 @@ namespace tessera {
 struct ResampleOptions {
   /// (n,): each row's resampled spectrum is multiplied by its weight (a
   /// star particle's mass).
-  std::optional<Array> weights;
+  std::optional<Array> weights = std::nullopt;
   /// (n,): row i's wavelengths are wave * wave_scale[i] (a Doppler factor,
   /// e.g. exp(v/c)).
-  std::optional<Array> wave_scale;
+  std::optional<Array> wave_scale = std::nullopt;
+  /// An exact accumulator (3, num_segments, T) built with the same max_abs:
+  /// the result is init plus the rows (one pass, no separate add: what a
+  /// loop over chunks of rows wants). The rows must then not be sharded
+  /// (inside a shard_map body, or replicated), so that init is counted once.
+  std::optional<Array> init = std::nullopt;
 };
 
 /// Resamples n spectra onto `target` conserving flux and sums them per

@@ -86,8 +86,31 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
     if (a.dtype() == DType::bool_) throw DTypeError(msg(op, std::string(name) + " must be numeric, got bool"));
     args.push_back(a);
   }
+  if (opt.init) {
+    const Array& init = *opt.init;
+    detail::check_operand(init, op, "init");
+    detail::check_same_mesh({&flux, &init}, op);
+    const Shape want{3, num_segments, target.shape()[0]};
+    if (init.shape() != want || init.dtype() != DType::f64) {
+      std::string text = "init must be an exact accumulator f64";
+      text += shape_str(want);
+      text += ", got ";
+      text += detail::describe(init);
+      throw ShapeError(msg(op, text));
+    }
+    for (const Array* rows : {&flux, &segment_ids}) {
+      const auto& entries = rows->sharding().spec().entries();
+      if (!entries.empty() && !entries[0].axes().empty()) {
+        std::string text = "init needs the rows unsharded (inside a shard_map body, or replicated), so that it is "
+                           "counted once; got ";
+        text += detail::describe(*rows);
+        throw ShardingError(msg(op, text));
+      }
+    }
+    args.push_back(init);
+  }
   return detail::bind1(detail::make_resample_accumulate(num_segments, max_abs, opt.weights.has_value(),
-                                                        opt.wave_scale.has_value()),
+                                                        opt.wave_scale.has_value(), opt.init.has_value()),
                        std::move(args));
 }
 

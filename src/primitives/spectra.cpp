@@ -20,8 +20,12 @@ int add_factor(ShardingRule& r, std::int64_t size, FactorKind kind) {
 
 class ResampleAccumulate final : public Primitive {
  public:
-  ResampleAccumulate(std::int64_t num_segments, double max_abs, bool has_weights, bool has_scale)
-      : num_segments_(num_segments), max_abs_(max_abs), has_weights_(has_weights), has_scale_(has_scale) {}
+  ResampleAccumulate(std::int64_t num_segments, double max_abs, bool has_weights, bool has_scale, bool has_init)
+      : num_segments_(num_segments),
+        max_abs_(max_abs),
+        has_weights_(has_weights),
+        has_scale_(has_scale),
+        has_init_(has_init) {}
   std::string_view name() const override { return "resample_accumulate"; }
   std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
     return {TypeInfo{{3, num_segments_, in[2].shape[0]}, DType::f64}};
@@ -37,6 +41,7 @@ class ResampleAccumulate final : public Primitive {
                   {tgt}, {rows}};
     if (has_weights_) r.operands.push_back({rows});
     if (has_scale_) r.operands.push_back({rows});
+    if (has_init_) r.operands.push_back({limb, seg, tgt});
     r.results = {{limb, seg, tgt}};
     return r;
   }
@@ -49,6 +54,7 @@ class ResampleAccumulate final : public Primitive {
     std::string s = buf;
     if (has_weights_) s += " weights";
     if (has_scale_) s += " wave_scale";
+    if (has_init_) s += " init";
     return s;
   }
   void eval_cpu(const LocalArgs& in, LocalOuts& out) const override {
@@ -68,7 +74,8 @@ class ResampleAccumulate final : public Primitive {
     a.seg_dt = in[3].dtype;
     std::size_t k = 4;
     if (has_weights_) a.weights = in[k].data, a.weights_dt = in[k].dtype, ++k;
-    if (has_scale_) a.scale = in[k].data, a.scale_dt = in[k].dtype;
+    if (has_scale_) a.scale = in[k].data, a.scale_dt = in[k].dtype, ++k;
+    if (has_init_) a.init = static_cast<const double*>(in[k].data);
     a.max_abs = max_abs_;
     a.out = static_cast<double*>(out[0].data);
     const std::string err = cpu::resample_accumulate(a);
@@ -78,13 +85,14 @@ class ResampleAccumulate final : public Primitive {
  private:
   std::int64_t num_segments_;
   double max_abs_;
-  bool has_weights_, has_scale_;
+  bool has_weights_, has_scale_, has_init_;
 };
 
 }  // namespace
 
-PrimitivePtr make_resample_accumulate(std::int64_t num_segments, double max_abs, bool has_weights, bool has_scale) {
-  return std::make_shared<ResampleAccumulate>(num_segments, max_abs, has_weights, has_scale);
+PrimitivePtr make_resample_accumulate(std::int64_t num_segments, double max_abs, bool has_weights, bool has_scale,
+                                      bool has_init) {
+  return std::make_shared<ResampleAccumulate>(num_segments, max_abs, has_weights, has_scale, has_init);
 }
 
 }  // namespace tessera::detail

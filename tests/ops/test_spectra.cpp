@@ -166,6 +166,49 @@ TEST(ResampleAccumulate, OrderAndChunksDoNotChangeBits) {
     sum = sum.valid() ? ts::add(sum, acc) : acc;
   }
   EXPECT_EQ(sum.to_vector<double>(), whole.to_vector<double>());
+  // The same chunks, each added into the accumulator in its pass (init).
+  ts::Array acc;
+  for (auto [lo, hi] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 40}, {40, 41}, {41, 64}}) {
+    auto rows = [&](const std::vector<double>& v, std::int64_t w) {
+      return std::vector<double>(v.begin() + lo * w, v.begin() + hi * w);
+    };
+    ts::ResampleOptions o{.weights = ts::device_put(rows(c.weights, 1), {hi - lo}, s),
+                          .wave_scale = ts::device_put(rows(c.scale, 1), {hi - lo}, s)};
+    if (acc.valid()) o.init = acc;
+    acc = ts::resample_accumulate(ts::device_put(rows(c.flux, c.K), {hi - lo, c.K}, s), ts::device_put(c.wave, {c.K}, s),
+                                  ts::device_put(c.target, {c.T}, s),
+                                  ts::device_put(std::vector<int>(c.seg.begin() + lo, c.seg.begin() + hi), {hi - lo}, s),
+                                  c.S, 1e6, o);
+  }
+  EXPECT_EQ(acc.to_vector<double>(), whole.to_vector<double>());
+}
+
+TEST(ResampleAccumulate, InitInsideShardMapBodies) {
+  // Each device adds its rows into an accumulator chunk by chunk, then one
+  // psum: bitwise the single-device result.
+  Case c(5, 50);
+  const auto want = run(c, single(), single()).to_vector<double>();
+  const ts::Mesh m = test_meshes()[4];  // 8 devices
+  const ts::NamedSharding rows(m, P("x")), rep(m, P());
+  auto wave = ts::device_put(c.wave, {c.K}, rep);
+  auto target = ts::device_put(c.target, {c.T}, rep);
+  auto body = [&](const ts::Array& flux, const ts::Array& seg, const ts::Array& w, const ts::Array& sc) {
+    const std::int64_t n = flux.shape()[0];
+    ts::Array acc;
+    for (std::int64_t lo = 0; lo < n || lo == 0; lo += 2) {
+      const std::int64_t hi = std::min(n, lo + 2);
+      auto r = [&](const ts::Array& a) { return ts::slice(a, {ts::SliceSpec{lo, hi}}); };
+      ts::ResampleOptions o{.weights = r(w), .wave_scale = r(sc)};
+      if (acc.valid()) o.init = acc;
+      acc = ts::resample_accumulate(r(flux), wave, target, r(seg), c.S, 1e6, o);
+      if (n == 0) break;
+    }
+    return ts::psum(acc, "x");
+  };
+  auto got = ts::shard_map(body, m, std::vector<ts::PartitionSpec>{P("x"), P("x"), P("x"), P("x")}, P())(
+      ts::device_put(c.flux, {c.n, c.K}, rows), ts::device_put(c.seg, {c.n}, rows),
+      ts::device_put(c.weights, {c.n}, rows), ts::device_put(c.scale, {c.n}, rows));
+  EXPECT_EQ(got.to_vector<double>(), want);
 }
 
 TEST(ExactLimbs, SumsAreExactUnderCancellation) {
@@ -230,6 +273,23 @@ TEST(ResampleAccumulate, Errors) {
             .to_vector<double>();
       },
       op, {"contributes 100", "max_abs = 10"});
+  // init: shape, dtype, and rows that are sharded (it would be counted once per device).
+  auto acc = ts::resample_accumulate(f2, w3, t2, id2, 2, 10);
+  expect_error<ts::ShapeError>([&] { ts::resample_accumulate(f2, w3, t2, id2, 3, 10, {.init = acc}); }, op,
+                               {"init must be an exact accumulator f64(3, 3, 2)", "f64[3,2,2]"});
+  {
+    const ts::Mesh m = test_meshes()[1];
+    const ts::NamedSharding rows(m, P("x")), rep(m, P());
+    expect_error<ts::ShardingError>(
+        [&] {
+          ts::resample_accumulate(ts::device_put(std::vector<float>(6, 1.0f), {2, 3}, rows),
+                                  ts::device_put(std::vector<float>{1, 2, 3}, {3}, rep),
+                                  ts::device_put(std::vector<float>{1.5f, 2.5f}, {2}, rep),
+                                  ts::device_put(std::vector<int>{0, 1}, {2}, rows), 2, 10,
+                                  {.init = ts::zeros({3, 2, 2}, ts::DType::f64, rep)});
+        },
+        op, {"init needs the rows unsharded", "f32[2@x,3]"});
+  }
   auto other = ts::NamedSharding(test_meshes()[1], P());
   expect_error<ts::ShardingError>([&] { ts::resample_accumulate(f2, ts::device_put(std::vector<float>{1, 2, 3}, {3}, other), t2, id2, 2, 10); }, op);
   expect_error<ts::ShapeError>([&] { ts::exact_total(f2); }, "[exact_total]", {"exact accumulator"});

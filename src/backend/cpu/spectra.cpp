@@ -208,7 +208,10 @@ std::string too_large(double x, double max_abs) {
 
 std::string resample_accumulate(const ResampleArgs& a) {
   const std::int64_t S = a.S, T = a.T, K = a.K, n = a.n;
-  std::fill_n(a.out, 3 * S * T, 0.0);
+  if (a.init)
+    std::memcpy(a.out, a.init, static_cast<std::size_t>(3 * S * T) * sizeof(double));
+  else
+    std::fill_n(a.out, 3 * S * T, 0.0);
   if (n == 0 || T == 0 || S == 0 || K == 0) return {};
   const ExactLimbs limbs(a.max_abs);
 

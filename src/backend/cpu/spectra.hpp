@@ -34,6 +34,7 @@ struct ResampleArgs {
   const void* seg = nullptr;  // (n,) integer
   DType seg_dt = DType::i32;
   double max_abs = 1.0;
+  const double* init = nullptr;  // (3, S, T) or null: out starts as a copy of it, else zeros
   double* out = nullptr;
 };
 
