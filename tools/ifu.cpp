@@ -62,6 +62,15 @@ std::string find_ssp(const std::string& given) {
   throw ifu::InputError(text);
 }
 
+/// Creates the folder a file is to be written in.
+void make_parent(const std::string& file) {
+  const fs::path dir = fs::path(file).parent_path();
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw ifu::InputError("[ifu] cannot create the folder " + dir.string() + ": " + ec.message());
+}
+
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -145,7 +154,7 @@ int cmd_ifu(const Context& ctx, const IfuOptions& o) {
 
   // FITS cube.
   std::string out_path = o.output.empty() ? "ifu_cube.fits" : o.output;
-  if (fs::path(out_path).has_parent_path()) fs::create_directories(fs::path(out_path).parent_path());
+  make_parent(out_path);
   ifu::CubeWcs wcs;
   wcs.spaxel_arcsec = spaxel;
   wcs.wave0 = pipe.wave0();
@@ -197,6 +206,7 @@ int cmd_ifu(const Context& ctx, const IfuOptions& o) {
   }
   if (!o.json.empty()) {
     std::ofstream js(o.json);
+    if (!js) throw ifu::InputError("[ifu] cannot write " + o.json);
     js << std::setprecision(9) << "{\"particles\": " << num_particles << ", \"devices\": " << devs.size()
        << ", \"in_aperture\": " << cube.in_aperture << ", \"read_s\": " << load_s << ", \"put_s\": " << put_s
        << ", \"first_s\": " << first << ", \"steady_s\": [";
@@ -214,13 +224,13 @@ int cmd_ifu_generate(const IfuGenerateOptions& o) {
   ifu::GalaxyData g = ifu::generate_disk(d);
   std::int64_t moved = 0;
   if (!o.no_nudge) moved = ifu::nudge_off_edges(g, load(o.config));
-  if (fs::path(o.output).has_parent_path()) fs::create_directories(fs::path(o.output).parent_path());
+  make_parent(o.output);
   ifu::write_galaxy_h5(o.output, g);
   std::cout << "wrote " << o.output << ": " << g.n << " star particles (seed " << o.seed << ")";
   if (!o.no_nudge) std::cout << ", " << moved << " moved off spaxel edges";
   std::cout << "\n";
   if (!o.rubix_output.empty()) {
-    if (fs::path(o.rubix_output).has_parent_path()) fs::create_directories(fs::path(o.rubix_output).parent_path());
+    make_parent(o.rubix_output);
     ifu::write_galaxy_h5(o.rubix_output, ifu::with_rubix_ages(g));
     std::cout << "wrote " << o.rubix_output << ": the same with ages as log10(age/yr) for Rubix 0.0.5\n";
   }

@@ -85,6 +85,7 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   demo->add_flag("--small-only", dopt.small_only, "skip the large, timed array");
 
+#ifdef TESSERA_HAVE_IFU
   CLI::App* ifu = app.add_subcommand("ifu", "star particles to a mock IFU datacube (FITS) and quick-look PNGs");
   cli::IfuOptions iopt;
   ifu->add_option("--config", iopt.config, "Rubix user config (YAML); default: MUSE at z = 0.1 with PSF and LSF");
@@ -112,6 +113,7 @@ int run(int argc, char** argv) {
   gen->add_option("--output", gopt.output, "galaxy file to write (ages in Gyr)")->required();
   gen->add_option("--rubix-output", gopt.rubix_output, "also write the galaxy with log10(age/yr) ages, as Rubix 0.0.5 looks them up");
   gen->add_flag("--no-nudge", gopt.no_nudge, "keep particles that lie on spaxel edges where they are");
+#endif
 
   try {
     app.parse(argc, argv);
@@ -123,8 +125,10 @@ int run(int argc, char** argv) {
 
   if (devices->parsed()) return cli::cmd_devices(ctx);
   if (demo->parsed()) return cli::cmd_demo(ctx, dopt);
+#ifdef TESSERA_HAVE_IFU
   if (ifu->parsed()) return cli::cmd_ifu(ctx, iopt);
   if (gen->parsed()) return cli::cmd_ifu_generate(gopt);
+#endif
   return 0;
 }
 

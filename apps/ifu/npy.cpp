@@ -525,6 +525,9 @@ std::map<std::string, NpyArray> read_npz(const std::string& path) {
       raw = z.read_at(data_at, en.csize);
     } else {
       const std::vector<char> packed = z.read_at(data_at, en.csize);
+      // Deflate expands at most ~1032:1; a larger claim is a corrupt header,
+      // not a reason to allocate it.
+      if (en.usize > 1032 * en.csize + 1024) member_bad(en, "claims an uncompressed size its data cannot hold");
       raw.resize(en.usize);
       inflate_into(packed, raw, z, en.name);
     }

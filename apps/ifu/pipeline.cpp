@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "ifu/cosmology.hpp"
@@ -15,6 +16,9 @@ namespace {
 
 constexpr double kSpeedOfLight = 299792.458;  // km/s
 constexpr double kDeg = M_PI / 180.0;
+// The smallest bound an exact accumulator takes (2^-900): any positive bound
+// keeps all-zero terms exact.
+constexpr double kTiny = 0x1p-900;
 
 using Mat3 = std::array<double, 9>;
 
@@ -159,6 +163,26 @@ Pipeline::Pipeline(Config cfg, const SspGrid& ssp, Mesh mesh, PipelineOptions op
 double Pipeline::dwave() const { return telescope(cfg_.telescope).wave_res; }
 
 Particles Pipeline::put(const GalaxyData& g) const {
+  // Sizes and values: a NaN would surface stages later as a puzzle.
+  auto check = [&](const std::vector<float>& v, std::int64_t per, const char* name) {
+    if (static_cast<std::int64_t>(v.size()) != g.n * per) {
+      std::string text = "[ifu] the galaxy has ";
+      text += std::to_string(g.n) + " particles but " + std::to_string(v.size()) + " values of " + name;
+      throw InputError(text);
+    }
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i])) {
+        std::string text = "[ifu] ";
+        text += name;
+        text += " of particle " + std::to_string(i / static_cast<std::size_t>(per)) + " is not finite";
+        throw InputError(text);
+      }
+  };
+  check(g.coords, 3, "coords");
+  check(g.velocity, 3, "velocity");
+  check(g.mass, 1, "mass");
+  check(g.age, 1, "age");
+  check(g.metallicity, 1, "metallicity");
   const NamedSharding rows1(mesh_, P("data")), rows2(mesh_, P("data", none));
   Particles p;
   p.n = g.n;
@@ -204,13 +228,14 @@ Cube Pipeline::run(const Particles& p) const {
   out.particles = p.n;
   const auto vs = vsys.to_vector<double>();
   for (int k = 0; k < 3; ++k) out.systemic_velocity[k] = vs[k];
-  if (std::isnan(vs[0]))
+  if (std::isnan(vs[0]) || std::isnan(vs[1]) || std::isnan(vs[2]))
     throw InputError("[ifu] no star particle lies within 10 kpc of the galaxy center: cannot take the systemic velocity");
 
   // --- Rotation. IllustrisTNG: align with the stellar inertia tensor of the
   // particles within the half-mass radius (summed exactly over all of them),
   // then the Euler rotation.
   Mat3 rot = geo_.rotation;
+  const double mass_max = max(abs(p.mass)).item<double>();
   if (cfg_.simulation == "IllustrisTNG") {
     if (!(p.halfmassrad > 0))
       throw InputError("[ifu] simulation IllustrisTNG aligns with the inertia tensor within /galaxy/halfmassrad_stars, "
@@ -219,8 +244,7 @@ Cube Pipeline::run(const Particles& p) const {
     const Array m = astype(where(inside, p.mass, 0.0f), DType::f64);
     const Array d = astype(subtract(p.coords, center), DType::f64);
     // Terms m x_i x_j, bounded by max(m) * max |x|^2.
-    const double mmax = max(abs(p.mass)).item<double>();
-    const double bound = std::max(mmax * p.halfmassrad * p.halfmassrad * 4.0, 1e-300);
+    const double bound = std::max(mass_max * p.halfmassrad * p.halfmassrad * 4.0, kTiny);
     Mat3 outer{};
     for (int i = 0; i < 3; ++i)
       for (int j = i; j < 3; ++j) {
@@ -239,14 +263,12 @@ Cube Pipeline::run(const Particles& p) const {
   // device's exact partial cube; then one psum.
   const std::int64_t nb = geo_.spaxels;
   const auto e_lo = static_cast<float>(geo_.edges.front()), e_hi = static_cast<float>(geo_.edges.back());
-  const double mass_max = max(abs(p.mass)).item<double>();
   // Terms are mass * (interpolated template, resampled): bicubic overshoot
   // and the flux-conservation factor stay far below 2^10 of the grid's
   // maximum (the kernel refuses a term above the bound, it never wraps).
-  const double max_abs = std::max(mass_max * flux_max_ * 1024.0, 1e-290);
+  const double max_abs = std::max(mass_max * flux_max_ * 1024.0, kTiny);
   const double vmax = max(abs(p.velocity)).item<double>() + std::abs(vs[0]) + std::abs(vs[1]) + std::abs(vs[2]);
-  const double mv_abs = std::max(mass_max * vmax * 2.0, 1e-290);
-  const Array vsys_f = astype(vsys, DType::f32);
+  const double mv_abs = std::max(mass_max * vmax * 2.0, kTiny);
   const std::int64_t chunk = opt_.chunk;
   const auto& progress = opt_.on_progress;
   const Interp2dOptions lookup{.method = cfg_.ssp_method, .fill = 0.0};
@@ -254,10 +276,13 @@ Cube Pipeline::run(const Particles& p) const {
                   const Array& metallicity) {
     const std::int64_t n = coords.shape()[0];
     Array acc, mv, ms, count;
-    for (std::int64_t lo = 0; lo < n || (lo == 0 && n == 0); lo += chunk) {
+    // At least one step, so that a device without particles still gives its
+    // (zero) accumulator to the psum.
+    std::int64_t lo = 0;
+    do {
       const std::int64_t hi = std::min(n, lo + chunk);
       const Array pos = matmul(subtract(rows(coords, lo, hi), center), rmat);
-      const Array vel = matmul(subtract(rows(velocity, lo, hi), vsys_f), rmat);
+      const Array vel = matmul(subtract(rows(velocity, lo, hi), vsys), rmat);
       const Array x = column(pos, 0), y = column(pos, 1), vz = column(vel, 2);
       const Array inside = logical_and(logical_and(greater_equal(x, e_lo), less_equal(x, e_hi)),
                                        logical_and(greater_equal(y, e_lo), less_equal(y, e_hi)));
@@ -278,18 +303,31 @@ Cube Pipeline::run(const Particles& p) const {
       acc = resample_accumulate(spectra, wave_rest_, target_, pix, nb * nb, max_abs, ro);
       // The velocity map's sums, exact too: sum m v_z and sum m per spaxel.
       const Array mvz = segment_sum(transpose(exact_limbs(multiply(m, vz), mv_abs)), pix, nb * nb);
-      const Array mm = segment_sum(transpose(exact_limbs(m, std::max(mass_max, 1e-290))), pix, nb * nb);
+      const Array mm = segment_sum(transpose(exact_limbs(m, std::max(mass_max, kTiny))), pix, nb * nb);
       mv = mv.valid() ? add(mv, mvz) : mvz;
       ms = ms.valid() ? add(ms, mm) : mm;
       const Array c = sum(astype(inside, DType::i64));
       count = count.valid() ? add(count, c) : c;
       if (progress) progress(hi - lo);
-      if (n == 0) break;
-    }
+      lo = hi;
+    } while (lo < n);
     return std::vector<Array>{psum(acc, "data"), psum(mv, "data"), psum(ms, "data"), psum(count, "data")};
   };
-  const auto parts = shard_map(body, mesh_, std::vector<PartitionSpec>{P("data", none), P("data", none), P("data"), P("data"), P("data")},
-                               std::vector<PartitionSpec>{P()})(p.coords, p.velocity, p.mass, p.age, p.metallicity);
+  std::vector<Array> parts;
+  try {
+    parts = shard_map(body, mesh_, std::vector<PartitionSpec>{P("data", none), P("data", none), P("data"), P("data"), P("data")},
+                      std::vector<PartitionSpec>{P()})(p.coords, p.velocity, p.mass, p.age, p.metallicity);
+  } catch (const ValueError& e) {
+    // The bound above is 2^10 x (largest mass x largest template flux); only
+    // a template grid whose bicubic overshoot exceeds that reaches here.
+    std::string text = "[ifu] a particle's spectrum exceeds 1024 x (largest mass x largest template flux), the bound "
+                       "of the exact cube; are the templates in ";
+    text += cfg_.ssp_template;
+    text += " sane? (";
+    text += e.what();
+    text += ")";
+    throw InputError(text);
+  }
   const auto nwave = static_cast<std::int64_t>(geo_.wave.size());
   Array cube = reshape(exact_total(parts[0], DType::f32), {nb, nb, nwave});
   {
@@ -317,8 +355,9 @@ Cube Pipeline::run(const Particles& p) const {
     planes = convolve2d(planes, f32_array(kern, {k, k}, rep));
     cube = transpose(planes, {1, 2, 0});
   }
-  // --- LSF: a normalised Gaussian of 25 taps, 1.25 wavelength bins apart
-  // per tap (Rubix's extend factor 12), along every spaxel's spectrum.
+  // --- LSF: a normalised Gaussian of 25 taps, one wavelength bin apart
+  // (half-width 12 bins: Rubix's extend factor), along every spaxel's
+  // spectrum.
   if (cfg_.lsf) {
     const double step = dwave();
     std::vector<double> kern;
@@ -337,7 +376,7 @@ Cube Pipeline::run(const Particles& p) const {
   if (cfg_.noise && std::isfinite(cfg_.signal_to_noise)) {
     // Each spaxel's total, summed exactly: the wavelength dim is sharded, and
     // a float sum of its parts would round differently on every mesh.
-    const double peak = std::max(max(abs(cube)).item<double>(), 1e-290);
+    const double peak = std::max(max(abs(cube)).item<double>(), kTiny);
     const Array total = exact_total(sum(exact_limbs(cube, peak), {3}), DType::f32);
     const Array bright = greater(total, 0.0f);
     Array med = median(total, {}, {.where = bright, .keepdims = false});

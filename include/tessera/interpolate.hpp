@@ -57,7 +57,7 @@ struct Interp2dOptions {
 ///   is not supported (apply stop_gradient to the inputs).
 ///
 /// Errors: ShapeError for ranks and sizes (x or y not 1-d or with fewer
-/// than 2 points, f not (nx, ny, ...), xq and yq of different shapes), Error
+/// than 2 points, f not (nx, ny, ...), xq and yq of different shapes), ValueError
 /// for an unknown method, ShardingError for operands on different meshes.
 Array interp2d(const Array& xq, const Array& yq, const Array& x, const Array& y, const Array& f,
                const Interp2dOptions& opt = {}, std::source_location loc = std::source_location::current());

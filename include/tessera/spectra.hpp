@@ -63,6 +63,8 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
 /// Splits x into an exact accumulator of its terms: f64 (3, *x.shape), the
 /// limbs of every element for the bound max_abs >= |x|. Summing it along a
 /// dim (sum over axis k+1) is exact and order-independent, under any mesh.
+/// The bound is a precondition, not checked (that would cost a pass over x):
+/// a larger term keeps its limbs but loses the 2^30-term guarantee.
 Array exact_limbs(const Array& x, double max_abs, std::source_location loc = std::source_location::current());
 
 /// The value of an exact accumulator (3, ...): (limb0 + limb1) + limb2,

@@ -30,7 +30,7 @@ Array interp2d(const Array& xq, const Array& yq, const Array& x, const Array& y,
     std::string text = "unknown method \"";
     text += opt.method;
     text += "\"; expected \"linear\" or \"cubic\"";
-    throw Error(msg(op, text));
+    throw ValueError(msg(op, text));
   }
 
   auto check_knots = [&](const Array& k, const char* name) {

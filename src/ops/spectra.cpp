@@ -3,6 +3,7 @@
 // elementwise ops and a reduction, so they run eagerly, under jit and inside
 // shard_map bodies alike.
 #include <cmath>
+#include <cstdio>
 
 #include "backend/cpu/spectra.hpp"
 #include "ops/common.hpp"
@@ -17,8 +18,11 @@ namespace {
 
 void check_bound(double max_abs, const char* op) {
   // The limbs' quanta reach 2^(P-70); keep them and the sigmas normal doubles.
-  if (!(std::isfinite(max_abs) && max_abs >= 0x1p-900 && max_abs <= 0x1p900))
-    throw ValueError(msg(op, "max_abs must be a finite bound in [2^-900, 2^900], got " + std::to_string(max_abs)));
+  if (!(std::isfinite(max_abs) && max_abs >= 0x1p-900 && max_abs <= 0x1p900)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", max_abs);
+    throw ValueError(msg(op, std::string("max_abs must be a finite bound in [2^-900, 2^900], got ") + buf));
+  }
 }
 
 void check_float(const Array& a, const char* op, const char* name) {
@@ -70,6 +74,7 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
   check_float(wave, op, "wave");
   check_float(target, op, "target");
   check_bound(max_abs, op);
+  detail::checked_nbytes({3, num_segments, target.shape()[0]}, DType::f64, op);
   std::vector<Array> args{flux, wave, target, segment_ids};
   for (const auto* extra : {&opt.weights, &opt.wave_scale}) {
     if (!*extra) continue;
@@ -92,13 +97,19 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
     detail::check_same_mesh({&flux, &init}, op);
     const Shape want{3, num_segments, target.shape()[0]};
     if (init.shape() != want || init.dtype() != DType::f64) {
-      std::string text = "init must be an exact accumulator f64";
+      std::string text = "init must be an exact accumulator f64 ";
       text += shape_str(want);
       text += ", got ";
       text += detail::describe(init);
+      if (init.shape() == want) throw DTypeError(msg(op, text));
       throw ShapeError(msg(op, text));
     }
-    for (const Array* rows : {&flux, &segment_ids}) {
+    // Every operand carrying the rows: a sharded one would shard them all.
+    std::vector<const Array*> row_operands{&flux, &segment_ids};
+    if (per_row) row_operands.push_back(&wave);
+    if (opt.weights) row_operands.push_back(&*opt.weights);
+    if (opt.wave_scale) row_operands.push_back(&*opt.wave_scale);
+    for (const Array* rows : row_operands) {
       const auto& entries = rows->sharding().spec().entries();
       if (!entries.empty() && !entries[0].axes().empty()) {
         std::string text = "init needs the rows unsharded (inside a shard_map body, or replicated), so that it is "

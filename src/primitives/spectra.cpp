@@ -35,8 +35,9 @@ class ResampleAccumulate final : public Primitive {
     const int rows = add_factor(r, in[0].shape[0], FactorKind::Reduction);
     const int spec = add_factor(r, in[0].shape[1], FactorKind::NeedReplication);
     const int tgt = add_factor(r, in[2].shape[0], FactorKind::NeedReplication);
-    const int limb = add_factor(r, 3, FactorKind::PassThrough);
-    const int seg = add_factor(r, num_segments_, FactorKind::PassThrough);
+    // The kernel writes whole accumulators: limbs and segments never sharded.
+    const int limb = add_factor(r, 3, FactorKind::NeedReplication);
+    const int seg = add_factor(r, num_segments_, FactorKind::NeedReplication);
     r.operands = {{rows, spec}, in[1].shape.size() == 2 ? std::vector<int>{rows, spec} : std::vector<int>{spec},
                   {tgt}, {rows}};
     if (has_weights_) r.operands.push_back({rows});

@@ -294,6 +294,24 @@ TEST(IfuPipeline, InertiaTensorAlignmentIsBitwiseAcrossDevices) {
   EXPECT_FALSE(run(config(), ssp, g, 1) == one);
 }
 
+TEST(IfuPipeline, DegenerateGalaxiesGiveCubes) {
+  // Every velocity zero (the velocity map's bound is 0), and every mass zero
+  // with noise on (no light: the exact sums' bounds are 0): zeros, no error.
+  const ifu::SspGrid ssp = ifu::generate_ssp_grid(3, 8, 40);
+  ifu::DiskOptions d;
+  d.particles = 500;
+  ifu::GalaxyData still = ifu::generate_disk(d);
+  std::fill(still.velocity.begin(), still.velocity.end(), 0.0f);
+  ifu::Cube c;
+  run(config(), ssp, still, 2, 32768, &c);
+  EXPECT_EQ(c.velocity_map.to_vector<float>()[12 * 25 + 12], 0.0f);
+  ifu::GalaxyData dark = ifu::generate_disk(d);
+  std::fill(dark.mass.begin(), dark.mass.end(), 0.0f);
+  const auto cube = run(config("50.0"), ssp, dark, 2, 32768, &c);
+  EXPECT_GT(c.in_aperture, 0);
+  EXPECT_TRUE(std::all_of(cube.begin(), cube.end(), [](float v) { return v == 0.0f; }));
+}
+
 TEST(IfuPipeline, Eigenvectors) {
   // diag(3, 1, 2) rotated: the columns come back sorted by eigenvalue.
   const std::array<double, 9> m{3, 0, 0, 0, 1, 0, 0, 0, 2};
@@ -328,6 +346,12 @@ TEST(IfuPipeline, Errors) {
   ifu::PipelineOptions bad;
   bad.chunk = 0;
   expect_error<ifu::InputError>([&] { ifu::Pipeline(cfg, ssp, mesh_of(1), bad); }, "[ifu]", {"chunk"});
+  ifu::GalaxyData broken = g;
+  broken.coords[4] = NAN;
+  expect_error<ifu::InputError>([&] { run(cfg, ssp, broken, 2); }, "[ifu]", {"coords of particle 1 is not finite"});
+  broken = g;
+  broken.mass.pop_back();
+  expect_error<ifu::InputError>([&] { run(cfg, ssp, broken, 2); }, "[ifu]", {"100 particles but 99 values of mass"});
   ifu::GalaxyData none = g;
   none.n = 0;
   none.coords.clear(), none.velocity.clear(), none.mass.clear(), none.age.clear(), none.metallicity.clear();

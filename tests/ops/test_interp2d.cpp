@@ -548,7 +548,7 @@ TEST(Interp2d, Errors) {
   expect_error<ts::ShapeError>([&] { ts::interp2d(q, q, x, y, a({4})); }, "[interp2d]", {"f must have shape", "(4,)"});
   expect_error<ts::ShapeError>([&] { ts::interp2d(q, a({3, 1}), x, y, f); }, "[interp2d]",
                                {"xq and yq must have the same shape", "xq (3,)", "yq (3, 1)"});
-  expect_error<ts::Error>([&] { ts::interp2d(q, q, x, y, f, {.method = "nearest"}); }, "[interp2d]",
+  expect_error<ts::ValueError>([&] { ts::interp2d(q, q, x, y, f, {.method = "nearest"}); }, "[interp2d]",
                           {"unknown method \"nearest\"", "\"linear\" or \"cubic\""});
   expect_error<ts::Error>([&] { ts::interp2d(q, ts::Array{}, x, y, f); }, "[interp2d]", {"yq"});
   const auto other = ts::zeros({4}, ts::f32, ts::NamedSharding(test_meshes()[1], ts::P()));

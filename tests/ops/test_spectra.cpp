@@ -276,7 +276,7 @@ TEST(ResampleAccumulate, Errors) {
   // init: shape, dtype, and rows that are sharded (it would be counted once per device).
   auto acc = ts::resample_accumulate(f2, w3, t2, id2, 2, 10);
   expect_error<ts::ShapeError>([&] { ts::resample_accumulate(f2, w3, t2, id2, 3, 10, {.init = acc}); }, op,
-                               {"init must be an exact accumulator f64(3, 3, 2)", "f64[3,2,2]"});
+                               {"init must be an exact accumulator f64 (3, 3, 2)", "f64[3,2,2]"});
   {
     const ts::Mesh m = test_meshes()[1];
     const ts::NamedSharding rows(m, P("x")), rep(m, P());
@@ -289,7 +289,28 @@ TEST(ResampleAccumulate, Errors) {
                                   {.init = ts::zeros({3, 2, 2}, ts::DType::f64, rep)});
         },
         op, {"init needs the rows unsharded", "f32[2@x,3]"});
+    // Replicated rows but sharded weights: the rows would be sharded too.
+    expect_error<ts::ShardingError>(
+        [&] {
+          ts::resample_accumulate(ts::device_put(std::vector<float>(6, 1.0f), {2, 3}, rep),
+                                  ts::device_put(std::vector<float>{1, 2, 3}, {3}, rep),
+                                  ts::device_put(std::vector<float>{1.5f, 2.5f}, {2}, rep),
+                                  ts::device_put(std::vector<int>{0, 1}, {2}, rep), 2, 10,
+                                  {.weights = ts::device_put(std::vector<float>{1, 1}, {2}, rows),
+                                   .init = ts::zeros({3, 2, 2}, ts::DType::f64, rep)});
+        },
+        op, {"init needs the rows unsharded", "f32[2@x]"});
+    // An init sharded over its segments is brought whole: the same result.
+    auto f = ts::device_put(std::vector<float>(6, 1.0f), {2, 3}, rep);
+    auto w = ts::device_put(std::vector<float>{1, 2, 3}, {3}, rep);
+    auto t = ts::device_put(std::vector<float>{1.5f, 2.5f}, {2}, rep);
+    auto ids = ts::device_put(std::vector<int>{0, 1}, {2}, rep);
+    auto first = ts::resample_accumulate(f, w, t, ids, 2, 10);
+    auto twice = ts::resample_accumulate(f, w, t, ids, 2, 10, {.init = ts::reshard(first, P(ts::none, "x"))});
+    EXPECT_EQ(ts::exact_total(twice, ts::DType::f64).to_vector<double>(), (std::vector<double>{2, 2, 2, 2}));
   }
+  expect_error<ts::DTypeError>([&] { ts::resample_accumulate(f2, w3, t2, id2, 2, 10, {.init = ts::astype(acc, ts::DType::f32)}); },
+                               op, {"init must be an exact accumulator f64 (3, 2, 2)", "f32[3,2,2]"});
   auto other = ts::NamedSharding(test_meshes()[1], P());
   expect_error<ts::ShardingError>([&] { ts::resample_accumulate(f2, ts::device_put(std::vector<float>{1, 2, 3}, {3}, other), t2, id2, 2, 10); }, op);
   expect_error<ts::ShapeError>([&] { ts::exact_total(f2); }, "[exact_total]", {"exact accumulator"});

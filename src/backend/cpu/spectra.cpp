@@ -37,7 +37,6 @@ namespace tessera::cpu {
 ExactLimbs::ExactLimbs(double max_abs) {
   int p = 0;
   std::frexp(max_abs, &p);  // max_abs = f * 2^p, f in [0.5, 1): 2^p >= max_abs
-  bound = std::ldexp(1.0, p);
   sigma[0] = std::ldexp(1.5, p - 22 + 52);
   sigma[1] = std::ldexp(1.5, p - 46 + 52);
   sigma[2] = std::ldexp(1.5, p - 70 + 52);
@@ -116,7 +115,8 @@ struct TargetGrid {
   /// The first j >= lo with t[j] >= v (strict = true) or t[j] > v (false).
   std::int64_t first_at_or_above(double v, std::int64_t lo, bool strict) const {
     const double g = (v - t0) * inv_h;
-    std::int64_t j = g <= 0.0 ? 0 : g >= static_cast<double>(T) ? T : static_cast<std::int64_t>(std::ceil(g));
+    // (NaN: start at 0; the checks below settle it.)
+    std::int64_t j = !(g > 0.0) ? 0 : g >= static_cast<double>(T) ? T : static_cast<std::int64_t>(std::ceil(g));
     j = std::max(j, lo);
     auto below = [&](std::int64_t q) { return strict ? t[q] < v : t[q] <= v; };
     while (j > lo && !below(j - 1)) --j;
@@ -264,7 +264,9 @@ std::string resample_accumulate(const ResampleArgs& a) {
     if (std::isnan(ratio) || lout == 0.0) ratio = 0.0;
     const double f = weight * ratio;
     const std::int64_t off = id[i] * T;
-    // |p[j] * f| <= pmax * |f| (rounding is monotonic).
+    // |p[j] * f| <= pmax * |f| up to a few ulps (interpolation can overshoot
+    // its ends by rounding): harmless, the limbs stay exact up to 2^P >=
+    // max_abs, far above a few ulps past it.
     const double mx = pmax * std::abs(f);
     if (mx > a.max_abs) return too_large(mx, a.max_abs);
     accumulate_row(p.data(), f, T, limbs.sigma, out0 + off, out1 + off, out2 + off);

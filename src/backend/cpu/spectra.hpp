@@ -11,7 +11,6 @@ namespace tessera::cpu {
 /// The three quanta of an exact accumulator for the bound max_abs, and the
 /// constants that round a double to a multiple of each (tessera/spectra.hpp).
 struct ExactLimbs {
-  double bound;         // 2^P >= max_abs: terms above it are refused
   double sigma[3];      // 1.5 * quantum * 2^52
   explicit ExactLimbs(double max_abs);
 };
