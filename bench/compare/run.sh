@@ -14,6 +14,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
+source bench/venv.sh
 BUILD="${1:-build/default}"
 shift || true
 
@@ -26,18 +27,7 @@ VENV="$BUILD/jax-venv"
 LOG="$BUILD/jax-venv-install.log"
 if ! "$VENV/bin/python" -c "import jax" >/dev/null 2>&1; then
   echo "bench-compare: installing JAX for CPU from PyPI into $VENV (once; log in $LOG)"
-  rm -rf "$VENV"
-  if ! python3 -m venv "$VENV" >"$LOG" 2>&1; then
-    echo "bench-compare: could not create a virtual environment with 'python3 -m venv' (Debian: apt-get install python3-venv); see $LOG" >&2
-    rm -rf "$VENV"
-    exit 1
-  fi
-  if ! "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "jax[cpu]" >>"$LOG" 2>&1; then
-    echo "bench-compare: 'pip install jax[cpu]' failed (is PyPI reachable?); last lines of $LOG:" >&2
-    tail -n 5 "$LOG" >&2
-    rm -rf "$VENV"
-    exit 1
-  fi
+  make_venv bench-compare "$VENV" "$LOG" "jax[cpu]"
 fi
 
 if ! cmake --build "$BUILD" --target bench_compare_tessera >"$BUILD/bench-compare-build.log" 2>&1; then

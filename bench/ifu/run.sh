@@ -16,6 +16,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
+source bench/venv.sh
 BUILD="${1:-build/default}"
 shift || true
 
@@ -37,18 +38,7 @@ PY
 }
 if ! have_rubix; then
   echo "bench-ifu: installing astro-rubix==$RUBIX_VERSION (with JAX for CPU) from PyPI into $VENV (once; log in $LOG)"
-  rm -rf "$VENV"
-  if ! python3 -m venv "$VENV" >"$LOG" 2>&1; then
-    echo "bench-ifu: could not create a virtual environment with 'python3 -m venv' (Debian: apt-get install python3-venv); see $LOG" >&2
-    rm -rf "$VENV"
-    exit 1
-  fi
-  if ! "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "astro-rubix==$RUBIX_VERSION" >>"$LOG" 2>&1; then
-    echo "bench-ifu: 'pip install astro-rubix==$RUBIX_VERSION' failed (is PyPI reachable?); last lines of $LOG:" >&2
-    tail -n 5 "$LOG" >&2
-    rm -rf "$VENV"
-    exit 1
-  fi
+  make_venv bench-ifu "$VENV" "$LOG" "astro-rubix==$RUBIX_VERSION"
   if ! have_rubix; then
     echo "bench-ifu: astro-rubix==$RUBIX_VERSION installed into $VENV, but it or h5py, astropy, numpy, PyYAML does not import; see $LOG" >&2
     exit 1

@@ -24,7 +24,10 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 #include <vector>
+
+#include "core/dispatch.hpp"
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define TESSERA_SPECTRA_CLONES
@@ -45,33 +48,19 @@ ExactLimbs::ExactLimbs(double max_abs) {
 namespace {
 
 double load(const void* p, DType dt, std::int64_t i) {
-  switch (dt) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f64: return static_cast<const double*>(p)[i];
-    case DType::i32: return static_cast<const std::int32_t*>(p)[i];
-    case DType::i64: return static_cast<double>(static_cast<const std::int64_t*>(p)[i]);
-    case DType::u32: return static_cast<const std::uint32_t*>(p)[i];
-    case DType::u64: return static_cast<double>(static_cast<const std::uint64_t*>(p)[i]);
-    case DType::i8: return static_cast<const std::int8_t*>(p)[i];
-    case DType::u8: return static_cast<const std::uint8_t*>(p)[i];
-    case DType::bool_: return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
-  }
-  return 0.0;
+  return detail::dispatch(dt, [&](auto t) { return static_cast<double>(static_cast<const decltype(t)*>(p)[i]); });
 }
 
+/// A segment id; -1 (dropped) for a u64 id past int64 (the front end
+/// admits integer ids only).
 std::int64_t load_id(const void* p, DType dt, std::int64_t i) {
-  switch (dt) {
-    case DType::i32: return static_cast<const std::int32_t*>(p)[i];
-    case DType::i64: return static_cast<const std::int64_t*>(p)[i];
-    case DType::u32: return static_cast<const std::uint32_t*>(p)[i];
-    case DType::u64: {
-      const std::uint64_t v = static_cast<const std::uint64_t*>(p)[i];
-      return v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? -1 : static_cast<std::int64_t>(v);
-    }
-    case DType::i8: return static_cast<const std::int8_t*>(p)[i];
-    case DType::u8: return static_cast<const std::uint8_t*>(p)[i];
-    default: return -1;
-  }
+  return detail::dispatch(dt, [&](auto t) -> std::int64_t {
+    using T = decltype(t);
+    const T v = static_cast<const T*>(p)[i];
+    if constexpr (std::is_same_v<T, std::uint64_t>)
+      if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return -1;
+    return static_cast<std::int64_t>(v);
+  });
 }
 
 /// dst[0..n) = src[off .. off+n) as doubles.
