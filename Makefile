@@ -37,6 +37,7 @@ bench: build
 	@$(BUILD)/bench/bench_reshard --json $(BUILD)/bench-results/reshard.json
 	@$(BUILD)/bench/bench_ops --json $(BUILD)/bench-results/ops.json
 	@$(BUILD)/bench/bench_collectives --json $(BUILD)/bench-results/collectives.json
+	@bash bench/mpi/run.sh $(BUILD)
 
 # Random sharded programs, each compared with the same program on one device
 # (tests/fuzz). Prints the seed and listing of any failure and exits non-zero;

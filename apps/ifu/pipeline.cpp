@@ -203,7 +203,9 @@ Cube Pipeline::run(const Particles& p) const {
 
   // --- Centering (Rubix's center_particles): the center must lie inside the
   // particles' bounding box; the systemic velocity is the per-component
-  // median of the velocities of the particles within 10 kpc of it.
+  // median of the velocities of the particles within 10 kpc of it. (The
+  // values read on the host here and below are reductions over all the
+  // particles: replicated, so every process holds them, whatever mesh.)
   {
     const auto lo = min(p.coords, {0}).to_vector<double>();
     const auto hi = max(p.coords, {0}).to_vector<double>();

@@ -16,6 +16,12 @@
 //                drawn per cube element from a counter-based key.
 // The summation is exact, and every random number depends only on its cube
 // element, so the cube is bitwise the same on any number of devices.
+//
+// The mesh may span several processes (mpirun): every process constructs
+// the pipeline and calls put() and run() with the same galaxy, the host
+// reads inside run() are of replicated values (reductions over every
+// particle), and the returned cube is sharded over the processes: read it
+// with process_allgather.
 #pragma once
 
 #include <array>
@@ -37,7 +43,8 @@ struct PipelineOptions {
   /// is about chunk * (wavelengths of the SSP grid) * 4 bytes for the
   /// spectra, plus the cube).
   std::int64_t chunk = 32768;
-  /// Called from the device threads with the number of particles just done.
+  /// Called from this process's device threads with the number of particles
+  /// just done (under mpirun, only this process's particles are counted).
   std::function<void(std::int64_t)> on_progress;
   /// Seed of the noise key (Rubix uses PRNGKey(0)).
   std::uint64_t noise_seed = 0;

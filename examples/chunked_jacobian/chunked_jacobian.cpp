@@ -6,6 +6,11 @@
 // are sharded as they come (4099 of them), vmap's chunk_size makes each
 // device walk its own rows a chunk at a time, and the remainders need
 // nothing.
+//
+// Under mpirun the rows are sharded over every process's devices: the
+// Jacobian and the residuals are read with ts::process_allgather (on every
+// process), memory is reported for this process's devices, and each verdict
+// is agreed between the processes.
 #include "chunked_jacobian.hpp"
 
 #include <algorithm>
@@ -16,6 +21,8 @@
 #include <ostream>
 #include <vector>
 #include <tessera/tessera.hpp>
+
+#include "common/processes.hpp"
 
 namespace ts = tessera;
 
@@ -68,6 +75,7 @@ int chunked_jacobian(std::ostream& os, long rows, int params) {
 
   int failures = 0;
   auto check = [&](bool ok, const std::string& what) {
+    ok = on_every_process(ok);
     os << "  " << (ok ? "ok   " : "FAIL ") << what << "\n";
     if (!ok) ++failures;
   };
@@ -83,14 +91,14 @@ int chunked_jacobian(std::ostream& os, long rows, int params) {
     return ts::vmap([&](ts::Array xr) { return residual(q, xr, freq, nodes); })(x);
   };
   const double h = 1e-6;
-  const auto j_host = whole.to_vector<double>();
+  const auto j_host = ts::process_allgather<double>(whole);
   double err = 0;
   for (int j = 0; j < params; ++j) {
     auto up = hp, down = hp;
     up[j] += h;
     down[j] -= h;
-    const auto ru = all_residuals(ts::device_put(up, {params}, rep)).to_vector<double>();
-    const auto rd = all_residuals(ts::device_put(down, {params}, rep)).to_vector<double>();
+    const auto ru = ts::process_allgather<double>(all_residuals(ts::device_put(up, {params}, rep)));
+    const auto rd = ts::process_allgather<double>(all_residuals(ts::device_put(down, {params}, rep)));
     for (size_t e = 0; e < ru.size(); ++e)
       err = std::max(err, std::abs((ru[e] - rd[e]) / (2 * h) - j_host[e * params + j]));
   }
@@ -99,22 +107,27 @@ int chunked_jacobian(std::ostream& os, long rows, int params) {
   check(err < 1e-6, "matches central finite differences (max error " + es.str() + ")");
 
   // Two chunk sizes: each device walks its rows c at a time (its last chunk
-  // shorter). Peak memory per device grows with c.
+  // shorter). Peak memory per device grows with c. A process sees the memory
+  // of its own devices only.
+  std::vector<ts::Device> mine;
+  for (const auto& d : mesh.devices())
+    if (d.is_local()) mine.push_back(d);
   for (long c : {16L, 128L}) {
-    for (const auto& d : mesh.devices()) ts::reset_peak_memory(d);
+    for (const auto& d : mine) ts::reset_peak_memory(d);
     std::int64_t base = 0;
-    for (const auto& d : mesh.devices()) base = std::max(base, ts::memory_stats(d).bytes_in_use);
+    for (const auto& d : mine) base = std::max(base, ts::memory_stats(d).bytes_in_use);
     const auto t0 = std::chrono::steady_clock::now();
     const ts::Array j = jacobian(c);
     j.block_until_ready();
     const double t = seconds_since(t0);
     std::int64_t peak = 0;
-    for (const auto& d : mesh.devices()) peak = std::max(peak, ts::memory_stats(d).peak_bytes_in_use);
+    for (const auto& d : mine) peak = std::max(peak, ts::memory_stats(d).peak_bytes_in_use);
     os << "  chunk " << std::setw(3) << c << ": " << std::fixed << std::setprecision(1) << t * 1e3
        << " ms, peak " << std::setprecision(2) << static_cast<double>(peak - base) / (1 << 20)
        << " MiB per device above the inputs (J's block: " << static_cast<double>(j.nbytes()) / ndev / (1 << 20)
        << " MiB)\n";
-    check(j.to_vector<double>() == j_host, "chunk " + std::to_string(c) + " equals the unchunked Jacobian bitwise");
+    check(ts::process_allgather<double>(j) == j_host,
+          "chunk " + std::to_string(c) + " equals the unchunked Jacobian bitwise");
   }
   return failures;
 }

@@ -3,6 +3,13 @@
 // all_gather, ppermute, ...) combine values across the devices of a mesh
 // axis. Each step runs on the devices there are (1 to 8 or more), prints
 // what each device saw, and checks the result against plain host loops.
+//
+// Under mpirun the meshes span every process's devices: every process runs
+// every step, results that span processes are read with
+// ts::process_allgather (replicated ones with to_vector/item, which need
+// only this process's copy), layouts are printed from the sharding (which
+// knows every device's block, not only this process's), and a step passes
+// when it passed on every process.
 #include "collectives_tour.hpp"
 
 #include <chrono>
@@ -14,6 +21,8 @@
 #include <string>
 #include <tessera/tessera.hpp>
 #include <vector>
+
+#include "common/processes.hpp"
 
 namespace ts = tessera;
 
@@ -41,6 +50,7 @@ struct Tour {
     } catch (const std::exception& e) {
       os << "    unexpected error: " << e.what() << "\n";
     }
+    ok = on_every_process(ok);
     ++checks;
     if (!ok) ++failures;
     os << "    ... " << (ok ? "ok" : "FAILED") << "\n";
@@ -66,10 +76,12 @@ bool close(const std::vector<float>& got, const std::vector<float>& want, float 
 
 std::string cpu(const ts::Mesh& m, int pos) { return "CPU " + std::to_string(m.devices()[pos].id()); }
 
-// Block sizes along dim 0 of an array, in mesh order: "2, 2, 1".
+// Block sizes along dim 0 of an array, in mesh order: "2, 2, 1". From the
+// sharding, which knows the blocks of every process's devices.
 std::string rows_per_device(const ts::Array& a) {
   std::string s;
-  for (const ts::Shard& sh : a.addressable_shards()) s += (s.empty() ? "" : ", ") + std::to_string(sh.index[0].size());
+  for (int pos = 0; pos < a.sharding().mesh().size(); ++pos)
+    s += (s.empty() ? "" : ", ") + std::to_string(a.sharding().shard_index(a.shape(), pos)[0].size());
   return s;
 }
 
@@ -83,7 +95,7 @@ void one_d(Tour& t, const ts::Mesh& mesh) {
   t.step("axis_index: which device am I?", [&] {
     os << "    f = shard_map([] { return reshape(axis_index(\"i\"), {1}); }, mesh, {}, P(\"i\"))\n";
     auto f = ts::shard_map([] { return ts::reshape(ts::axis_index("i"), {1}); }, mesh, {}, ts::P("i"));
-    const std::vector<int> idx = f().to_vector<int>();
+    const std::vector<int> idx = ts::process_allgather<int>(f());
     bool ok = static_cast<int>(idx.size()) == n;
     for (int p = 0; p < n && ok; ++p) {
       os << "    " << cpu(mesh, p) << " has axis_index(\"i\") = " << idx[p] << "\n";
@@ -110,15 +122,16 @@ void one_d(Tour& t, const ts::Mesh& mesh) {
         },
         mesh, {ts::P("i")}, {ts::P("i"), ts::P()});
     auto [local, total] = f(x);
-    const std::vector<float> l = local.to_vector<float>();
+    const std::vector<float> l = ts::process_allgather<float>(local);
     os << "    local sums per device: " << vec_str(l) << "; psum = " << total.item<float>() << "\n"
        << "    inside the body: " << types << "  ({V:i}: varies over 'i')\n";
     // Host reference: each device's block sum, and the total.
     std::vector<float> want;
     float sum = 0;
-    for (const ts::Shard& sh : x.addressable_shards()) {
+    for (int pos = 0; pos < n; ++pos) {
+      const ts::Slice block = rows.shard_index(x.shape(), pos)[0];
       float b = 0;
-      for (auto i = sh.index[0].start; i < sh.index[0].stop; ++i) b += host[static_cast<std::size_t>(i)];
+      for (auto i = block.start; i < block.stop; ++i) b += host[static_cast<std::size_t>(i)];
       want.push_back(b);
       sum += b;
     }
@@ -143,7 +156,7 @@ void one_d(Tour& t, const ts::Mesh& mesh) {
     std::vector<float> want;
     for (float v : host) want.push_back(static_cast<float>(v - mu));
     os << "    global mean " << mu << "; after normalising, mean = " << ts::mean(y).item<float>() << "\n";
-    return close(y.to_vector<float>(), want);
+    return close(ts::process_allgather<float>(y), want);
   });
 
   t.step("all_gather: every device assembles the full weights", [&] {
@@ -170,7 +183,11 @@ void one_d(Tour& t, const ts::Mesh& mesh) {
       for (long h = 0; h < hidden; ++h)
         for (long k = 0; k < features; ++k) want[b * hidden + h] += xh[b * features + k] * wh[k * hidden + h];
     os << "    gathered: " << ts::typeof(wf) << "; y = x @ w: " << ts::typeof(y) << "\n";
-    return wf.to_vector<float>() == wh && close(y.to_vector<float>(), want);
+    // y is split over the processes: gathered (on every process, so before
+    // any test that could skip it). wf is replicated, so every process holds
+    // all of it: to_vector reads the local copy.
+    const bool y_ok = close(ts::process_allgather<float>(y), want);
+    return wf.to_vector<float>() == wh && y_ok;
   });
 
   t.step("psum_scatter: sum, and keep only my part", [&] {
@@ -186,7 +203,7 @@ void one_d(Tour& t, const ts::Mesh& mesh) {
        << "    (on 4 devices this is the example in JAX's shard_map guide, giving [22, 20, 12, 17])\n";
     auto f =
         ts::shard_map([](ts::Array xl) { return ts::psum_scatter(xl, "i", 0, true); }, mesh, {ts::P("i")}, ts::P("i"));
-    const std::vector<float> got = f(x).to_vector<float>();
+    const std::vector<float> got = ts::process_allgather<float>(f(x));
     std::vector<float> want(n, 0.0f);
     for (int p = 0; p < n; ++p)
       for (int k = 0; k < n; ++k) want[k] += host[static_cast<std::size_t>(p) * n + k];
@@ -213,7 +230,7 @@ void one_d(Tour& t, const ts::Mesh& mesh) {
     os << "    body: return ppermute(x_local, \"i\", {" << pairs << "})   out_specs P(\"i\")\n";
     auto f =
         ts::shard_map([ring](ts::Array xl) { return ts::ppermute(xl, "i", ring); }, mesh, {ts::P("i")}, ts::P("i"));
-    const std::vector<float> got = f(x).to_vector<float>();
+    const std::vector<float> got = ts::process_allgather<float>(f(x));
     std::vector<float> want(host.size());
     for (std::size_t i = 0; i < host.size(); ++i) want[(i + 2) % host.size()] = host[i];
     os << "    before " << vec_str(host) << "\n    after  " << vec_str(got) << "\n";
@@ -235,7 +252,7 @@ void one_d(Tour& t, const ts::Mesh& mesh) {
                            ts::P(ts::none, "i"));
     ts::Array y = f(x);
     os << "    " << ts::typeof(x) << " -> " << ts::typeof(y) << "\n";
-    return y.to_vector<float>() == host && y.sharding() == ts::NamedSharding(mesh, ts::P(ts::none, "i"));
+    return ts::process_allgather<float>(y) == host && y.sharding() == ts::NamedSharding(mesh, ts::P(ts::none, "i"));
   });
 
   t.step("random keys per device: fold_in(key, axis_index)", [&] {
@@ -251,8 +268,9 @@ void one_d(Tour& t, const ts::Mesh& mesh) {
           return ts::random::uniform(k, {3}, ts::f32, ts::NamedSharding(here, ts::P()));
         },
         mesh, {}, ts::P("i"));
-    const std::vector<float> a = f().to_vector<float>(), b = f().to_vector<float>();
-    const ts::Mesh dev0(std::vector<ts::Device>{ts::devices()[0]}, {1}, {"d"});
+    const std::vector<float> a = ts::process_allgather<float>(f()), b = ts::process_allgather<float>(f());
+    // The reference draws on a device of this process, which reads them.
+    const ts::Mesh dev0(std::vector<ts::Device>{first_local_device()}, {1}, {"d"});
     bool ok = a == b;  // deterministic: the same numbers on every run
     std::ostringstream s;
     for (int p = 0; p < n; ++p) {
@@ -282,7 +300,7 @@ void two_d(Tour& t, const ts::Mesh& mesh) {
         },
         mesh, {}, {ts::P("i", "j"), ts::P("i", "j")});
     auto [ii, jj] = f();
-    const std::vector<int> vi = ii.to_vector<int>(), vj = jj.to_vector<int>();
+    const std::vector<int> vi = ts::process_allgather<int>(ii), vj = ts::process_allgather<int>(jj);
     bool ok = true;
     for (int p = 0; p < mesh.size(); ++p) {
       os << (p % nj == 0 ? "    " : "   ") << cpu(mesh, p) << ": (i=" << vi[p] << ", j=" << vj[p] << ")"
@@ -307,13 +325,16 @@ void two_d(Tour& t, const ts::Mesh& mesh) {
                            {ts::P("i", ts::none), ts::P(ts::none, "j")}, ts::P("i", "j"));
     ts::Array y = f(x, w);
     os << "    " << ts::typeof(x) << " @ " << ts::typeof(w) << " -> " << ts::typeof(y) << "; blocks:";
-    for (const ts::Shard& sh : y.addressable_shards()) os << " " << sh.index[0].size() << "x" << sh.index[1].size();
+    for (int pos = 0; pos < mesh.size(); ++pos) {
+      const std::vector<ts::Slice> block = y.sharding().shard_index(y.shape(), pos);
+      os << " " << block[0].size() << "x" << block[1].size();
+    }
     os << "\n";
     std::vector<float> want(static_cast<std::size_t>(m * cols), 0.0f);
     for (long a = 0; a < m; ++a)
       for (long b = 0; b < cols; ++b)
         for (long c = 0; c < k; ++c) want[a * cols + b] += xh[a * k + c] * wh[c * cols + b];
-    return y.to_vector<float>() == want;
+    return ts::process_allgather<float>(y) == want;
   });
 
   t.step("psum over one axis, or over both", [&] {
@@ -341,9 +362,10 @@ void two_d(Tour& t, const ts::Mesh& mesh) {
         all += host[a * cols + b];
         top = std::max(top, host[a * cols + b]);
       }
-    os << "    row sums " << vec_str(row_sums.to_vector<float>()) << ", total " << total.item<float>() << ", max "
-       << biggest.item<float>() << "\n";
-    return row_sums.to_vector<float>() == want && total.item<float>() == all && biggest.item<float>() == top;
+    const std::vector<float> sums = ts::process_allgather<float>(row_sums);  // split over 'i'
+    os << "    row sums " << vec_str(sums) << ", total " << total.item<float>() << ", max " << biggest.item<float>()
+       << "\n";
+    return sums == want && total.item<float>() == all && biggest.item<float>() == top;
   });
 }
 
@@ -392,6 +414,10 @@ void errors(Tour& t, const ts::Mesh& mesh) {
     auto [what, s] = error_of([&] { f(x); });
     os << "    the last device throws while the others wait in psum; " << std::lround(s * 1e6)
        << " us later the caller gets:\n      " << what << "\n";
+    // With several processes, those that do not hold the last device hear of
+    // its failure: their error names it and quotes its message.
+    if (ts::process_count() > 1 && !mesh.devices()[n - 1].is_local())
+      return contains(what, "[my_body] bad block") && s < 5.0;
     return what == "[my_body] bad block" && s < 5.0;
   });
 
@@ -419,7 +445,11 @@ void errors(Tour& t, const ts::Mesh& mesh) {
     auto [what, s] = error_of([&] { f(x); });
     ts::config::set_collective_timeout(saved);
     os << "    with ts::config::set_collective_timeout(0.2), device 0 skips a psum:\n      " << what << "\n";
-    return contains(what, "timed out") && contains(what, "missing CPU " + std::to_string(mesh.devices()[0].id()));
+    // A process that does not hold device 0 waits for that device's process.
+    const ts::Device skipper = mesh.devices()[0];
+    return contains(what, "timed out") &&
+           (contains(what, "missing CPU " + std::to_string(skipper.id())) ||
+            (!skipper.is_local() && contains(what, "missing process " + std::to_string(skipper.process_index()))));
   });
 
   t.step("the runtime keeps working after those errors", [&] {

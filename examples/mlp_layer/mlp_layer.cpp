@@ -3,11 +3,17 @@
 // written four ways: automatic (global view), compiled (jit), explicit
 // (sharding in the types) and manual (shard_map: per-device code on local
 // blocks).
+//
+// Under mpirun the meshes span every process's devices: results are read
+// with ts::process_allgather (on every process), the one-device reference
+// runs on a device of each process, and each verdict is agreed.
 #include "mlp_layer.hpp"
 
 #include <ostream>
 #include <string>
 #include <tessera/tessera.hpp>
+
+#include "common/processes.hpp"
 
 namespace ts = tessera;
 
@@ -23,8 +29,8 @@ int mlp_layer(std::ostream& os, long batch, long features) {
   const auto g = grid_of(ndev);
   int failures = 0;
   ts::Key key = ts::random::key(42);
-  // Reference on one device.
-  ts::Mesh one(std::vector<ts::Device>{ts::devices()[0]}, {1, 1}, {"i", "j"});
+  // Reference on one device (of this process: it reads the result).
+  ts::Mesh one(std::vector<ts::Device>{first_local_device()}, {1, 1}, {"i", "j"});
   auto make = [&](const ts::Mesh& m, ts::PartitionSpec xs, ts::PartitionSpec ws, ts::PartitionSpec bs) {
     ts::Array x = ts::random::normal(key, {batch, features}, ts::f32, ts::NamedSharding(m, xs));
     ts::Array w = ts::random::normal(ts::random::fold_in(key, 1), {features, features}, ts::f32,
@@ -34,8 +40,9 @@ int mlp_layer(std::ostream& os, long batch, long features) {
   };
   auto [x1, w1, b1] = make(one, ts::P(), ts::P(), ts::P());
   const std::vector<float> want = ts::sigmoid(ts::matmul(x1, w1) + b1).to_vector<float>();
+  // y spans every process's devices: every process gathers it.
   auto close = [&](const ts::Array& y) {
-    auto got = y.to_vector<float>();
+    auto got = ts::process_allgather<float>(y);
     for (size_t i = 0; i < got.size(); ++i)
       if (std::abs(got[i] - want[i]) > 1e-5f) return false;
     return got.size() == want.size();
@@ -47,7 +54,7 @@ int mlp_layer(std::ostream& os, long batch, long features) {
     auto [x, w, b] = make(mesh, ts::P("i", ts::none), ts::P(ts::none, "j"), ts::P("j"));
     ts::Array y;
     auto ex = ts::explain([&] { y = ts::sigmoid(ts::matmul(x, w) + b); });
-    const bool ok = close(y);
+    const bool ok = on_every_process(close(y));
     failures += ok ? 0 : 1;
     os << "  automatic: " << ts::typeof(x) << " @ " << ts::typeof(w) << " -> " << ts::typeof(y) << ", moved "
        << ts::format_bytes(ex.bytes_moved()) << " ... " << (ok ? "ok" : "FAILED") << "\n";
@@ -62,8 +69,8 @@ int mlp_layer(std::ostream& os, long batch, long features) {
     ts::Array y = layer(x, w, b);
     const std::string text = layer.lower(x, w, b).as_text();
     const bool fused = text.find("fused loop [add, sigmoid]") != std::string::npos;
-    const bool ok = close(y) && y.sharding() == ts::NamedSharding(mesh, ts::P("i", "j")) && fused &&
-                    layer.cache_size() == 1;
+    const bool ok = on_every_process(close(y) && y.sharding() == ts::NamedSharding(mesh, ts::P("i", "j")) && fused &&
+                                     layer.cache_size() == 1);
     failures += ok ? 0 : 1;
     os << "  jit:       " << text.substr(text.find("compiled:"), text.find('\n', text.find("compiled:")) -
                                                                        text.find("compiled:"))
@@ -75,7 +82,7 @@ int mlp_layer(std::ostream& os, long batch, long features) {
     ts::Array h = ts::matmul(x, w);  // the output type is known at once
     os << "  explicit:  typeof(x @ w) = " << ts::typeof(h);
     ts::Array y = ts::sigmoid(h + b);
-    const bool ok = close(y) && ts::typeof(y) == ts::typeof(h);
+    const bool ok = on_every_process(close(y) && ts::typeof(y) == ts::typeof(h));
     failures += ok ? 0 : 1;
     os << ", typeof(sigmoid(x @ w + b)) = " << ts::typeof(y) << " ... " << (ok ? "ok" : "FAILED") << "\n";
   }
@@ -95,7 +102,7 @@ int mlp_layer(std::ostream& os, long batch, long features) {
         },
         mesh, {ts::P("i", ts::none), ts::P(ts::none, "j"), ts::P("j")}, ts::P("i", "j"));
     ts::Array y = layer(x, w, b);
-    const bool ok = close(y) && y.sharding() == ts::NamedSharding(mesh, ts::P("i", "j"));
+    const bool ok = on_every_process(close(y) && y.sharding() == ts::NamedSharding(mesh, ts::P("i", "j")));
     failures += ok ? 0 : 1;
     os << "  shard_map: on device (0, 0) " << local_types << ", assembled " << ts::typeof(y) << " ... "
        << (ok ? "ok" : "FAILED") << "\n";

@@ -1,10 +1,16 @@
 // Devices and runtime configuration.
 //
 // A CPU device is a virtual device: one persistent worker thread with its own
-// in-order work queue and its own caching allocator. Their number comes from
-// the environment variable TESSERA_NUM_CPU_DEVICES, or from
+// in-order work queue and its own caching allocator. Their number per process
+// comes from the environment variable TESSERA_NUM_CPU_DEVICES, or from
 // config::set_num_cpu_devices() called before the runtime starts; the default
-// is the number of hardware threads.
+// is the number of hardware threads (shared out among the processes of one
+// host when launched by mpirun).
+//
+// Several processes (mpirun -np N) form one set of devices: every process
+// runs the same program, global device ids are ordered by process then by
+// local id, and each process holds data only for its own (local, or
+// addressable) devices. See tessera/distributed.hpp.
 #pragma once
 
 #include <compare>
@@ -15,6 +21,9 @@
 
 namespace tessera {
 
+/// This process's index among the processes (0 without mpirun).
+int process_index();
+
 /// Where a shard lives and where per-device code runs.
 class Device {
  public:
@@ -23,8 +32,11 @@ class Device {
   int id() const { return id_; }
   /// Device kind: "cpu".
   std::string kind() const { return "cpu"; }
-  /// Index of the process owning the device (always 0 for now).
-  int process_index() const { return 0; }
+  /// Index of the process owning the device.
+  int process_index() const;
+  /// True when this process owns the device (holds its memory and runs its
+  /// worker).
+  bool is_local() const { return process_index() == tessera::process_index(); }
   /// "CpuDevice(id=3)".
   std::string str() const;
   auto operator<=>(const Device&) const = default;
@@ -36,12 +48,17 @@ class Device {
   int id_ = 0;
 };
 
-/// All devices, ordered by id. Starts the runtime on first use.
+/// All devices of every process, ordered by id (by process, then by local
+/// id). Starts the runtime on first use.
 std::vector<Device> devices();
-/// Number of devices.
+/// Number of devices of every process.
 int device_count();
-/// This process's index (0; multi-process meshes come later).
-int process_index();
+/// This process's devices, ordered by id.
+std::vector<Device> local_devices();
+/// Number of this process's devices.
+int local_device_count();
+/// Number of processes (1 without mpirun).
+int process_count();
 
 namespace config {
 /// Sets the number of virtual CPU devices. Must be called before the runtime

@@ -3,6 +3,7 @@
 
 #include "tessera/array.hpp"
 #include "tessera/device.hpp"
+#include "tessera/distributed.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/error.hpp"
 #include "tessera/explain.hpp"

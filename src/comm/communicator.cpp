@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "comm/process.hpp"
+#include "comm/threads/threads.hpp"
+
 namespace tessera::detail {
 
 std::vector<int> group_of(const Mesh& mesh, const std::vector<std::string>& axes, int pos) {
@@ -37,6 +40,14 @@ std::vector<int> members_of(const Mesh& mesh, const std::vector<std::string>& ax
   std::vector<int> members;
   for (const auto& [idx, q] : ranked) members.push_back(q);
   return members;
+}
+
+Communicator& communicator_for(const Mesh& mesh) {
+  const Runtime& rt = Runtime::get();
+  if (rt.process_count() > 1)
+    for (const Device& d : mesh.devices())
+      if (!rt.is_local(d.id())) return cross_process_communicator();
+  return threads_communicator();
 }
 
 std::string axes_text(const std::vector<std::string>& axes) {

@@ -5,9 +5,14 @@
 
 #include "core/array_impl.hpp"
 #include "core/checked.hpp"
+#include "tessera/distributed.hpp"
 #include "tessera/explain.hpp"
 
 namespace tessera {
+namespace detail {
+std::string type_text(const Shape& shape, DType dtype, const NamedSharding& sharding);
+}
+
 
 using detail::ArrayImpl;
 using detail::Buffer;
@@ -68,6 +73,8 @@ std::vector<Shard> Array::addressable_shards() const {
     } else {
       sh.replica_id = seen_count[it - seen.begin()]++;
     }
+    // Another process's device: its data lives there.
+    if (!detail::Runtime::get().is_local(sh.device.id())) continue;
     Mesh single(std::vector<Device>{sh.device}, {1}, {mesh.axis_names().empty() ? "d" : mesh.axis_names()[0]});
     auto impl = std::make_shared<ArrayImpl>(detail::box_shape(sh.index), a.dtype, NamedSharding(single, P()));
     impl->buffers.push_back(a.buffers[pos]);
@@ -89,14 +96,27 @@ void Array::copy_to_host(void* out, DType as, const char* op) const {
     staging.resize(static_cast<std::size_t>(detail::num_elements(a.shape)) * isz);
     dst = staging.data();
   }
-  std::vector<std::vector<Slice>> done;
-  for (int pos = 0; pos < a.sharding.mesh().size(); ++pos) {
+  // Each distinct block from a device of this process that holds it.
+  std::vector<std::vector<Slice>> done, missing;
+  const detail::Runtime& rt = detail::Runtime::get();
+  const Mesh& mesh = a.sharding.mesh();
+  for (int pos = 0; pos < mesh.size(); ++pos) {
     auto idx = a.sharding.shard_index(a.shape, pos);
     if (detail::box_empty(idx)) continue;
     if (std::find(done.begin(), done.end(), idx) != done.end()) continue;
+    if (!rt.is_local(mesh.devices()[pos].id())) {
+      if (std::find(missing.begin(), missing.end(), idx) == missing.end()) missing.push_back(idx);
+      continue;
+    }
     done.push_back(idx);
     detail::copy_box(a.buffers[pos].data(), idx, dst, whole, idx, isz);
   }
+  for (const auto& idx : missing)
+    if (std::find(done.begin(), done.end(), idx) == done.end())
+      throw Error(std::string("[") + op + "] " + detail::type_text(a.shape, a.dtype, a.sharding) +
+                  " is not fully addressable: process " + std::to_string(rt.process_index()) +
+                  " holds only the blocks of its own devices (of " + mesh.str() +
+                  "); gather it with process_allgather, or read addressable_shards()");
   if (as != a.dtype) detail::convert_checked(dst, a.dtype, out, as, detail::num_elements(a.shape), op);
 }
 
@@ -180,9 +200,13 @@ Array device_put(const Array& array, const NamedSharding& sharding) {
   sharding.check_rank(array.ndim(), "device_put");
   const auto& src = array.sharding();
   if (src.mesh() == sharding.mesh()) return reshard(array, sharding);
-  // Different meshes (possibly different devices): go through the host.
+  // Different meshes (possibly different devices): go through the host,
+  // gathering from every process when this one does not hold it all.
   std::vector<unsigned char> host(static_cast<std::size_t>(array.nbytes()));
-  array.copy_to_host(host.data(), array.dtype());
+  if (detail::Runtime::get().process_count() > 1)
+    detail::process_allgather_raw(array, host.data(), array.dtype());
+  else
+    array.copy_to_host(host.data(), array.dtype());
   return device_put_raw(host.data(), array.dtype(), array.shape(), sharding);
 }
 

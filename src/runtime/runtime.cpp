@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "comm/process.hpp"
 #include "runtime/timeline.hpp"
 #include "tessera/error.hpp"
 
@@ -43,8 +44,9 @@ int default_device_count() {
                         std::to_string(kMaxCpuDevices) + "], got '" + env + "'");
     return static_cast<int>(v);
   }
-  unsigned hc = std::thread::hardware_concurrency();
-  return hc == 0 ? 1 : static_cast<int>(hc);
+  // Processes sharing a host share its cores.
+  const int hc = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, hc / processes_on_this_host());
 }
 
 }  // namespace
@@ -262,12 +264,14 @@ void Worker::loop() {
 
 // ------------------------------------------------------------------ Runtime
 
-Runtime::Runtime(int n) {
+Runtime::Runtime(int n, int process, std::vector<int> first_device)
+    : process_(process), first_device_(std::move(first_device)) {
+  const int first = first_device_[process_];
   allocators_.reserve(n);
   workers_.reserve(n);
-  for (int i = 0; i < n; ++i) allocators_.push_back(std::make_unique<Allocator>(i));
+  for (int i = 0; i < n; ++i) allocators_.push_back(std::make_unique<Allocator>(first + i));
   try {
-    for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(i));
+    for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(first + i));
   } catch (const std::system_error& e) {
     // The system ran out of threads (ulimit -u, cgroup pids.max, memory for
     // stacks). Join the workers already started, so a later start with fewer
@@ -283,6 +287,19 @@ Runtime::Runtime(int n) {
 
 void Runtime::shutdown() {
   for (auto& w : workers_) w->stop();
+  stop_processes();
+}
+
+int Runtime::process_of(int id) const {
+  const auto it = std::upper_bound(first_device_.begin(), first_device_.end(), id);
+  return static_cast<int>(it - first_device_.begin()) - 1;
+}
+
+std::size_t Runtime::local_index(int id) const {
+  if (!is_local(id))
+    throw DeviceError("[devices] internal: CPU " + std::to_string(id) + " belongs to process " +
+                      std::to_string(process_of(id)) + ", not to this process (" + std::to_string(process_) + ")");
+  return static_cast<std::size_t>(id - first_local());
 }
 
 Runtime& Runtime::get() {
@@ -294,7 +311,10 @@ Runtime& Runtime::get() {
     start_trace_from_env();
     int n = g_requested_devices.load();
     if (n == 0) n = default_device_count();
-    auto* r = new Runtime(n);
+    // Join the other processes (MPI under mpirun): every process learns how
+    // many devices each has, so device ids are global.
+    ProcessLayout layout = start_processes(n);
+    auto* r = new Runtime(n, layout.index, std::move(layout.first_device));
     g_started = true;
     std::atexit([] { Runtime::get().shutdown(); });
     return r;
@@ -318,14 +338,20 @@ int set_member_device(int device_id) {
   return prev;
 }
 
-void run_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn) {
+void run_on_devices(const std::vector<Device>& all_devices, const std::function<void(int)>& fn) {
   if (t_member_device >= 0) {
-    for (int i = 0; i < static_cast<int>(devices.size()); ++i)
-      if (devices[i].id() == t_member_device) fn(i);
+    for (int i = 0; i < static_cast<int>(all_devices.size()); ++i)
+      if (all_devices[i].id() == t_member_device) fn(i);
     return;
   }
   Runtime& rt = Runtime::get();
-  const int n = static_cast<int>(devices.size());
+  // Another process's devices run on that process.
+  std::vector<int> index;  // entries of all_devices to run here
+  index.reserve(all_devices.size());
+  for (int i = 0; i < static_cast<int>(all_devices.size()); ++i)
+    if (rt.is_local(all_devices[i].id())) index.push_back(i);
+  const int n = static_cast<int>(index.size());
+  if (n == 0) return;
   // Shared with the tasks: the last task to finish may still be notifying
   // when the caller, having seen the count reach zero, returns.
   struct State {
@@ -347,13 +373,13 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
   // Each device's task shows on its timeline row, named after the call that
   // started it (the caller's innermost scope, e.g. "reshard").
   const std::string_view label = TimelineScope::innermost_name("task");
-  auto task = [&fn, label](int i) {
+  auto task = [&fn, &index, label](int i) {
     TimelineScope scope(label, "task");
-    fn(i);
+    fn(index[i]);
   };
   std::vector<int> inline_indices;
   for (int i = 0; i < n; ++i) {
-    Worker& w = rt.worker(devices[i].id());
+    Worker& w = rt.worker(all_devices[index[i]].id());
     if (w.is_current()) {
       inline_indices.push_back(i);  // run after dispatching the others, so they overlap
       continue;
@@ -410,6 +436,8 @@ namespace tessera {
 
 std::string Device::str() const { return "CpuDevice(id=" + std::to_string(id_) + ")"; }
 
+int Device::process_index() const { return detail::Runtime::get().process_of(id_); }
+
 std::vector<Device> devices() {
   int n = detail::Runtime::get().num_devices();
   std::vector<Device> out;
@@ -420,15 +448,37 @@ std::vector<Device> devices() {
 
 int device_count() { return detail::Runtime::get().num_devices(); }
 
-int process_index() { return 0; }
+std::vector<Device> local_devices() {
+  const detail::Runtime& rt = detail::Runtime::get();
+  std::vector<Device> out;
+  for (int i = 0; i < rt.num_local(); ++i) out.push_back(Device::from_id(rt.first_local() + i));
+  return out;
+}
+
+int local_device_count() { return detail::Runtime::get().num_local(); }
+
+int process_index() { return detail::Runtime::get().process_index(); }
+
+int process_count() { return detail::Runtime::get().process_count(); }
+
+namespace distributed {
+void initialize() { (void)detail::Runtime::get(); }
+bool is_initialized() { return detail::Runtime::started(); }
+const char* backend() { return detail::Runtime::get().process_count() > 1 ? detail::process_backend() : "none"; }
+}  // namespace distributed
 
 namespace {
 detail::Allocator& allocator_of(const Device& device, const char* op) {
-  const int n = detail::Runtime::get().num_devices();
+  detail::Runtime& rt = detail::Runtime::get();
+  const int n = rt.num_devices();
   if (device.id() < 0 || device.id() >= n)
     throw DeviceError(std::string("[") + op + "] expected a device id in [0, " + std::to_string(n) + "), got " +
                       std::to_string(device.id()));
-  return detail::Runtime::get().allocator(device.id());
+  if (!rt.is_local(device.id()))
+    throw DeviceError(std::string("[") + op + "] " + device.str() + " belongs to process " +
+                      std::to_string(rt.process_of(device.id())) + "; this is process " +
+                      std::to_string(rt.process_index()) + ", which sees only its own devices' memory");
+  return rt.allocator(device.id());
 }
 }  // namespace
 
@@ -443,7 +493,7 @@ void set_num_cpu_devices(int n) {
     throw DeviceError("[set_num_cpu_devices] expected a device count <= " + std::to_string(detail::kMaxCpuDevices) +
                       " (each CPU device is a worker thread), got " + std::to_string(n));
   if (detail::Runtime::started()) {
-    int have = detail::Runtime::get().num_devices();
+    int have = detail::Runtime::get().num_local();
     if (have != n)
       throw DeviceError("[set_num_cpu_devices] the runtime already started with " + std::to_string(have) +
                         " devices; call it before first use (asked for " + std::to_string(n) + ")");

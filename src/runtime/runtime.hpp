@@ -100,22 +100,39 @@ class Worker {
 
 /// The process-wide set of devices. Created on first use, never destroyed
 /// (buffers may outlive static destructors); workers are joined at exit.
+/// With several processes (comm/process.hpp) device ids are global, ordered
+/// by process; this process has workers and allocators only for its own
+/// devices, ids first_local() .. first_local() + num_local() - 1.
 class Runtime {
  public:
   static Runtime& get();
   /// True once get() has been called.
   static bool started();
 
-  int num_devices() const { return static_cast<int>(workers_.size()); }
-  Worker& worker(int id) { return *workers_.at(id); }
-  Allocator& allocator(int id) { return *allocators_.at(id); }
+  /// Devices of every process.
+  int num_devices() const { return first_device_.back(); }
+  /// This process's devices.
+  int num_local() const { return static_cast<int>(workers_.size()); }
+  int first_local() const { return first_device_[process_]; }
+  int process_index() const { return process_; }
+  int process_count() const { return static_cast<int>(first_device_.size()) - 1; }
+  /// The process owning device `id`.
+  int process_of(int id) const;
+  bool is_local(int id) const { return id >= first_local() && id < first_local() + num_local(); }
+  Worker& worker(int id) { return *workers_.at(local_index(id)); }
+  Allocator& allocator(int id) { return *allocators_.at(local_index(id)); }
   /// Whether work over `n` devices should poll rather than sleep while
   /// waiting: only when each of them can have a core.
   bool polls_for(int n) const { return n <= cores_; }
 
  private:
-  explicit Runtime(int n);
+  Runtime(int n, int process, std::vector<int> first_device);
   void shutdown();
+  // Index of local device `id` among this process's; raises DeviceError for
+  // another process's device (its memory is not here).
+  std::size_t local_index(int id) const;
+  int process_ = 0;
+  std::vector<int> first_device_;  // per process, its first device id; then the total
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::unique_ptr<Allocator>> allocators_;
   int cores_ = 1;
@@ -131,7 +148,8 @@ int current_device();
 void fail_worker_start_at(int device_id);
 
 /// Runs fn(i) for every i on the worker of devices[i] and waits for all.
-/// Work for the device whose worker is the caller runs inline. If tasks throw,
+/// Devices of other processes are skipped: their own process runs their
+/// entries. Work for the device whose worker is the caller runs inline. If tasks throw,
 /// every task still finishes, then the exception of the lowest i is rethrown
 /// as its original type. On a thread in member mode (set_member_device) it
 /// runs, inline, only the entries of that device: the other devices' members

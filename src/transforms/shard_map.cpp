@@ -30,6 +30,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/member.hpp"
+#include "comm/process.hpp"
 #include "ops/common.hpp"
 #include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
@@ -98,6 +99,54 @@ double timeout_from_env() {
 
 double g_timeout = -1;  // < 0: not set yet
 std::mutex g_timeout_mu;
+
+// With a mesh over several processes, the outputs of other processes'
+// devices are known here only by their types: every process learns every
+// position's output shapes and dtypes (a gather over processes), so each
+// assembles the same global shapes and checks the same things. Those
+// outputs stand in as arrays without data.
+void share_output_types(const Mesh& mesh, std::vector<std::vector<Array>>& outs,
+                        std::vector<std::vector<std::vector<std::string>>>& out_vma) {
+  const Runtime& rt = Runtime::get();
+  if (rt.process_count() == 1) return;
+  bool spans = false;
+  for (const Device& d : mesh.devices()) spans = spans || !rt.is_local(d.id());
+  if (!spans) return;
+  // [pos, nout, (dtype, ndim, dims...)...] for each local position.
+  std::vector<std::int64_t> mine;
+  for (int pos = 0; pos < mesh.size(); ++pos) {
+    if (!rt.is_local(mesh.devices()[pos].id())) continue;
+    mine.push_back(pos);
+    mine.push_back(static_cast<std::int64_t>(outs[pos].size()));
+    for (const Array& o : outs[pos]) {
+      mine.push_back(static_cast<std::int64_t>(o.dtype()));
+      mine.push_back(o.ndim());
+      for (auto v : o.shape()) mine.push_back(v);
+    }
+  }
+  const auto parts = allgather_processes(mine.data(), mine.size() * sizeof(std::int64_t), "shard_map");
+  for (int p = 0; p < static_cast<int>(parts.size()); ++p) {
+    if (p == rt.process_index()) continue;
+    std::vector<std::int64_t> v(parts[p].size() / sizeof(std::int64_t));
+    if (!v.empty()) std::memcpy(v.data(), parts[p].data(), parts[p].size());
+    for (size_t i = 0; i < v.size();) {
+      const int pos = static_cast<int>(v[i++]);
+      const auto nout = static_cast<size_t>(v[i++]);
+      const Mesh one(std::vector<Device>{mesh.devices()[pos]}, {1}, {"_"});
+      outs[pos].clear();
+      for (size_t k = 0; k < nout; ++k) {
+        const auto dtype = static_cast<DType>(v[i++]);
+        const auto ndim = static_cast<size_t>(v[i++]);
+        Shape shape(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i + ndim));
+        i += ndim;
+        auto impl = std::make_shared<ArrayImpl>(shape, dtype, NamedSharding(one, P()));
+        impl->buffers.emplace_back();
+        outs[pos].push_back(Array(std::move(impl)));
+      }
+      out_vma[pos].assign(nout, {});
+    }
+  }
+}
 
 ManualContext& context(const char* op) {
   if (!t_ctx)
@@ -564,6 +613,7 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
   run_spmd(mesh, [&](int pos, Session& session) {
     run_member_body(body, mesh, pos, session, inputs, outs[pos], out_vma[pos], logs[pos]);
   });
+  share_output_types(mesh, outs, out_vma);
   // What the collectives moved, one record per collective kind, for explain.
   std::vector<std::string> kinds;
   for (const auto& l : logs)
@@ -603,7 +653,8 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
         throw ShapeError(msg(op, "output " + std::to_string(k) + " differs between devices: " + typeof(first) +
                                      " on CPU " + std::to_string(mesh.devices()[0].id()) + ", " + typeof(o) +
                                      " on CPU " + std::to_string(mesh.devices()[pos].id())));
-      if (opt.check_vma) check_out_vma(spec, named, k, o, out_vma[pos][k]);
+      if (opt.check_vma && Runtime::get().is_local(mesh.devices()[pos].id()))
+        check_out_vma(spec, named, k, o, out_vma[pos][k]);
     }
     // Global size of each dim: sum of the local sizes of its parts.
     Shape shape = first.shape();
@@ -651,6 +702,9 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
         if (!named.count(mesh.axis_names()[i])) cq[i] = 0;
       int src = 0;
       for (int i = 0; i < mesh.ndim(); ++i) src = src * mesh.shape()[i] + cq[i];
+      // Another process's replica: this position's own (equal) block.
+      if (!Runtime::get().is_local(mesh.devices()[pos].id())) continue;
+      if (!Runtime::get().is_local(mesh.devices()[src].id())) src = pos;
       bufs[pos] = outs[src][k].impl()->buffers.at(0);
     }
     result.push_back(wrap(shape, first.dtype(), s, std::move(bufs)));

@@ -851,9 +851,11 @@ TEST_F(Collectives, OutsideABodyIsACollectiveError) {
 }
 
 // =====================================================================
-// Determinism: reductions combine in member order, so results are bitwise
-// the same every run and on every member, and equal the fixed-order sum
-// member 0 + member 1 + ... computed in the array's own precision.
+// Determinism: reductions combine members as a fixed tree over member rank
+// ((0+1)+(2+3), split at the largest power of two below the count), so
+// results are bitwise the same every run, on every member and on every
+// layout of the members over processes, and equal that tree's sum computed
+// in the array's own precision.
 // =====================================================================
 
 template <class T>
@@ -876,9 +878,13 @@ void check_deterministic_psum(const ts::Mesh& mesh, const std::vector<std::strin
     const auto ms = members(mesh, axes, pos);
     std::vector<T> ref(static_cast<size_t>(len));
     for (std::int64_t i = 0; i < len; ++i) {
-      T acc = static_cast<T>(blocks[ms[0]].v[i]);
-      for (size_t k = 1; k < ms.size(); ++k) acc = static_cast<T>(acc + static_cast<T>(blocks[ms[k]].v[i]));
-      ref[i] = acc;
+      std::function<T(int, int)> node = [&](int lo, int hi) -> T {
+        if (hi - lo == 1) return static_cast<T>(blocks[ms[lo]].v[i]);
+        int p = 1;
+        while (p * 2 < hi - lo) p *= 2;
+        return static_cast<T>(node(lo, lo + p) + node(lo + p, hi));
+      };
+      ref[i] = node(0, static_cast<int>(ms.size()));
     }
     const auto part = ts::block_slice(len, static_cast<std::int64_t>(ms.size()), rank_in(ms, pos));
     for (size_t r = 0; r < runs.size(); ++r) {

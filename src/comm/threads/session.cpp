@@ -147,27 +147,7 @@ class ThreadsSession final : public Session {
     return p;
   }
 
-  // "" when every member's signature agrees, else a message naming them.
-  static std::string mismatch(const Slot& s) {
-    const auto& d = s.deps_;
-    // The signature without the "[...]" shape part.
-    auto unshaped = [](const std::string& sig) {
-      const auto a = sig.find('['), b = sig.find(']');
-      return a == std::string::npos || b == std::string::npos ? sig : sig.substr(0, a) + sig.substr(b + 1);
-    };
-    for (size_t r = 1; r < d.size(); ++r) {
-      if (d[r].signature == d[0].signature) continue;
-      const std::string who0 = "CPU " + std::to_string(s.group_.device_ids[0]);
-      const std::string whor = "CPU " + std::to_string(s.group_.device_ids[r]);
-      if (unshaped(d[r].signature) == unshaped(d[0].signature))
-        return "needs the same shape on every device of axis " + s.group_.axes + ": " + who0 + " has " +
-               dtype_name(d[0].dtype) + shape_str(d[0].shape) + ", " + whor + " has " + dtype_name(d[r].dtype) +
-               shape_str(d[r].shape);
-      return "mismatched collectives on axis " + s.group_.axes + ": " + who0 + " called " + d[0].signature + " but " +
-             whor + " called " + d[r].signature;
-    }
-    return "";
-  }
+  static std::string mismatch(const Slot& s) { return mismatch_text(s.deps_, s.group_.device_ids, s.group_.axes); }
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -204,6 +184,25 @@ void Slot::barrier() {
 }
 
 }  // namespace
+
+std::string mismatch_text(const std::vector<Deposit>& d, const std::vector<int>& device_ids, const std::string& axes) {
+  // The signature without the "[...]" shape part.
+  auto unshaped = [](const std::string& sig) {
+    const auto a = sig.find('['), b = sig.find(']');
+    return a == std::string::npos || b == std::string::npos ? sig : sig.substr(0, a) + sig.substr(b + 1);
+  };
+  for (size_t r = 1; r < d.size(); ++r) {
+    if (d[r].signature == d[0].signature) continue;
+    const std::string who0 = "CPU " + std::to_string(device_ids[0]);
+    const std::string whor = "CPU " + std::to_string(device_ids[r]);
+    if (unshaped(d[r].signature) == unshaped(d[0].signature))
+      return "needs the same shape on every device of axis " + axes + ": " + who0 + " has " + dtype_name(d[0].dtype) +
+             shape_str(d[0].shape) + ", " + whor + " has " + dtype_name(d[r].dtype) + shape_str(d[r].shape);
+    return "mismatched collectives on axis " + axes + ": " + who0 + " called " + d[0].signature + " but " + whor +
+           " called " + d[r].signature;
+  }
+  return "";
+}
 
 std::shared_ptr<Session> make_threads_session(double timeout_s, bool poll) {
   return std::make_shared<ThreadsSession>(timeout_s, poll);

@@ -2,6 +2,7 @@
 // (session.cpp) and the group built on it (group.cpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,5 +59,43 @@ std::shared_ptr<Rendezvous> threads_meet(const GroupSpec& g, Deposit mine);
 
 /// A member's Group over the rendezvous of `g.session`.
 std::unique_ptr<Group> make_threads_group(GroupSpec g);
+
+/// The communicator of meshes whose devices are all in this process.
+Communicator& threads_communicator();
+
+// What a collective's members must agree on, and each member's result
+// computed from every member's deposit (in member order). The threads group
+// uses them on its rendezvous; the MPI group on the deposits it assembled
+// from every process.
+
+/// "psum(f32[4,8], reduce=sum)": the op, dtype, shape (dim `free_dim` as "*"
+/// unless with_shape) and parameters.
+std::string collective_sig(const std::string& op, const Local& in, const std::string& params, bool with_shape,
+                           int free_dim = -1);
+std::string all_gather_params(int axis, bool tiled);
+std::string reduce_scatter_params(int dim, bool tiled, ReduceOp op);
+std::string permute_params(const std::vector<std::pair<int, int>>& perm);
+std::string all_to_all_params(int split_axis, int concat_axis);
+/// The signature of a redistribution's exchange (the global array and both
+/// layouts: blocks may differ in size).
+std::string exchange_sig(const std::string& op, const ReshardPlan& plan);
+/// "" when every deposit's signature equals member 0's, else the message
+/// (without the "[op] " prefix) naming the first member that differs:
+/// "mismatched collectives on axis 'x': CPU 0 called ... but CPU 2 called ...".
+std::string mismatch_text(const std::vector<Deposit>& d, const std::vector<int>& device_ids, const std::string& axes);
+
+Local gather_deposits(const std::vector<Deposit>& d, int axis, bool tiled, int device);
+Local reduce_scatter_deposits(const std::vector<Deposit>& d, int rank, int dim, bool tiled, ReduceOp op, int device);
+Local permute_deposits(const std::vector<Deposit>& d, int rank, const std::vector<std::pair<int, int>>& perm,
+                       int device);
+Local all_to_all_deposits(const std::vector<Deposit>& d, int rank, int split_axis, int concat_axis, int device);
+/// Position `my_position`'s box of the plan's target, on `device`, from the
+/// source blocks `block(position)` (see Group::exchange).
+Buffer exchange_deposits(const ReshardPlan& plan, int my_position, const Buffer& mine, int device,
+                         const std::function<const Buffer&(int position)>& block);
+/// CollectiveError unless the group is every device of the plan's mesh in
+/// mesh order with this member at `my_position`.
+void check_whole_mesh_group(const ReshardPlan& plan, int my_position, int rank, const std::vector<int>& device_ids,
+                            const std::string& op);
 
 }  // namespace tessera::detail

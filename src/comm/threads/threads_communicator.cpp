@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "comm/threads/threads.hpp"
+#include "comm/tree.hpp"
 #include "core/array_impl.hpp"
 #include "runtime/timeline.hpp"
 
@@ -64,24 +65,21 @@ class ThreadsCommunicator final : public Communicator {
               const std::vector<std::vector<Slice>>& out_boxes, std::vector<Buffer>& dst) override {
     const std::size_t isz = itemsize(dtype);
     // Every member reads the group's partials straight from their buffers
-    // and combines its own box of the result, in group order.
+    // and combines its own box of the result, in the tree order over the
+    // group (comm/tree.hpp).
     run_on_devices(mesh.devices(), [&](int t) {
       const auto& obox = out_boxes[t];
       Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(obox))) * isz);
       TimelineScope scope("reduce", "collective", static_cast<std::int64_t>(out.nbytes()));
       if (out.nbytes() > 0) {
-        auto* o = static_cast<unsigned char*>(out.data());
-        bool first = true;
-        for (int m : group_of(mesh, axes, t)) {
-          const auto* in = static_cast<const unsigned char*>(partial[m].data());
-          for_each_run(partial_boxes[m], obox, obox, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t n) {
-            if (first)
-              std::memcpy(o + dof, in + so, static_cast<std::size_t>(n));
-            else
-              combine(op, dtype, o + dof, in + so, n / static_cast<std::int64_t>(isz));
-          });
-          first = false;
-        }
+        const std::vector<int> group = group_of(mesh, axes, t);
+        // Partial boxes are equal within a group: the runs are the same for
+        // every member.
+        for_each_run(partial_boxes[t], obox, obox, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t n) {
+          tree_combine(op, dtype, 0, static_cast<int>(group.size()), [&](int lo, int hi) {
+            return hi - lo == 1 ? static_cast<const unsigned char*>(partial[group[lo]].data()) + so : nullptr;
+          }, static_cast<unsigned char*>(out.data()) + dof, n / static_cast<std::int64_t>(isz));
+        });
       }
       dst[t] = std::move(out);
     });
@@ -90,7 +88,7 @@ class ThreadsCommunicator final : public Communicator {
 
 }  // namespace
 
-Communicator& communicator_for(const Mesh&) {
+Communicator& threads_communicator() {
   static ThreadsCommunicator threads;
   return threads;
 }

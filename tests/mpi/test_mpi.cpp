@@ -1,0 +1,254 @@
+// Multi-process meshes, run under mpirun by ctest (2 processes, several
+// devices each): every process runs these tests in the same order, so their
+// collectives meet. Results are checked against plain host references.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <tessera/tessera.hpp>
+
+namespace ts = tessera;
+
+namespace {
+
+std::vector<double> iota_data(std::int64_t n, double scale = 1.0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[i] = std::sin(0.37 * static_cast<double>(i)) * scale + 0.01 * static_cast<double>(i % 7);
+  return v;
+}
+
+// Meshes over every device of every process: 1-d, and 2-d with the
+// processes on the first axis.
+std::vector<ts::Mesh> meshes() {
+  std::vector<ts::Mesh> out;
+  const int n = ts::device_count();
+  out.push_back(ts::make_mesh({n}, {"x"}));
+  if (ts::local_device_count() > 1) out.push_back(ts::make_mesh({ts::process_count(), ts::local_device_count()}, {"x", "y"}));
+  if (ts::process_count() > 1 && ts::local_device_count() > 1)
+    out.push_back(ts::Mesh(ts::devices(), {ts::local_device_count(), ts::process_count()}, {"x", "y"}));
+  return out;
+}
+
+std::vector<ts::PartitionSpec> specs(const ts::Mesh& m) {
+  if (m.ndim() == 1) return {ts::P("x"), ts::P(ts::none, "x"), ts::P()};
+  return {ts::P("x", "y"), ts::P("y", "x"), ts::P(std::vector<std::string>{"x", "y"}), ts::P(ts::none, "y"), ts::P()};
+}
+
+template <class F>
+void expect_throw_with(F f, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing: " << text;
+  } catch (const ts::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(Mpi, DevicesAreGlobalAndOrderedByProcess) {
+  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (env) {
+    EXPECT_EQ(ts::process_count(), std::atoi(env));
+  }
+  EXPECT_EQ(ts::distributed::backend(), std::string(ts::process_count() > 1 ? "mpi" : "none"));
+  const auto all = ts::devices();
+  const auto local = ts::local_devices();
+  EXPECT_EQ(static_cast<int>(all.size()), ts::device_count());
+  EXPECT_EQ(static_cast<int>(local.size()), ts::local_device_count());
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].id(), static_cast<int>(i));
+    if (i) {
+      EXPECT_LE(all[i - 1].process_index(), all[i].process_index());
+    }
+  }
+  for (const auto& d : local) {
+    EXPECT_EQ(d.process_index(), ts::process_index());
+    EXPECT_TRUE(d.is_local());
+  }
+  EXPECT_EQ(ts::device_count(), ts::local_device_count() * ts::process_count());
+}
+
+TEST(Mpi, DevicePutGatherAndAddressableShards) {
+  for (const auto& m : meshes())
+    for (const auto& spec : specs(m)) {
+      const ts::Shape shape{13, 7};
+      const auto host = iota_data(13 * 7);
+      ts::NamedSharding s(m, spec);
+      ts::Array a = ts::device_put(host, shape, s);
+      EXPECT_EQ(ts::process_allgather<double>(a), host) << s.str();
+      for (const auto& sh : a.addressable_shards()) {
+        EXPECT_TRUE(sh.device.is_local());
+        const auto v = sh.data.to_vector<double>();
+        size_t k = 0;
+        for (auto i = sh.index[0].start; i < sh.index[0].stop; ++i)
+          for (auto j = sh.index[1].start; j < sh.index[1].stop; ++j) ASSERT_EQ(v[k++], host[i * 7 + j]);
+      }
+      // to_vector works when this process holds every block (a replicated
+      // array, or blocks repeated over the process axis), else it says to
+      // gather.
+      std::int64_t held = 0;
+      std::vector<std::vector<ts::Slice>> seen;
+      for (const auto& sh : a.addressable_shards())
+        if (std::find(seen.begin(), seen.end(), sh.index) == seen.end()) {
+          seen.push_back(sh.index);
+          held += sh.index[0].size() * sh.index[1].size();
+        }
+      if (held == a.size()) {
+        EXPECT_EQ(a.to_vector<double>(), host);
+      } else {
+        EXPECT_FALSE(ts::is_fully_addressable(a));
+        expect_throw_with([&] { (void)a.to_vector<double>(); }, "not fully addressable");
+      }
+    }
+}
+
+TEST(Mpi, ReshardBetweenEveryPairOfLayouts) {
+  for (const auto& m : meshes())
+    for (const auto& from : specs(m))
+      for (const auto& to : specs(m)) {
+        const auto host = iota_data(9 * 11);
+        ts::Array a = ts::device_put(host, {9, 11}, ts::NamedSharding(m, from));
+        ts::Array b = ts::reshard(a, to);
+        EXPECT_EQ(ts::process_allgather<double>(b), host) << from.str() << " -> " << to.str();
+      }
+}
+
+TEST(Mpi, GlobalViewOpsMatchTheHost) {
+  for (const auto& m : meshes())
+    for (const auto& spec : specs(m)) {
+      const std::int64_t r = 10, c = 6;
+      const auto host = iota_data(r * c);
+      ts::Array a = ts::device_put(host, {r, c}, ts::NamedSharding(m, spec));
+      // Elementwise: bitwise what one device computes.
+      ts::Mesh one(std::vector<ts::Device>{ts::local_devices()[0]}, {1}, {"x"});
+      ts::Array a1 = ts::device_put(host, {r, c}, ts::NamedSharding(one, ts::P()));
+      EXPECT_EQ(ts::process_allgather<double>(2.0 * ts::sin(a) + 1.0), (2.0 * ts::sin(a1) + 1.0).to_vector<double>());
+      // Stencil: halo exchange only, bitwise.
+      EXPECT_EQ(ts::process_allgather<double>(ts::diff(a, 1, 0)), ts::diff(a1, 1, 0).to_vector<double>());
+      // Reductions over sharded axes.
+      for (int axis : {0, 1}) {
+        const auto got = ts::process_allgather<double>(ts::sum(a, {axis}));
+        const auto want = ts::sum(a1, {axis}).to_vector<double>();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
+      }
+      EXPECT_NEAR(ts::sum(a).item<double>(), ts::sum(a1).item<double>(), 1e-12);
+      // Matmul with a sharded contraction.
+      ts::Array w = ts::device_put(iota_data(c * 3, 0.5), {c, 3}, ts::NamedSharding(m, ts::P()));
+      ts::Array w1 = ts::device_put(iota_data(c * 3, 0.5), {c, 3}, ts::NamedSharding(one, ts::P()));
+      const auto got = ts::process_allgather<double>(ts::matmul(a, w));
+      const auto want = ts::matmul(a1, w1).to_vector<double>();
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
+    }
+}
+
+TEST(Mpi, ShardMapCollectivesAcrossProcesses) {
+  const int n = ts::device_count();
+  ts::Mesh m = ts::make_mesh({n}, {"x"});
+  std::vector<float> host(static_cast<size_t>(n) * 4);
+  std::iota(host.begin(), host.end(), 1.0f);
+  ts::Array a = ts::device_put(host, {n * 4}, ts::NamedSharding(m, ts::P("x")));
+  auto f = ts::shard_map([](ts::Array x) { return ts::psum(x, "x"); }, m, {ts::P("x")}, ts::P());
+  std::vector<float> want(4, 0.0f);
+  for (int d = 0; d < n; ++d)
+    for (int i = 0; i < 4; ++i) want[i] += host[d * 4 + i];
+  EXPECT_EQ(f(a).to_vector<float>(), want);
+  // Large enough for the reduce-scatter path.
+  const std::int64_t big = 40000;
+  std::vector<float> hb(static_cast<size_t>(n * big));
+  for (size_t i = 0; i < hb.size(); ++i) hb[i] = static_cast<float>(i % 1000) * 0.25f;
+  ts::Array b = ts::device_put(hb, {n * big}, ts::NamedSharding(m, ts::P("x")));
+  const auto got = f(b).to_vector<float>();
+  for (std::int64_t i = 0; i < big; i += 997) {
+    float w = 0;
+    for (int d = 0; d < n; ++d) w += hb[d * big + i];
+    EXPECT_NEAR(got[i], w, 1e-3f * std::abs(w) + 1e-3f);
+  }
+  auto g = ts::shard_map([](ts::Array x) { return ts::all_gather(x, "x", 0, true); }, m, {ts::P("x")}, ts::P());
+  EXPECT_EQ(g(a).to_vector<float>(), host);
+  std::vector<std::pair<int, int>> ring;
+  for (int i = 0; i < n; ++i) ring.emplace_back(i, (i + 1) % n);
+  auto p = ts::shard_map([&](ts::Array x) { return ts::ppermute(x, "x", ring); }, m, {ts::P("x")}, ts::P("x"));
+  const auto rolled = ts::process_allgather<float>(p(a));
+  for (int d = 0; d < n; ++d)
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(rolled[((d + 1) % n) * 4 + i], host[d * 4 + i]);
+  auto mx = ts::shard_map([](ts::Array x) { return ts::pmax(x, "x"); }, m, {ts::P("x")}, ts::P());
+  EXPECT_EQ(mx(a).to_vector<float>(), std::vector<float>(host.end() - 4, host.end()));
+  auto rs = ts::shard_map([](ts::Array x) { return ts::psum_scatter(ts::all_gather(x, "x", 0, true), "x", 0, true); },
+                          m, {ts::P("x")}, ts::P("x"));
+  const auto scattered = ts::process_allgather<float>(rs(a));
+  for (size_t i = 0; i < host.size(); ++i) EXPECT_EQ(scattered[i], host[i] * static_cast<float>(n));
+}
+
+TEST(Mpi, JitRunsOnEveryProcess) {
+  for (const auto& m : meshes()) {
+    const auto host = iota_data(8 * 5);
+    ts::Array a = ts::device_put(host, {8, 5}, ts::NamedSharding(m, ts::P(m.axis_names()[0])));
+    auto f = ts::jit([](ts::Array x) { return ts::sum(ts::exp(x) * 2.0, {0}); });
+    const auto got = ts::process_allgather<double>(f(a));
+    const auto want = ts::process_allgather<double>(ts::sum(ts::exp(a) * 2.0, {0}));
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(Mpi, MakeArrayFromProcessLocalData) {
+  const int n = ts::device_count();
+  ts::Mesh m = ts::make_mesh({n}, {"x"});
+  ts::NamedSharding s(m, ts::P("x"));
+  const std::int64_t rows_per_device = 3, cols = 4;
+  const std::int64_t local_rows = rows_per_device * ts::local_device_count();
+  const std::int64_t first = local_rows * ts::process_index();
+  std::vector<double> local(static_cast<size_t>(local_rows * cols));
+  for (std::int64_t i = 0; i < local_rows * cols; ++i) local[i] = static_cast<double>(first * cols + i);
+  ts::Array a = ts::make_array_from_process_local_data(s, local, {local_rows, cols});
+  EXPECT_EQ(a.shape(), (ts::Shape{rows_per_device * n, cols}));
+  const auto all = ts::process_allgather<double>(a);
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], static_cast<double>(i));
+  expect_throw_with([&] { ts::make_array_from_process_local_data(s, local, {local_rows + 1, cols}, ts::Shape{rows_per_device * n, cols}); },
+                    "[make_array_from_process_local_data]");
+}
+
+TEST(Mpi, HostDataGather) {
+  std::vector<int> mine{ts::process_index(), 10 + ts::process_index()};
+  const auto all = ts::process_allgather<int>(std::span<const int>(mine));
+  ASSERT_EQ(static_cast<int>(all.size()), 2 * ts::process_count());
+  for (int p = 0; p < ts::process_count(); ++p) {
+    EXPECT_EQ(all[2 * p], p);
+    EXPECT_EQ(all[2 * p + 1], 10 + p);
+  }
+}
+
+TEST(Mpi, MismatchedCollectivesAcrossProcessesRaiseOnEveryProcess) {
+  if (ts::process_count() < 2) GTEST_SKIP() << "needs several processes";
+  const int n = ts::device_count();
+  ts::Mesh m = ts::make_mesh({n}, {"x"});
+  ts::Array a = ts::device_put(std::vector<float>(static_cast<size_t>(n), 1.0f), {n}, ts::NamedSharding(m, ts::P("x")));
+  const bool first = ts::process_index() == 0;
+  auto f = ts::shard_map([&](ts::Array x) { return first ? ts::psum(x, "x") : ts::pmax(x, "x"); }, m, {ts::P("x")},
+                         ts::P());
+  expect_throw_with([&] { (void)f(a); }, "mismatched collectives");
+}
+
+TEST(Mpi, AFailingBodyOnOneProcessStopsTheOthers) {
+  if (ts::process_count() < 2) GTEST_SKIP() << "needs several processes";
+  const int n = ts::device_count();
+  ts::Mesh m = ts::make_mesh({n}, {"x"});
+  ts::Array a = ts::device_put(std::vector<float>(static_cast<size_t>(n), 1.0f), {n}, ts::NamedSharding(m, ts::P("x")));
+  const bool fails = ts::process_index() == 1;
+  auto f = ts::shard_map([&](ts::Array x) {
+    if (fails) throw ts::ValueError("[body] bad input on this process");
+    return ts::psum(x, "x");
+  }, m, {ts::P("x")}, ts::P());
+  if (fails)
+    expect_throw_with([&] { (void)f(a); }, "bad input on this process");
+  else
+    expect_throw_with([&] { (void)f(a); }, "(process 1) raised an error");
+  // The processes still work together afterwards.
+  EXPECT_EQ(ts::process_allgather<float>(a), std::vector<float>(static_cast<size_t>(n), 1.0f));
+}
