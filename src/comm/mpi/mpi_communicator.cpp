@@ -294,8 +294,6 @@ std::map<int, const unsigned char*> unpacked(const ReshardPlan& plan, const std:
   return at;
 }
 
-std::string mesh_text(const Mesh& mesh) { return mesh.str(); }
-
 // "process 0 called X but process 1 called Y" for the first header that
 // differs from this process's.
 void check_same_call(const std::string& op, const std::string& what, const Header& mine,
@@ -448,7 +446,13 @@ class MpiGroup final : public Group {
     std::map<int, const unsigned char*> frame_ptr;
     for (const auto& [q, at] : frame_at) frame_ptr[q] = static_cast<const unsigned char*>(frames.data()) + at;
     const auto remote = unpacked(plan, cross, frame_ptr);
-    return exchange_from(plan, my_position, mine, my_device(), d, remote);
+    // Pieces from this process's members come from their blocks, the others
+    // from the frames, packed one box after another.
+    return exchange_deposits(plan, my_position, mine, my_device(), [&](int i) {
+      const TransferPiece& p = plan.pieces[i];
+      if (auto it = remote.find(i); it != remote.end()) return PieceSource{it->second, p.box};
+      return PieceSource{d[local_index(p.src)].data.data(), plan.source.shard_index(plan.shape, p.src)};
+    });
   }
 
  private:
@@ -465,32 +469,6 @@ class MpiGroup final : public Group {
     w.session = g_.session->id();
     w.local = &g_.session->local();
     return w;
-  }
-
-  // Position `pos`'s box of the plan from the local members' blocks and the
-  // pieces received from other processes.
-  Buffer exchange_from(const ReshardPlan& plan, int pos, const Buffer& mine, int device,
-                       const std::vector<Deposit>& d, const std::map<int, const unsigned char*>& remote) const {
-    const auto first = std::partition_point(plan.pieces.begin(), plan.pieces.end(),
-                                            [&](const TransferPiece& p) { return p.dst < pos; });
-    const auto last = std::partition_point(first, plan.pieces.end(),
-                                           [&](const TransferPiece& p) { return p.dst == pos; });
-    const auto& tbox = plan.target_boxes[pos];
-    if (first == last) return box_empty(tbox) ? Buffer() : mine;
-    const std::size_t isz = itemsize(plan.dtype);
-    if (last - first == 1 && first->src == pos && first->box == tbox)
-      if (Buffer v = contiguous_view(mine, plan.source.shard_index(plan.shape, pos), tbox, isz); v.data()) return v;
-    Buffer out(device, static_cast<std::size_t>(num_elements(box_shape(tbox))) * isz);
-    for (auto p = first; p != last; ++p) {
-      const int i = static_cast<int>(p - plan.pieces.begin());
-      auto it = remote.find(i);
-      if (it != remote.end())
-        copy_box(it->second, p->box, out.data(), tbox, p->box, isz);
-      else
-        copy_box(d[local_index(p->src)].data.data(), plan.source.shard_index(plan.shape, p->src), out.data(), tbox,
-                 p->box, isz);
-    }
-    return out;
   }
 
   // Every member's value and signature, in member order: the local members
@@ -726,7 +704,7 @@ class MpiCommunicator final : public Communicator {
     });
     b.wait(main_wait("reshard", "in a redistribution of " + dtype_name(plan.dtype) + shape_str(plan.shape) +
                                     " from " + plan.source.spec().str() + " to " + plan.target.spec().str() +
-                                    " on " + mesh_text(mesh)));
+                                    " on " + mesh.str()));
     std::vector<Header> hs;
     for (int i = 0; i < b.num_recvs(); ++i) hs.push_back(b.header(i));
     check_same_call("reshard", "in a redistribution", h, hs);
@@ -761,11 +739,6 @@ class MpiCommunicator final : public Communicator {
       const std::vector<int> owner = owners(mesh, group);
       if (std::find(owner.begin(), owner.end(), me) == owner.end()) continue;
       const std::int64_t count = num_elements(box_shape(partial_boxes[group[0]]));
-      // The group's reduction over its whole partial box, on this process.
-      std::vector<std::vector<unsigned char>> store;
-      auto values = frontier_values(owner, op, dtype, count, [&](int r) {
-        return static_cast<const unsigned char*>(partial[group[r]].data());
-      }, store);
       int first_local = -1;
       for (size_t r = 0; r < group.size() && first_local < 0; ++r)
         if (owner[r] == me) first_local = group[r];
@@ -775,6 +748,11 @@ class MpiCommunicator final : public Communicator {
           return hi - lo == 1 ? static_cast<const unsigned char*>(partial[group[lo]].data()) : nullptr;
         }, static_cast<unsigned char*>(full.data()), count);
       } else {
+        // This process's subtrees first, then the rest of the tree across.
+        std::vector<std::vector<unsigned char>> store;
+        auto values = frontier_values(owner, op, dtype, count, [&](int r) {
+          return static_cast<const unsigned char*>(partial[group[r]].data());
+        }, store);
         const Shape pshape = box_shape(partial_boxes[group[0]]);
         const std::string sig = collective_sig("reduce", {Buffer(), pshape, dtype},
                                                "axes=" + axes_text(ordered) + ", reduce=" + name(op), true);
@@ -785,7 +763,7 @@ class MpiCommunicator final : public Communicator {
         c.count = count;
         c.header.set(sig, pshape, dtype, -1);
         c.tag = mpi::kTagMain;
-        c.wait = main_wait("reduce", "in a reduction over " + axes_text(ordered) + " of " + mesh_text(mesh));
+        c.wait = main_wait("reduce", "in a reduction over " + axes_text(ordered) + " of " + mesh.str());
         c.check = [&](const std::vector<Header>& hs) { check_same_call("reduce", "in a reduction", c.header, hs); };
         cross_all_reduce(c, [&](int k) { return values[k]; }, static_cast<unsigned char*>(full.data()));
       }

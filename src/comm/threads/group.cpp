@@ -163,7 +163,7 @@ Local all_to_all_deposits(const std::vector<Deposit>& d, int rank, int split_axi
 }
 
 Buffer exchange_deposits(const ReshardPlan& plan, int my_position, const Buffer& mine, int device,
-                         const std::function<const Buffer&(int position)>& block) {
+                         const std::function<PieceSource(int piece)>& source) {
   // This position's pieces: plan.pieces is grouped by destination in mesh order.
   const auto mine_first = std::partition_point(plan.pieces.begin(), plan.pieces.end(),
                                                [&](const TransferPiece& p) { return p.dst < my_position; });
@@ -177,8 +177,10 @@ Buffer exchange_deposits(const ReshardPlan& plan, int my_position, const Buffer&
     if (Buffer v = contiguous_view(mine, plan.source.shard_index(plan.shape, my_position), tbox, isz); v.data())
       return v;
   Buffer out(device, static_cast<std::size_t>(num_elements(box_shape(tbox))) * isz);
-  for (auto p = mine_first; p != mine_last; ++p)
-    copy_box(block(p->src).data(), plan.source.shard_index(plan.shape, p->src), out.data(), tbox, p->box, isz);
+  for (auto p = mine_first; p != mine_last; ++p) {
+    const PieceSource from = source(static_cast<int>(p - plan.pieces.begin()));
+    copy_box(from.data, from.box, out.data(), tbox, p->box, isz);
+  }
   return out;
 }
 
@@ -304,8 +306,10 @@ class ThreadsGroup final : public Group {
     auto rv = threads_meet(g_, {mine, box_shape(plan.source.shard_index(plan.shape, my_position)), plan.dtype,
                                 exchange_sig(g_.op, plan)});
     const auto& d = rv->deposits();
-    Buffer out = exchange_deposits(plan, my_position, mine, my_device(), [&](int pos) -> const Buffer& { return d[pos].data; });
-    return out;
+    return exchange_deposits(plan, my_position, mine, my_device(), [&](int i) {
+      const int src = plan.pieces[i].src;
+      return PieceSource{d[src].data.data(), plan.source.shard_index(plan.shape, src)};
+    });
   }
 
  private:

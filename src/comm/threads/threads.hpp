@@ -89,10 +89,15 @@ Local reduce_scatter_deposits(const std::vector<Deposit>& d, int rank, int dim, 
 Local permute_deposits(const std::vector<Deposit>& d, int rank, const std::vector<std::pair<int, int>>& perm,
                        int device);
 Local all_to_all_deposits(const std::vector<Deposit>& d, int rank, int split_axis, int concat_axis, int device);
-/// Position `my_position`'s box of the plan's target, on `device`, from the
-/// source blocks `block(position)` (see Group::exchange).
+/// Where a piece of a plan is read from: a row-major block covering `box`.
+struct PieceSource {
+  const void* data = nullptr;
+  std::vector<Slice> box;
+};
+/// Position `my_position`'s box of the plan's target, on `device`, each
+/// piece copied from `source(index in plan.pieces)` (see Group::exchange).
 Buffer exchange_deposits(const ReshardPlan& plan, int my_position, const Buffer& mine, int device,
-                         const std::function<const Buffer&(int position)>& block);
+                         const std::function<PieceSource(int piece)>& source);
 /// CollectiveError unless the group is every device of the plan's mesh in
 /// mesh order with this member at `my_position`.
 void check_whole_mesh_group(const ReshardPlan& plan, int my_position, int rank, const std::vector<int>& device_ids,
