@@ -14,8 +14,11 @@
 //      (they are consecutive, because blocks are ordered); every combination
 //      gives one source block B and one piece T ∩ B.
 //   4. The piece comes from t itself when t holds B (a local copy); else from
-//      one replica of B, chosen as replicas[t % #replicas] so that receivers
-//      spread over senders deterministically.
+//      one replica of B: among the replicas in t's own process when there
+//      are any (shared memory, not the network), chosen as
+//      candidates[t % #candidates] so that receivers spread over senders
+//      deterministically. Every process plans alike: device placement is
+//      global knowledge.
 // Invariants (property-tested): for each t the pieces tile T exactly (every
 // element arrives once, nothing outside T is copied), and a piece crosses
 // devices only when t does not hold its data. So bytes received by t equal
@@ -122,6 +125,10 @@ ReshardPlan plan_boxes(const Shape& shape, DType dtype, const NamedSharding& sou
     return std::make_pair(lo, hi);
   };
 
+  std::vector<int> process(n);
+  for (int pos = 0; pos < n; ++pos) process[pos] = mesh.devices()[pos].process_index();
+  std::vector<int> near;
+
   std::vector<int> senders_per_dst(n, 0);
   bool all_whole_blocks = true;
   for (int t = 0; t < n; ++t) {
@@ -154,7 +161,10 @@ ReshardPlan plan_boxes(const Shape& shape, DType dtype, const NamedSharding& sou
         plan.bytes_local[t] += piece.bytes;
       } else {
         auto [b, e] = replicas(block_id(parts));
-        piece.src = (b + t % (e - b))->second;
+        near.clear();
+        for (auto it = b; it != e; ++it)
+          if (process[it->second] == process[t]) near.push_back(it->second);
+        piece.src = near.empty() ? (b + t % (e - b))->second : near[static_cast<size_t>(t) % near.size()];
         plan.bytes_received[t] += piece.bytes;
         plan.bytes_sent[piece.src] += piece.bytes;
         if (std::find(senders.begin(), senders.end(), piece.src) == senders.end()) senders.push_back(piece.src);

@@ -43,6 +43,7 @@
 #include "ops/common.hpp"
 #include "comm/group.hpp"
 #include "comm/member.hpp"
+#include "runtime/runtime.hpp"
 #include "runtime/timeline.hpp"
 #include "transforms/shard_map.hpp"
 #include "transforms/spmd.hpp"
@@ -726,7 +727,8 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
     }
     // Steps up to the next global one that cannot run per member: one
     // task per device. Records of the communication the global steps plan
-    // as they run come from member 0, in step order.
+    // as they run come from the first member of this process (plans are
+    // global: every member records the same), in step order.
     size_t end = k;
     bool comm = false;
     size_t globals = 0;
@@ -736,6 +738,8 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
       ++end;
     }
     std::vector<std::vector<CommRecord>> global_records(globals);
+    int recorder = 0;
+    while (recorder + 1 < c.mesh.size() && !Runtime::get().is_local(c.mesh.devices()[recorder].id())) ++recorder;
     auto member = [&](int pos, Session* session) {
       std::optional<MemberContext> m;
       if (session) m.emplace(c.mesh, pos, *session);
@@ -746,7 +750,7 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
           case Step::Kernel: run_kernel(c, s, pos, bufs); break;
           case Step::Fused: run_fused(c, s, pos, bufs); break;
           case Step::Global:
-            run_global_member(c, s, pos, bufs, *m, pos == 0 ? &global_records[g] : nullptr);
+            run_global_member(c, s, pos, bufs, *m, pos == recorder ? &global_records[g] : nullptr);
             ++g;
             break;
           default: run_comm(c, s, pos, bufs, *m); break;

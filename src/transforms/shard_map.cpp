@@ -45,6 +45,9 @@ namespace detail {
 
 namespace {
 
+// (collective, bytes received) per collective a device ran, for explain.
+using CommLog = std::vector<std::pair<std::string, std::int64_t>>;
+
 struct ManualContext {
   Mesh mesh;                  // the shard_map mesh
   int pos = 0;                // this device's position in it
@@ -57,7 +60,7 @@ struct ManualContext {
     std::vector<std::string> axes;
   };
   std::unordered_map<const ArrayImpl*, Varying> vma;
-  std::vector<std::pair<std::string, std::int64_t>> log;  // (collective, bytes received), for explain
+  CommLog log;
   std::unordered_map<const ArrayImpl*, std::shared_ptr<const ArrayImpl>> localized;
 };
 
@@ -104,15 +107,18 @@ std::mutex g_timeout_mu;
 // devices are known here only by their types: every process learns every
 // position's output shapes and dtypes (a gather over processes), so each
 // assembles the same global shapes and checks the same things. Those
-// outputs stand in as arrays without data.
-void share_output_types(const Mesh& mesh, std::vector<std::vector<Array>>& outs,
-                        std::vector<std::vector<std::vector<std::string>>>& out_vma) {
+// outputs stand in as arrays without data. The positions' collective logs
+// travel along, so that explain() reports every device's traffic, the same
+// on every process.
+void share_member_results(const Mesh& mesh, std::vector<std::vector<Array>>& outs,
+                          std::vector<std::vector<std::vector<std::string>>>& out_vma, std::vector<CommLog>& logs) {
   const Runtime& rt = Runtime::get();
   if (rt.process_count() == 1) return;
   bool spans = false;
   for (const Device& d : mesh.devices()) spans = spans || !rt.is_local(d.id());
   if (!spans) return;
-  // [pos, nout, (dtype, ndim, dims...)...] for each local position.
+  // [pos, nout, (dtype, ndim, dims...)..., nlog, (bytes, name length, name
+  // characters one per word)...] for each local position.
   std::vector<std::int64_t> mine;
   for (int pos = 0; pos < mesh.size(); ++pos) {
     if (!rt.is_local(mesh.devices()[pos].id())) continue;
@@ -122,6 +128,12 @@ void share_output_types(const Mesh& mesh, std::vector<std::vector<Array>>& outs,
       mine.push_back(static_cast<std::int64_t>(o.dtype()));
       mine.push_back(o.ndim());
       for (auto v : o.shape()) mine.push_back(v);
+    }
+    mine.push_back(static_cast<std::int64_t>(logs[pos].size()));
+    for (const auto& [name, bytes] : logs[pos]) {
+      mine.push_back(bytes);
+      mine.push_back(static_cast<std::int64_t>(name.size()));
+      for (char ch : name) mine.push_back(static_cast<unsigned char>(ch));
     }
   }
   const auto parts = allgather_processes(mine.data(), mine.size() * sizeof(std::int64_t), "shard_map");
@@ -144,6 +156,15 @@ void share_output_types(const Mesh& mesh, std::vector<std::vector<Array>>& outs,
         outs[pos].push_back(Array(std::move(impl)));
       }
       out_vma[pos].assign(nout, {});
+      const auto nlog = static_cast<size_t>(v[i++]);
+      logs[pos].clear();
+      for (size_t k = 0; k < nlog; ++k) {
+        const std::int64_t bytes = v[i++];
+        const auto len = static_cast<size_t>(v[i++]);
+        std::string name;
+        for (size_t c = 0; c < len; ++c) name += static_cast<char>(v[i++]);
+        logs[pos].emplace_back(std::move(name), bytes);
+      }
     }
   }
 }
@@ -285,13 +306,13 @@ namespace {
 void run_member_body(const ShardMapBody& body, const Mesh& mesh, int pos, Session& session,
                      const std::vector<Array>& inputs, std::vector<Array>& outs,
                      std::vector<std::vector<std::string>>& out_vma,
-                     std::vector<std::pair<std::string, std::int64_t>>& log) {
+                     CommLog& log) {
   const Device dev = mesh.devices()[pos];
   ManualContext c{mesh, pos, Mesh(std::vector<Device>{dev}, {1}, {"_"}), &session, {}, {}, {}};
   // The context is cleared and the log kept however the body ends.
   struct Leave {
     ManualContext& c;
-    std::vector<std::pair<std::string, std::int64_t>>& log;
+    CommLog& log;
     ~Leave() {
       t_ctx = nullptr;
       log = std::move(c.log);
@@ -540,7 +561,7 @@ class ShardMapPrim final : public Primitive {
     for (const CommRecord& r : records_) record_comm(r);
     std::vector<Array> outs;
     std::vector<std::vector<std::string>> vma;
-    std::vector<std::pair<std::string, std::int64_t>> log;
+    CommLog log;
     {
       MemberPause pause;  // the body's ops run on this device's local values
       run_member_body(body_, mesh_, pos, m.session(), inputs, outs, vma, log);
@@ -609,11 +630,11 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
   const int n = mesh.size();
   std::vector<std::vector<Array>> outs(n);
   std::vector<std::vector<std::vector<std::string>>> out_vma(n);  // per device, per output
-  std::vector<std::vector<std::pair<std::string, std::int64_t>>> logs(n);
+  std::vector<CommLog> logs(n);
   run_spmd(mesh, [&](int pos, Session& session) {
     run_member_body(body, mesh, pos, session, inputs, outs[pos], out_vma[pos], logs[pos]);
   });
-  share_output_types(mesh, outs, out_vma);
+  share_member_results(mesh, outs, out_vma, logs);
   // What the collectives moved, one record per collective kind, for explain.
   std::vector<std::string> kinds;
   for (const auto& l : logs)

@@ -119,6 +119,27 @@ TEST(Mpi, ReshardBetweenEveryPairOfLayouts) {
       }
 }
 
+// A block with a replica in the receiver's own process comes from there:
+// nothing crosses processes that need not.
+TEST(Mpi, ReshardPrefersAReplicaInTheSameProcess) {
+  if (ts::process_count() < 2 || ts::local_device_count() < 2) GTEST_SKIP() << "needs several processes and devices";
+  const int np = ts::process_count(), nd = ts::local_device_count();
+  ts::Mesh m = ts::make_mesh({np, nd}, {"p", "d"});  // processes along "p"
+  const auto host = iota_data(6 * 10);
+  ts::Array a = ts::device_put(host, {6, 10}, ts::NamedSharding(m, ts::P("d", ts::none)));
+  const ts::NamedSharding target(m, ts::P(ts::none, "d"));
+  const ts::ReshardPlan plan = ts::plan_reshard(a, target);
+  std::int64_t cross = 0, remote = 0;
+  for (const ts::TransferPiece& p : plan.pieces) {
+    if (p.src == p.dst) continue;
+    remote += p.bytes;
+    if (m.devices()[p.src].process_index() != m.devices()[p.dst].process_index()) cross += p.bytes;
+  }
+  EXPECT_GT(remote, 0);
+  EXPECT_EQ(cross, 0) << plan.str();
+  EXPECT_EQ(ts::process_allgather<double>(ts::reshard(a, target)), host);
+}
+
 TEST(Mpi, GlobalViewOpsMatchTheHost) {
   for (const auto& m : meshes())
     for (const auto& spec : specs(m)) {
@@ -186,6 +207,38 @@ TEST(Mpi, ShardMapCollectivesAcrossProcesses) {
   for (size_t i = 0; i < host.size(); ++i) EXPECT_EQ(scattered[i], host[i] * static_cast<float>(n));
 }
 
+// explain() inside and around a program over several processes reports
+// every device's traffic, and the same text on every process.
+TEST(Mpi, ExplainCountsEveryDevice) {
+  const int n = ts::device_count();
+  ts::Mesh m = ts::make_mesh({n}, {"x"});
+  ts::Array a = ts::device_put(std::vector<float>(static_cast<size_t>(n) * 4, 1.0f), {n * 4},
+                               ts::NamedSharding(m, ts::P("x")));
+  auto f = ts::shard_map([](ts::Array x) { return ts::all_gather(ts::psum(x, "x"), "x", 0, true); }, m, {ts::P("x")},
+                         ts::P());
+  for (bool jitted : {false, true}) {
+    auto g = ts::jit([&](ts::Array x) { return f(x); });
+    if (jitted) (void)g(a);  // traced outside the explained call
+    const ts::Explanation ex = ts::explain([&] { (void)(jitted ? g(a) : f(a)).block_until_ready(); });
+    int seen = 0;
+    for (const ts::CommRecord& r : ex.records) {
+      if (r.op != "shard_map") continue;
+      ++seen;
+      ASSERT_EQ(static_cast<int>(r.bytes_received.size()), n) << r.str();
+      EXPECT_EQ(r.pieces, n) << r.str();
+      const std::int64_t want = r.kind == "psum" ? 2 * (n - 1) * 16 / n : (n - 1) * 16;
+      for (int pos = 0; pos < n; ++pos) EXPECT_EQ(r.bytes_received[pos], want) << r.kind << " at " << pos;
+    }
+    EXPECT_EQ(seen, 2) << ex.str();
+    // The same text on every process.
+    const std::string text = ex.str();
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+    for (std::uint64_t other : ts::process_allgather(std::span<const std::uint64_t>(&h, 1)))
+      EXPECT_EQ(other, h) << text;
+  }
+}
+
 TEST(Mpi, JitRunsOnEveryProcess) {
   for (const auto& m : meshes()) {
     const auto host = iota_data(8 * 5);
@@ -232,7 +285,37 @@ TEST(Mpi, MismatchedCollectivesAcrossProcessesRaiseOnEveryProcess) {
   const bool first = ts::process_index() == 0;
   auto f = ts::shard_map([&](ts::Array x) { return first ? ts::psum(x, "x") : ts::pmax(x, "x"); }, m, {ts::P("x")},
                          ts::P());
-  expect_throw_with([&] { (void)f(a); }, "mismatched collectives");
+  try {
+    (void)f(a);
+    ADD_FAILURE() << "expected a mismatch";
+  } catch (const ts::CollectiveError& e) {
+    // Both calls are named, whichever process reports.
+    const std::string what = e.what();
+    EXPECT_NE(what.find("mismatched collectives"), std::string::npos) << what;
+    EXPECT_NE(what.find("psum(f32"), std::string::npos) << what;
+    EXPECT_NE(what.find("pmax(f32"), std::string::npos) << what;
+  }
+}
+
+// Frame sizes around the transport's thresholds: messages split below the
+// eager limit, one message, header and payload apart, reduce-scatter.
+TEST(Mpi, PsumOfEverySizeAcrossProcesses) {
+  const int n = ts::device_count();
+  ts::Mesh m = ts::make_mesh({n}, {"x"});
+  auto f = ts::shard_map([](ts::Array x) { return ts::psum(x, "x"); }, m, {ts::P("x")}, ts::P());
+  for (std::int64_t len : {1, 2, 935, 936, 999, 1000, 1001, 3999, 4000, 4001, 4096, 8191, 8192, 8193, 16384, 16385,
+                           40001}) {
+    std::vector<float> host(static_cast<size_t>(n * len));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>((i * 7) % 101);
+    ts::Array a = ts::device_put(host, {n * len}, ts::NamedSharding(m, ts::P("x")));
+    const auto got = f(a).to_vector<float>();
+    ASSERT_EQ(static_cast<std::int64_t>(got.size()), len);
+    for (std::int64_t i = 0; i < len; ++i) {
+      float w = 0;
+      for (int d = 0; d < n; ++d) w += host[d * len + i];
+      ASSERT_EQ(got[i], w) << "length " << len << ", element " << i;
+    }
+  }
 }
 
 TEST(Mpi, AFailingBodyOnOneProcessStopsTheOthers) {

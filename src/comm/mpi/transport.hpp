@@ -44,19 +44,30 @@ MPI_Comm comm();
 int rank();
 int size();
 
-/// What a frame says about the collective it belongs to.
+/// What a frame says about the collective it belongs to. Calls are compared
+/// by a hash of the whole signature; the text travels only as far as
+/// messages need it (a mismatch names both calls), so that a small frame
+/// stays small.
 struct Header {
   std::uint64_t magic = 0;
   std::int64_t nbytes = 0;      // payload bytes
+  std::uint64_t sig_hash = 0;   // of the whole signature
   std::int32_t process = 0;     // sender
   std::int32_t device = -1;     // the sender's first member's device (messages)
   std::int32_t dtype = 0;
   std::int32_t ndim = 0;
+  std::int32_t sig_len = 0;     // of the whole signature
+  std::int32_t unused = 0;
   std::int64_t shape[8] = {};
-  char sig[400] = {};           // the collective's signature, truncated
+  char sig[152] = {};           // the signature's beginning
 
   void set(const std::string& signature, const Shape& s, DType t, int dev);
-  std::string signature() const { return std::string(sig, strnlen(sig, sizeof sig)); }
+  /// The sender's signature ("..." where it was cut).
+  std::string signature() const;
+  /// Whether the sender made the call whose signature is `s`.
+  bool same_call(const std::string& s) const;
+  /// Whether two headers name the same call.
+  bool same_call(const Header& o) const { return sig_hash == o.sig_hash && sig_len == o.sig_len; }
   Shape shape_vec() const { return Shape(shape, shape + ndim); }
 };
 
@@ -106,8 +117,11 @@ class Batch {
     Header header;
     std::vector<unsigned char> owned;  // inline frame or any-size payload
     bool probed = false;               // any size: matched and posted
+    int outstanding = 0;               // its requests not yet complete
     bool done = false;
   };
+  void track(MPI_Request req, int peer, int recv);
+  std::vector<int> pending() const;
   void post_any(Recv& r, MPI_Message msg, int count);
   void finish_recv(Recv& r);
   int tag_;
