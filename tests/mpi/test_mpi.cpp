@@ -207,6 +207,47 @@ TEST(Mpi, ShardMapCollectivesAcrossProcesses) {
   for (size_t i = 0; i < host.size(); ++i) EXPECT_EQ(scattered[i], host[i] * static_cast<float>(n));
 }
 
+// The collectives that move only what each member reads (psum_scatter,
+// all_to_all, ppermute), over each axis of each mesh: groups within one
+// process and across processes, uneven parts.
+TEST(Mpi, ScatterAllToAllAndPermuteOverEveryAxis) {
+  for (const auto& m : meshes()) {
+    for (const std::string& a : m.axis_names()) {
+      const int k = m.axis_size(a);
+      const std::int64_t len = 2 * k + 1, cols = 3;  // rows per device: not a multiple of k
+      const auto host = iota_data(k * len * cols);
+      ts::Array x = ts::device_put(host, {k * len, cols}, ts::NamedSharding(m, ts::P(a)));
+      auto at = [&](int dev, std::int64_t r, std::int64_t c) { return host[(dev * len + r) * cols + c]; };
+      auto sum_at = [&](std::int64_t r, std::int64_t c) {
+        double w = 0;
+        for (int dev = 0; dev < k; ++dev) w += at(dev, r, c);
+        return w;
+      };
+      // Tiled psum_scatter: the sum of the blocks, each device its rows.
+      auto rs = ts::shard_map([&](ts::Array v) { return ts::psum_scatter(v, a, 0, true); }, m, {ts::P(a)}, ts::P(a));
+      const auto got = ts::process_allgather<double>(rs(x));
+      ASSERT_EQ(static_cast<std::int64_t>(got.size()), len * cols) << m.str() << " " << a;
+      for (std::int64_t r = 0; r < len; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) EXPECT_NEAR(got[r * cols + c], sum_at(r, c), 1e-12) << m.str() << " " << a;
+      // all_to_all from rows to columns: globally the same array.
+      ts::Array sq = ts::device_put(iota_data(k * 2 * k * 3), {k * 2, k * 3}, ts::NamedSharding(m, ts::P(a)));
+      auto t = ts::shard_map([&](ts::Array v) { return ts::all_to_all(v, a, 1, 0, true); }, m, {ts::P(a)},
+                             ts::P(ts::none, a));
+      EXPECT_EQ(ts::process_allgather<double>(t(sq)), iota_data(k * 2 * k * 3)) << m.str() << " " << a;
+      // A partial ppermute: even indices send to the next one; the others get zeros.
+      std::vector<std::pair<int, int>> perm;
+      for (int i = 0; i + 1 < k; i += 2) perm.emplace_back(i, i + 1);
+      auto pp = ts::shard_map([&](ts::Array v) { return ts::ppermute(v, a, perm); }, m, {ts::P(a)}, ts::P(a));
+      const auto moved = ts::process_allgather<double>(pp(x));
+      for (int dev = 0; dev < k; ++dev)
+        for (std::int64_t r = 0; r < len; ++r)
+          for (std::int64_t c = 0; c < cols; ++c)
+            EXPECT_EQ(moved[(dev * len + r) * cols + c], dev % 2 == 1 ? at(dev - 1, r, c) : 0.0)
+                << m.str() << " " << a << " device " << dev;
+    }
+  }
+}
+
 // explain() inside and around a program over several processes reports
 // every device's traffic, and the same text on every process.
 TEST(Mpi, ExplainCountsEveryDevice) {

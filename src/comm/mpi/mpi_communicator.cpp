@@ -20,17 +20,21 @@
 //   pieces between them, packed in plan order; local pieces are copied as
 //   in the threads backend, while the frames are in flight.
 // - The other collectives of a group (all_gather, reduce_scatter,
-//   all_to_all, permute, barrier) have every process's leader send its
-//   members' values to the other processes of the group; every member then
-//   computes its result from all members' values with the threads backend's
-//   functions, and compares all members' signatures first, so a mismatch is
-//   reported the same way on every process.
+//   all_to_all, permute, barrier) have every process's leader send the
+//   other processes of the group the parts of its members' values that
+//   their members read (a psum_scatter's or all_to_all's share, a
+//   ppermute's value only where it goes); every member then computes its
+//   result with the threads backend's functions, and compares all members'
+//   signatures first, so a mismatch is reported the same way on every
+//   process.
 //
 // Every frame carries the collective's signature; a frame whose signature
 // differs from the receiver's is a mismatch, reported as in one process.
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <functional>
 
 #include "comm/mpi/transport.hpp"
 #include "comm/member.hpp"
@@ -381,31 +385,54 @@ class MpiGroup final : public Group {
     TimelineScope scope(g_.local.op, "collective",
                         num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     const std::string sig = collective_sig(g_.local.op, in, all_gather_params(axis, tiled), !tiled, axis);
-    return gather_deposits(everyone(in, sig), axis, tiled, my_device());
+    return gather_deposits(everyone(in, sig, whole_to_everyone), axis, tiled, my_device());
   }
 
   Local reduce_scatter(const Local& in, int dim, bool tiled, ReduceOp op) override {
     TimelineScope scope(g_.local.op, "collective",
                         num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     const std::string sig = collective_sig(g_.local.op, in, reduce_scatter_params(dim, tiled, op), true);
-    return reduce_scatter_deposits(everyone(in, sig), g_.rank, dim, tiled, op, my_device());
+    const int n = size();
+    // Member r reads part r of every member's value along `dim`.
+    auto need = [&](const Shape& s, int, int r) -> std::optional<std::vector<Slice>> {
+      std::vector<Slice> box = whole_box(s);
+      box[dim] = tiled ? block_slice(s[dim], n, r) : Slice{r, r + 1};
+      return box;
+    };
+    return reduce_scatter_deposits(everyone(in, sig, need), g_.rank, dim, tiled, op, my_device());
   }
 
   Local all_to_all(const Local& in, int split_axis, int concat_axis) override {
     TimelineScope scope(g_.local.op, "collective",
                         num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     const std::string sig = collective_sig(g_.local.op, in, all_to_all_params(split_axis, concat_axis), true);
-    return all_to_all_deposits(everyone(in, sig), g_.rank, split_axis, concat_axis, my_device());
+    const int n = size();
+    // Member r reads block r of every member's value along split_axis.
+    auto need = [&](const Shape& s, int, int r) -> std::optional<std::vector<Slice>> {
+      std::vector<Slice> box = whole_box(s);
+      box[split_axis] = block_slice(s[split_axis], n, r);
+      return box;
+    };
+    return all_to_all_deposits(everyone(in, sig, need), g_.rank, split_axis, concat_axis, my_device());
   }
 
   Local permute(const Local& in, const std::vector<std::pair<int, int>>& perm) override {
     TimelineScope scope(g_.local.op, "collective",
                         num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     const std::string sig = collective_sig(g_.local.op, in, permute_params(perm), true);
-    return permute_deposits(everyone(in, sig), g_.rank, perm, my_device());
+    // Member r reads the whole value of the member that sends to it.
+    auto need = [&](const Shape& s, int j, int r) -> std::optional<std::vector<Slice>> {
+      for (const auto& [src, dst] : perm)
+        if (src == j && dst == r) return whole_box(s);
+      return std::nullopt;
+    };
+    return permute_deposits(everyone(in, sig, need), g_.rank, perm, my_device());
   }
 
-  void barrier() override { (void)everyone({Buffer(), {}, DType::f32}, "barrier()"); }
+  void barrier() override {
+    (void)everyone({Buffer(), {}, DType::f32}, "barrier()",
+                   [](const Shape&, int, int) -> std::optional<std::vector<Slice>> { return std::nullopt; });
+  }
 
   Buffer exchange(const ReshardPlan& plan, int my_position, const Buffer& mine) override {
     check_whole_mesh_group(plan, my_position, g_.rank, g_.device_ids, g_.local.op);
@@ -471,45 +498,55 @@ class MpiGroup final : public Group {
     return w;
   }
 
+  // Which box of member j's value (of shape s) member r reads, if any.
+  using Need = std::function<std::optional<std::vector<Slice>>(const Shape& s, int j, int r)>;
+  static std::optional<std::vector<Slice>> whole_to_everyone(const Shape& s, int, int) { return whole_box(s); }
+
   // Every member's value and signature, in member order: the local members
   // meet, the leader trades its members' values with the other processes
   // of the group, and all local members read them from one buffer. Raises
   // the same CollectiveError on every member of every process when the
   // signatures differ.
-  std::vector<Deposit> everyone(const Local& in, const std::string& sig) {
+  //
+  // Only what is read crosses processes: to process q the leader sends, of
+  // each local member j's value, the boxes need(j, r) of q's members r (a
+  // box several of them read, once), so a psum_scatter or all_to_all moves
+  // each member's share once and a ppermute only what is sent. Every
+  // process still sends every other one a frame (its members' signatures,
+  // perhaps no data), so a mismatch is found by all. The receiving leader
+  // places the boxes in full-size values; members read only their boxes.
+  std::vector<Deposit> everyone(const Local& in, const std::string& sig, const Need& need) {
     auto rv = threads_meet(g_.local, {in.data, in.shape, in.dtype, sig});
     const auto& d = rv->deposits();
     const std::vector<int> procs = distinct(g_.owner);
     const int me = my_process();
     // The leader gathers the blobs of the other processes into one buffer:
     // [8-byte size][blob] per process, in process order.
-    std::vector<std::vector<unsigned char>> blobs;
     Buffer all;
     if (g_.local.rank == 0) {
-      const std::vector<unsigned char> my_blob = pack_blob(d);
       Header h;
       h.set(sig, in.shape, in.dtype, g_.local.device_ids[0]);
-      h.nbytes = static_cast<std::int64_t>(my_blob.size());
       Batch b(g_.tag);
-      std::vector<int> from;
       for (int q : procs)
-        if (q != me) {
-          b.recv_any(q);
-          from.push_back(q);
-        }
-      for (int q : procs)
-        if (q != me) b.send_any(q, h, my_blob.data());
+        if (q != me) b.recv_any(q);
+      std::vector<std::vector<unsigned char>> blobs;
+      for (int q : procs) {
+        if (q == me) continue;
+        blobs.push_back(pack_blob(d, q, need));
+        Header hq = h;
+        hq.nbytes = static_cast<std::int64_t>(blobs.back().size());
+        b.send_any(q, hq, blobs.back().data());
+      }
       b.wait(wait_for());
       std::size_t total = 0;
-      for (int i = 0; i < b.num_recvs(); ++i) total += 64 + (b.payload(i).size() + 63) / 64 * 64;
+      for (int i = 0; i < b.num_recvs(); ++i) total += 64 + expanded_size(b.payload(i));
       all = rv->shared(total, 0, my_device());
       auto* o = static_cast<unsigned char*>(all.data());
       std::size_t off = 0;
       for (int i = 0; i < b.num_recvs(); ++i) {
-        const std::uint64_t n = b.payload(i).size();
+        const std::uint64_t n = expand_blob(b.payload(i), b.source(i), sig, need, o + off + 64);
         std::memcpy(o + off, &n, sizeof n);
-        if (n) std::memcpy(o + off + 64, b.payload(i).data(), n);
-        off += 64 + (n + 63) / 64 * 64;
+        off += 64 + n;
       }
     } else {
       all = rv->shared(0, g_.local.rank, my_device());
@@ -526,7 +563,7 @@ class MpiGroup final : public Group {
       std::uint64_t n = 0;
       std::memcpy(&n, base + off, sizeof n);
       unpack_blob(all, off + 64, n, q, every);
-      off += 64 + (n + 63) / 64 * 64;
+      off += 64 + n;
     }
     const std::string bad = mismatch_text(every, g_.device_ids, g_.local.axes);
     if (!bad.empty()) {
@@ -536,39 +573,116 @@ class MpiGroup final : public Group {
     return every;
   }
 
-  // A process's members' deposits as one blob: per member its rank, dtype,
-  // shape, signature and data (each section 64-byte aligned).
-  std::vector<unsigned char> pack_blob(const std::vector<Deposit>& d) const {
+  // The blobs: per member, 64-byte aligned sections: its meta (rank, dtype,
+  // shape, bytes of its whole value, bytes of data in this blob), its
+  // signature, its data. As sent, the data is the boxes process q reads,
+  // one after another; expanded, it is the whole value (the boxes in place).
+  static constexpr std::size_t kMeta = 13;
+  static std::size_t up(std::size_t x) { return (x + 63) / 64 * 64; }
+
+  // The distinct boxes of member j's value (shape s) that the members of
+  // process q read, in member order.
+  std::vector<std::vector<Slice>> boxes_for(const Shape& s, int j, int q, const Need& need) const {
+    std::vector<std::vector<Slice>> out;
+    for (int r = 0; r < size(); ++r) {
+      if (g_.owner[r] != q) continue;
+      auto box = need(s, j, r);
+      if (!box || box_empty(*box) || std::find(out.begin(), out.end(), *box) != out.end()) continue;
+      out.push_back(std::move(*box));
+    }
+    return out;
+  }
+
+  std::vector<unsigned char> pack_blob(const std::vector<Deposit>& d, int q, const Need& need) const {
     std::vector<unsigned char> out;
-    auto put = [&](const void* p, std::size_t n) {
+    auto reserve = [&](std::size_t n) {
       const std::size_t at = out.size();
-      out.resize(at + (n + 63) / 64 * 64);
-      if (n) std::memcpy(out.data() + at, p, n);
+      out.resize(at + up(n));
+      return out.data() + at;
     };
     for (size_t i = 0; i < d.size(); ++i) {
-      std::int64_t meta[12] = {};
+      const std::int64_t isz = static_cast<std::int64_t>(itemsize(d[i].dtype));
+      const std::vector<std::vector<Slice>> boxes =
+          d[i].data.data() ? boxes_for(d[i].shape, g_.local_ranks[i], q, need) : std::vector<std::vector<Slice>>{};
+      std::int64_t sent = 0;
+      for (const auto& box : boxes) sent += num_elements(box_shape(box)) * isz;
+      std::int64_t meta[kMeta] = {};
       meta[0] = g_.local_ranks[i];
       meta[1] = static_cast<std::int64_t>(d[i].dtype);
       meta[2] = static_cast<std::int64_t>(d[i].shape.size());
       for (size_t k = 0; k < d[i].shape.size() && k < 8; ++k) meta[3 + k] = d[i].shape[k];
-      const std::size_t nbytes =
-          d[i].data.data() ? static_cast<std::size_t>(num_elements(d[i].shape)) * itemsize(d[i].dtype) : 0;
-      meta[11] = static_cast<std::int64_t>(nbytes);
-      put(meta, sizeof meta);
+      meta[11] = d[i].data.data() ? num_elements(d[i].shape) * isz : 0;
+      meta[12] = sent;
+      std::memcpy(reserve(sizeof meta), meta, sizeof meta);
       const std::uint64_t slen = d[i].signature.size();
-      put(&slen, sizeof slen);
-      put(d[i].signature.data(), slen);
-      put(d[i].data.data(), nbytes);
+      std::memcpy(reserve(sizeof slen), &slen, sizeof slen);
+      if (slen) std::memcpy(reserve(slen), d[i].signature.data(), slen);
+      unsigned char* at = reserve(static_cast<std::size_t>(sent));
+      for (const auto& box : boxes) {
+        copy_box(d[i].data.data(), whole_box(d[i].shape), at, box, box, static_cast<std::size_t>(isz));
+        at += num_elements(box_shape(box)) * isz;
+      }
     }
     return out;
+  }
+
+  // Bytes of a received blob once expanded.
+  static std::size_t expanded_size(const std::vector<unsigned char>& blob) {
+    std::size_t at = 0, total = 0;
+    while (at + sizeof(std::int64_t) * kMeta <= blob.size()) {
+      std::int64_t meta[kMeta];
+      std::memcpy(meta, blob.data() + at, sizeof meta);
+      std::uint64_t slen = 0;
+      std::memcpy(&slen, blob.data() + at + up(sizeof meta), sizeof slen);
+      at += up(sizeof meta) + up(sizeof slen) + up(slen) + up(static_cast<std::size_t>(meta[12]));
+      total += up(sizeof meta) + up(sizeof slen) + up(slen) + up(static_cast<std::size_t>(meta[11]));
+    }
+    return total;
+  }
+
+  // Writes `blob` (from process `process`) expanded at `o`: each member's
+  // boxes in place in its whole value. Data of a member whose signature
+  // is not this call's is left out (the mismatch is reported next).
+  std::uint64_t expand_blob(const std::vector<unsigned char>& blob, int process, const std::string& sig,
+                            const Need& need, unsigned char* o) const {
+    const int me = my_process();
+    std::size_t at = 0, w = 0;
+    while (at + sizeof(std::int64_t) * kMeta <= blob.size()) {
+      std::int64_t meta[kMeta];
+      std::memcpy(meta, blob.data() + at, sizeof meta);
+      std::uint64_t slen = 0;
+      std::memcpy(&slen, blob.data() + at + up(sizeof meta), sizeof slen);
+      const std::size_t head = up(sizeof meta) + up(sizeof slen) + up(slen);
+      if (at + head + up(static_cast<std::size_t>(meta[12])) > blob.size())
+        throw CollectiveError("[" + g_.local.op + "] internal: a short message from process " + std::to_string(process));
+      std::memcpy(o + w, blob.data() + at, head);
+      const std::string their(reinterpret_cast<const char*>(blob.data() + at + up(sizeof meta) + up(sizeof slen)), slen);
+      const unsigned char* from = blob.data() + at + head;
+      unsigned char* value = o + w + head;
+      if (their == sig && meta[11] > 0) {
+        const Shape s(meta + 3, meta + 3 + std::min<std::int64_t>(meta[2], 8));
+        const auto isz = static_cast<std::int64_t>(itemsize(static_cast<DType>(meta[1])));
+        std::int64_t got = 0;
+        for (const auto& box : boxes_for(s, static_cast<int>(meta[0]), me, need)) {
+          const std::int64_t nb = num_elements(box_shape(box)) * isz;
+          if (got + nb > meta[12])
+            throw CollectiveError("[" + g_.local.op + "] internal: process " + std::to_string(process) +
+                                  " sent less than this process reads");
+          copy_box(from + got, box, value, whole_box(s), box, static_cast<std::size_t>(isz));
+          got += nb;
+        }
+      }
+      at += head + up(static_cast<std::size_t>(meta[12]));
+      w += head + up(static_cast<std::size_t>(meta[11]));
+    }
+    return w;
   }
 
   void unpack_blob(const Buffer& all, std::size_t at, std::size_t n, int process, std::vector<Deposit>& every) const {
     const auto* base = static_cast<const unsigned char*>(all.data());
     const std::size_t end = at + n;
-    auto up = [](std::size_t x) { return (x + 63) / 64 * 64; };
     while (at < end) {
-      std::int64_t meta[12];
+      std::int64_t meta[kMeta];
       std::memcpy(meta, base + at, sizeof meta);
       at += up(sizeof meta);
       std::uint64_t slen = 0;
