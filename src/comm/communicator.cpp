@@ -44,9 +44,14 @@ std::vector<int> members_of(const Mesh& mesh, const std::vector<std::string>& ax
 
 Communicator& communicator_for(const Mesh& mesh) {
   const Runtime& rt = Runtime::get();
-  if (rt.process_count() > 1)
+  // Decided from the mesh alone, the same on every process (programs are
+  // numbered alike everywhere): a mesh of one process's devices is that
+  // process's own, even as seen from the others.
+  if (rt.process_count() > 1) {
+    const int first = rt.process_of(mesh.devices()[0].id());
     for (const Device& d : mesh.devices())
-      if (!rt.is_local(d.id())) return cross_process_communicator();
+      if (rt.process_of(d.id()) != first) return cross_process_communicator();
+  }
   return threads_communicator();
 }
 

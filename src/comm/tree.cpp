@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 namespace tessera::detail {
 
@@ -15,7 +16,10 @@ struct Combiner {
   DType dtype;
   std::size_t isz;
   const std::function<const unsigned char*(int, int)>& value;
-  std::vector<std::vector<unsigned char>> scratch;  // one tile per tree level
+  // One tile per tree level. A deque: a deeper level added while a
+  // shallower one is in use must not move it (the right subtree may reach
+  // deeper than the left one when given node values cut the left short).
+  std::deque<std::vector<unsigned char>> scratch;
 
   // dst[0, len) = node [lo, hi) at element offset `off`.
   void eval(int lo, int hi, std::int64_t off, std::int64_t len, unsigned char* dst, int level) {
@@ -31,10 +35,11 @@ struct Combiner {
       return;
     }
     if (static_cast<int>(scratch.size()) <= level) scratch.resize(level + 1);
-    auto& tmp = scratch[level];
+    auto& tmp = scratch[static_cast<std::size_t>(level)];
     tmp.resize(static_cast<std::size_t>(len) * isz);
-    eval(m, hi, off, len, tmp.data(), level + 1);
-    combine(op, dtype, dst, tmp.data(), len);
+    unsigned char* right = tmp.data();
+    eval(m, hi, off, len, right, level + 1);
+    combine(op, dtype, dst, right, len);
   }
 };
 }  // namespace

@@ -37,14 +37,14 @@ void process_allgather_raw(const Array& array, void* out, DType as) {
   if (a.trace) throw Error("[process_allgather] expected a concrete array, got a value traced by " +
                            std::string(a.traced_by));
   const Runtime& rt = Runtime::get();
-  if (rt.process_count() == 1 || is_fully_addressable(array)) {
+  if (rt.process_count() == 1) {
     array.copy_to_host(out, as, "process_allgather");
-    // Still a collective: every process takes part, whatever it holds.
-    if (rt.process_count() > 1) (void)allgather_processes(nullptr, 0, "process_allgather");
     return;
   }
   // Each distinct block is sent by the first process (in mesh order) whose
   // device holds it; every process packs the blocks it sends, in mesh order.
+  // Every process takes this path, whatever it holds (a mesh of one
+  // process's devices included): the exchange is the same on all of them.
   const Mesh& mesh = a.sharding.mesh();
   const std::size_t isz = itemsize(a.dtype);
   std::vector<std::vector<Slice>> blocks;

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <exception>
 #include <utility>
 
 #include "comm/communicator.hpp"
 #include "comm/member.hpp"
+#include "comm/process.hpp"
+#include "runtime/runtime.hpp"
 #include "runtime/timeline.hpp"
 #include "sharding/check.hpp"
 
@@ -347,5 +350,41 @@ std::string number_str(double v) {
 }
 
 void for_each_device(const Mesh& mesh, const std::function<void(int)>& fn) { run_on_devices(mesh.devices(), fn); }
+
+std::optional<std::int64_t> first_over_processes(const Mesh& mesh,
+                                                 const std::vector<std::optional<std::int64_t>>& found,
+                                                 const char* op) {
+  auto first = [](const std::vector<std::optional<std::int64_t>>& f) -> std::optional<std::int64_t> {
+    for (const auto& v : f)
+      if (v) return v;
+    return std::nullopt;
+  };
+  if (Runtime::get().process_count() == 1) return first(found);
+  // (position, value) of this thread's first finding; position -1: none.
+  std::int64_t mine[2] = {-1, 0};
+  for (size_t t = 0; t < found.size(); ++t)
+    if (found[t]) {
+      mine[0] = static_cast<std::int64_t>(t);
+      mine[1] = *found[t];
+      break;
+    }
+  std::vector<std::optional<std::int64_t>> all(found.size());
+  auto take_in = [&](const std::int64_t* pair) {
+    if (pair[0] >= 0 && pair[0] < static_cast<std::int64_t>(all.size()) && !all[static_cast<size_t>(pair[0])])
+      all[static_cast<size_t>(pair[0])] = pair[1];
+  };
+  if (MemberContext* m = current_member()) {
+    // Every member of the program, on every process, gathers every member's.
+    Buffer b(mesh.devices()[m->pos()].id(), sizeof mine);
+    std::memcpy(b.data(), mine, sizeof mine);
+    const Local got = m->whole(op).all_gather({b, {2}, DType::i64}, 0, true);
+    const auto* v = static_cast<const std::int64_t*>(got.data.data());
+    for (std::int64_t i = 0; i < num_elements(got.shape); i += 2) take_in(v + i);
+  } else {
+    for (const auto& part : allgather_processes(mine, sizeof mine, op))
+      if (part.size() == sizeof mine) take_in(reinterpret_cast<const std::int64_t*>(part.data()));
+  }
+  return first(all);
+}
 
 }  // namespace tessera::detail

@@ -150,4 +150,14 @@ std::string number_str(double v);
 /// Runs fn(pos) on every device of the mesh (the executor).
 void for_each_device(const Mesh& mesh, const std::function<void(int)>& fn);
 
+/// For checks only the devices holding the data can make (an index out of
+/// range, say): `found[t]` is what position t found, filled for the
+/// positions this thread runs (this process's devices; in member mode, the
+/// member's). Returns the first finding of any position in mesh order. With
+/// several processes every process (or every member) takes part and gets
+/// the same answer; with one, the local findings are all there is.
+std::optional<std::int64_t> first_over_processes(const Mesh& mesh,
+                                                 const std::vector<std::optional<std::int64_t>>& found,
+                                                 const char* op);
+
 }  // namespace tessera::detail

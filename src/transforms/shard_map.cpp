@@ -113,10 +113,12 @@ std::mutex g_timeout_mu;
 void share_member_results(const Mesh& mesh, std::vector<std::vector<Array>>& outs,
                           std::vector<std::vector<std::vector<std::string>>>& out_vma, std::vector<CommLog>& logs) {
   const Runtime& rt = Runtime::get();
+  // Every process takes part, even when the mesh lies on one process only:
+  // the others call the shard_map too and need its outputs' types. A
+  // process takes from another only the positions whose devices that
+  // process holds (with meshes of each process's own devices, called by
+  // all at once, nothing is taken).
   if (rt.process_count() == 1) return;
-  bool spans = false;
-  for (const Device& d : mesh.devices()) spans = spans || !rt.is_local(d.id());
-  if (!spans) return;
   // [pos, nout, (dtype, ndim, dims...)..., nlog, (bytes, name length, name
   // characters one per word)...] for each local position.
   std::vector<std::int64_t> mine;
@@ -143,28 +145,33 @@ void share_member_results(const Mesh& mesh, std::vector<std::vector<Array>>& out
     if (!v.empty()) std::memcpy(v.data(), parts[p].data(), parts[p].size());
     for (size_t i = 0; i < v.size();) {
       const int pos = static_cast<int>(v[i++]);
+      const bool theirs = pos >= 0 && pos < mesh.size() && rt.process_of(mesh.devices()[pos].id()) == p;
       const auto nout = static_cast<size_t>(v[i++]);
-      const Mesh one(std::vector<Device>{mesh.devices()[pos]}, {1}, {"_"});
-      outs[pos].clear();
+      std::vector<Array> o;
       for (size_t k = 0; k < nout; ++k) {
         const auto dtype = static_cast<DType>(v[i++]);
         const auto ndim = static_cast<size_t>(v[i++]);
         Shape shape(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i + ndim));
         i += ndim;
+        if (!theirs) continue;
+        const Mesh one(std::vector<Device>{mesh.devices()[pos]}, {1}, {"_"});
         auto impl = std::make_shared<ArrayImpl>(shape, dtype, NamedSharding(one, P()));
         impl->buffers.emplace_back();
-        outs[pos].push_back(Array(std::move(impl)));
+        o.push_back(Array(std::move(impl)));
       }
-      out_vma[pos].assign(nout, {});
       const auto nlog = static_cast<size_t>(v[i++]);
-      logs[pos].clear();
+      CommLog log;
       for (size_t k = 0; k < nlog; ++k) {
         const std::int64_t bytes = v[i++];
         const auto len = static_cast<size_t>(v[i++]);
         std::string name;
         for (size_t c = 0; c < len; ++c) name += static_cast<char>(v[i++]);
-        logs[pos].emplace_back(std::move(name), bytes);
+        log.emplace_back(std::move(name), bytes);
       }
+      if (!theirs) continue;
+      outs[pos] = std::move(o);
+      out_vma[pos].assign(nout, {});
+      logs[pos] = std::move(log);
     }
   }
 }

@@ -3,15 +3,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
 #include <sstream>
+#include <stdexcept>
 #include <typeinfo>
 
 #include "fuzz/program.hpp"
+#include "tessera/distributed.hpp"
 #include "test_util.hpp"
 
 namespace tessera::fuzz {
@@ -39,6 +43,42 @@ std::string spec_text(const PartitionSpec& s) {
 }
 
 namespace {
+// FNV-1a, to compare programs and outcomes across processes in a few bytes.
+struct Hash {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  void bytes(const void* p, std::size_t n) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 0x100000001b3ull;
+  }
+  void text(const std::string& t) {
+    bytes(t.data(), t.size());
+    bytes("", 1);  // a separator, so that "ab","c" and "a","bc" differ
+  }
+  template <class T>
+  void pod(const T& v) { bytes(&v, sizeof v); }
+};
+
+// Every process's `mine`, in process order (a collective).
+std::vector<std::uint64_t> allgather_words(const std::vector<std::uint64_t>& mine) {
+  return process_allgather(std::span<const std::uint64_t>(mine.data(), mine.size()));
+}
+
+std::string outcome_text(const Outcome& o) {
+  if (o.skipped) return "skipped";
+  if (o.value) return typeof(*o.value);
+  return (o.tessera_error ? "raised " : "raised non-tessera ") + o.error_type + ": " + o.message;
+}
+
+// What kind of outcome a step had: what every process must agree on.
+std::uint64_t outcome_hash(const Outcome& o) {
+  Hash h;
+  h.pod(o.skipped);
+  h.pod(o.tessera_error);
+  h.text(o.error_type);
+  h.text(o.value ? typeof(*o.value) : "");
+  return h.h;
+}
+
 std::string type_name(const std::type_info& t) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(t.name(), nullptr, nullptr, &status), std::free);
@@ -84,18 +124,32 @@ std::vector<Outcome> run_program(const Program& p, const Mesh& mesh, bool trace)
       std::fflush(stderr);
     }
     out[i] = run_step(s.fn, mesh, args);
+    // A step that ended otherwise on another process (raised there, say)
+    // would leave the processes making the next steps' collectives apart:
+    // every process stops here, and agree_outcomes names the step.
+    if (process_count() > 1) {
+      const std::uint64_t mine = outcome_hash(out[i]);
+      std::vector<std::uint64_t> all;
+      try {
+        all = allgather_words({mine});
+      } catch (const std::exception& e) {
+        // Another process is still in this step's collectives (or a later
+        // one): name the step, since the processes cannot go on together.
+        throw std::runtime_error("after v" + std::to_string(i) + " (here " + outcome_text(out[i]) +
+                                 "), agreeing on the outcome raised " + e.what());
+      }
+      if (std::any_of(all.begin(), all.end(), [&](std::uint64_t v) { return v != mine; })) {
+        for (std::size_t j = i + 1; j < out.size(); ++j) out[j].skipped = true;
+        break;
+      }
+    }
   }
   return out;
 }
 
 namespace {
 
-std::string outcome_text(const Outcome& o) {
-  if (o.skipped) return "skipped";
-  if (o.value) return typeof(*o.value);
-  return (o.tessera_error ? "raised " : "raised non-tessera ") + o.error_type + ": " + o.message;
-}
-
+// The bytes of an array this process holds whole (a reference value, a shard).
 std::vector<unsigned char> host_bytes(const Array& a) {
   std::vector<unsigned char> b(static_cast<std::size_t>(a.size()) * itemsize(a.dtype()));
   a.copy_to_host(b.data(), a.dtype());
@@ -159,13 +213,14 @@ std::string check_shards(const Array& a, const std::vector<unsigned char>& host)
   return "";
 }
 
-std::string compare_values(const Step& s, const Array& got) {
+// `gb`: the global value of `got` (gather_values).
+std::string compare_values(const Step& s, const Array& got, const std::vector<unsigned char>& gb) {
   const Array& want = *s.ref.value;
   if (got.shape() != want.shape() || got.dtype() != want.dtype())
     return "result " + dtype_name(got.dtype()) + shape_str(got.shape()) + ", reference " + dtype_name(want.dtype()) +
            shape_str(want.shape());
   const std::int64_t n = want.size();
-  const auto gb = host_bytes(got), wb = host_bytes(want);
+  const auto wb = host_bytes(want);
   if (std::string e = check_shards(got, gb); !e.empty()) return e;
   if (!is_float(want.dtype())) {
     if (gb == wb) return "";
@@ -204,7 +259,74 @@ std::string compare_values(const Step& s, const Array& got) {
 
 }  // namespace
 
-std::string compare_with_reference(const Program& p, const std::vector<Outcome>& run, int& step) {
+std::string agree_program(const Program& p) {
+  if (process_count() == 1) return "";
+  // What the generator chose and what the reference gave. Error messages
+  // stay out: they may name the reference device, which differs.
+  Hash h;
+  h.text(p.mesh.str());
+  for (const Step& s : p.steps) {
+    h.text(s.text);
+    h.pod(s.must_raise);
+    h.pod(s.err);
+    h.text(s.ref.error_type);
+    h.text(s.ref_problem.empty() ? "" : "problem");
+    if (s.ok()) {
+      h.text(dtype_name(s.ref.value->dtype()) + shape_str(s.ref.value->shape()));
+      const auto b = host_bytes(*s.ref.value);
+      h.bytes(b.data(), b.size());
+    }
+  }
+  const auto all = allgather_words({h.h});
+  for (std::size_t q = 0; q < all.size(); ++q)
+    if (all[q] != h.h)
+      return "process " + std::to_string(q) + " generated another program, or its reference run gave other values";
+  return "";
+}
+
+std::string agree_outcomes(const std::vector<Outcome>& run, int& step) {
+  step = -1;
+  if (process_count() == 1) return "";
+  std::vector<std::uint64_t> mine;
+  for (const Outcome& o : run) mine.push_back(outcome_hash(o));
+  const auto all = allgather_words(mine);
+  const std::size_t n = mine.size();
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t q = 0; q * n < all.size(); ++q)
+      if (all[q * n + i] != mine[i]) {
+        step = static_cast<int>(i);
+        return "processes disagree: here " + outcome_text(run[i]) + ", process " + std::to_string(q) +
+               " had another outcome";
+      }
+  return "";
+}
+
+Values gather_values(const std::vector<Outcome>& run) {
+  Values v(run.size());
+  for (std::size_t i = 0; i < run.size(); ++i) {
+    if (!run[i].value) continue;
+    const Array& a = *run[i].value;
+    if (process_count() == 1) {
+      v[i].bytes = host_bytes(a);
+      continue;
+    }
+    // process_allgather<T> with T the array's own dtype, for any dtype. A
+    // gather that raises on some processes after all took part leaves them
+    // in step: record it and go on with the next values, which every
+    // process gathers alike.
+    std::vector<unsigned char> b(static_cast<std::size_t>(a.size()) * itemsize(a.dtype()));
+    try {
+      detail::process_allgather_raw(a, b.data(), a.dtype());
+      v[i].bytes = std::move(b);
+    } catch (const Error& e) {
+      v[i].error = e.what();
+    }
+  }
+  return v;
+}
+
+std::string compare_with_reference(const Program& p, const std::vector<Outcome>& run, const Values& values,
+                                   int& step) {
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     step = static_cast<int>(i);
     const Step& s = p.steps[i];
@@ -223,7 +345,8 @@ std::string compare_with_reference(const Program& p, const std::vector<Outcome>&
     if (!o.value) return "sharded run " + outcome_text(o) + "; reference gave " + typeof(*s.ref.value);
     if (!(o.value->sharding().mesh() == p.mesh))
       return "result lives on " + o.value->sharding().mesh().str() + ", not the program's mesh";
-    if (std::string e = compare_values(s, *o.value); !e.empty()) return e;
+    if (!values[i].bytes) return "reading the sharded result (process_allgather) raised " + values[i].error;
+    if (std::string e = compare_values(s, *o.value, *values[i].bytes); !e.empty()) return e;
     // With every axis Explicit the layout follows from the operands' types
     // (names, not sizes), so the one-device run has the same spec.
     const auto& types = p.mesh.axis_types();
@@ -236,7 +359,8 @@ std::string compare_with_reference(const Program& p, const std::vector<Outcome>&
   return "";
 }
 
-std::string compare_runs(const Program& p, const std::vector<Outcome>& a, const std::vector<Outcome>& b, int& step) {
+std::string compare_runs(const Program& p, const std::vector<Outcome>& a, const Values& av, const std::vector<Outcome>& b,
+                         const Values& bv, int& step) {
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     step = static_cast<int>(i);
     if (a[i].skipped || b[i].skipped) {
@@ -248,7 +372,9 @@ std::string compare_runs(const Program& p, const std::vector<Outcome>& a, const 
     if (!a[i].value) continue;
     if (typeof(*a[i].value) != typeof(*b[i].value))
       return "not deterministic: layouts " + typeof(*a[i].value) + " vs " + typeof(*b[i].value);
-    if (host_bytes(*a[i].value) != host_bytes(*b[i].value)) return "not deterministic: the two runs differ bitwise";
+    for (const Values* v : {&av, &bv})
+      if (!(*v)[i].bytes) return "reading the sharded result (process_allgather) raised " + (*v)[i].error;
+    if (*av[i].bytes != *bv[i].bytes) return "not deterministic: the two runs differ bitwise";
   }
   step = -1;
   return "";

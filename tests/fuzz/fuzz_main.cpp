@@ -14,8 +14,19 @@
 // with the seed that was running, and the campaign goes on from the next
 // seed. Counts live in shared memory so the summary covers every child.
 //
+// Under mpirun (several processes) programs run in process instead, since
+// MPI does not survive fork(): every process generates the same programs,
+// computes the reference on a device of its own, and runs the sharded
+// programs together on meshes over every process's devices. The processes
+// agree, through small gathers, on each program, on when to stop, and on
+// each verdict, so that they make the same collective calls and exit with
+// the same status; process 0 prints the summary. A crash or a hang ends the
+// run (mpirun then ends the other processes) after printing the seed.
+//
 //   tessera_fuzz --seeds 1000 [--start S] [--max-seconds T] [--verbose]
 //   tessera_fuzz --seed S --verbose      one program, in process, each step traced
+//   mpirun -np 2 -x TESSERA_NUM_CPU_DEVICES=4 tessera_fuzz --seeds 300
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,11 +38,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fuzz/program.hpp"
+#include "tessera/distributed.hpp"
 #include "test_util.hpp"
 
 namespace fz = tessera::fuzz;
@@ -58,6 +71,35 @@ struct Shared {
 };
 
 Shared* g = nullptr;
+
+// Launched with several processes by mpirun (see the top of the file).
+bool g_mpi = false;
+
+// Under mpirun every line a process prints about itself names it.
+std::string process_prefix() { return g_mpi ? "process " + std::to_string(tessera::process_index()) + ": " : ""; }
+
+// Prints `text`; under mpirun in one write, so that another process's
+// report does not land in the middle of it (mpirun merges their output).
+void report(const std::string& text) {
+  if (!g_mpi) {
+    std::fputs(text.c_str(), stdout);
+    return;
+  }
+  std::fflush(stdout);
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t w = write(STDOUT_FILENO, text.data() + done, text.size() - done);
+    if (w <= 0) break;
+    done += static_cast<std::size_t>(w);
+  }
+}
+
+std::string reproduce_text(std::uint64_t seed) {
+  std::string t = "mpirun -np " + std::to_string(tessera::process_count()) + " -x TESSERA_NUM_CPU_DEVICES=" +
+                  std::to_string(tessera::local_device_count()) + " tessera_fuzz --seed ";
+  t += std::to_string(seed);
+  t += " --verbose";
+  return t;
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -99,7 +141,8 @@ struct Options {
                "  --seed S         run only seed S (with --verbose: trace every step)\n"
                "  --max-seconds T  stop starting new programs after T seconds\n"
                "  --verbose        print every program\n"
-               "  --no-fork        run in this process (a crash then ends the run)\n",
+               "  --no-fork        run in this process (a crash then ends the run)\n"
+               "under mpirun every process runs in process, with meshes over all their devices\n",
                why);
   std::exit(2);
 }
@@ -153,6 +196,80 @@ std::vector<tessera::Mesh> mesh_pool() {
   return pool;
 }
 
+// The reference mesh: one device of this process (with several processes,
+// each computes the reference itself, on one of its own devices), with every
+// axis of size 1. With one process it is testing::one_device_like.
+tessera::Mesh reference_like(const tessera::Mesh& m) {
+  return tessera::Mesh({tessera::local_devices().front()}, std::vector<int>(m.axis_names().size(), 1), m.axis_names(),
+                       m.axis_types());
+}
+
+// Before the runtime starts; the first call decides.
+void configure_devices(int per_process) {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  if (std::getenv("TESSERA_NUM_CPU_DEVICES") == nullptr) tessera::config::set_num_cpu_devices(per_process);
+}
+
+// The processes that report `failed`, in order: a collective under mpirun,
+// so that every process counts and prints the same verdict.
+std::vector<int> failing_processes(bool failed) {
+  if (!g_mpi) return failed ? std::vector<int>{0} : std::vector<int>{};
+  const std::uint8_t mine = failed ? 1 : 0;
+  std::vector<int> out;
+  const auto all = tessera::process_allgather(std::span<const std::uint8_t>(&mine, 1));
+  for (std::size_t q = 0; q < all.size(); ++q)
+    if (all[q] != 0) out.push_back(static_cast<int>(q));
+  return out;
+}
+
+// Under mpirun a crash ends the run without a parent to name the seed, so
+// the process names it itself (async-signal-safe), then dies as it would have.
+struct sigaction g_previous[NSIG];
+char g_reproduce[160];  // reproduce_text without the seed and what follows it
+const int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+
+void append(char* buf, std::size_t& n, std::size_t cap, const char* t) {
+  while (*t && n + 1 < cap) buf[n++] = *t++;
+}
+void append(char* buf, std::size_t& n, std::size_t cap, std::uint64_t v) {
+  char d[24];
+  int k = 0;
+  do {
+    d[k++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (k && n + 1 < cap) buf[n++] = d[--k];
+}
+
+void on_crash(int sig) {
+  char buf[512];
+  std::size_t n = 0;
+  append(buf, n, sizeof buf, "FAIL seed=");
+  append(buf, n, sizeof buf, g->running.load());
+  append(buf, n, sizeof buf, ": process ");
+  append(buf, n, sizeof buf, static_cast<std::uint64_t>(tessera::process_index()));
+  append(buf, n, sizeof buf, ": crashed with signal ");
+  append(buf, n, sizeof buf, static_cast<std::uint64_t>(sig));
+  append(buf, n, sizeof buf, "\n  reproduce with: ");
+  append(buf, n, sizeof buf, g_reproduce);
+  append(buf, n, sizeof buf, g->running.load());
+  append(buf, n, sizeof buf, " --verbose\n");
+  [[maybe_unused]] const ssize_t w = write(STDOUT_FILENO, buf, n);
+  sigaction(sig, &g_previous[sig], nullptr);
+  raise(sig);
+}
+
+void report_crashes() {
+  const std::string r = reproduce_text(0);
+  std::snprintf(g_reproduce, sizeof g_reproduce, "%s", r.substr(0, r.find("--seed ") + 7).c_str());
+  struct sigaction sa {};
+  sa.sa_handler = on_crash;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : kCrashSignals) sigaction(sig, &sa, &g_previous[sig]);
+}
+
 std::uint64_t mix(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -161,12 +278,43 @@ std::uint64_t mix(std::uint64_t x) {
 }
 
 // Runs programs from g->next until `end` or `deadline`; counts into *g.
+// One seed: generate, run, compare. Returns the processes that saw a
+// failure (empty: passed); `why`, `step` and `first` describe this
+// process's. Under mpirun every collective here is made by every process in
+// the same order: each branch taken depends only on values all processes
+// agreed on.
+std::vector<int> run_one(const fz::Program& p, bool trace, std::vector<fz::Outcome>& first, std::string& why,
+                         int& step) {
+  step = -1;
+  fz::Values first_values;
+  why = fz::agree_program(p);
+  if (why.empty()) {
+    first = fz::run_program(p, p.mesh, trace);
+    why = fz::agree_outcomes(first, step);
+    if (why.empty()) {
+      first_values = fz::gather_values(first);
+      why = fz::compare_with_reference(p, first, first_values, step);
+    }
+  }
+  std::vector<int> failing = failing_processes(!why.empty());
+  if (!failing.empty()) return failing;
+  // The second run records its communication: recording must not change
+  // results, and the text must be printable.
+  std::vector<fz::Outcome> second;
+  const tessera::Explanation ex = tessera::explain([&] { second = fz::run_program(p, p.mesh); });
+  why = fz::agree_outcomes(second, step);
+  if (why.empty()) why = fz::compare_runs(p, first, first_values, second, fz::gather_values(second), step);
+  if (why.empty() && ex.str().empty() && !ex.records.empty()) why = "explain() gave no text for its records";
+  return failing_processes(!why.empty());
+}
+
 void run_seeds(const Options& opt, std::uint64_t end, double deadline) {
-  if (std::getenv("TESSERA_NUM_CPU_DEVICES") == nullptr) tessera::config::set_num_cpu_devices(8);
+  configure_devices(8);
   // Collectives that never complete raise well before the watchdog fires.
   tessera::config::set_collective_timeout(20);
   // A program that runs far longer than any should is a hang.
-  std::thread([] {
+  const bool report_hang = !opt.fork;  // else the parent reports it
+  std::thread([report_hang] {
     for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       const std::uint64_t s = g->running;
@@ -175,51 +323,81 @@ void run_seeds(const Options& opt, std::uint64_t end, double deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         if (now_s() - t0 > 120) {
           g->hung = true;
+          if (report_hang) {
+            std::string text = "FAIL seed=" + std::to_string(s) + ": " + process_prefix() +
+                               "hung (one program ran for over 120 s)\n";
+            if (g_mpi) text += "  reproduce with: " + reproduce_text(s) + "\n";
+            report(text);
+            std::fflush(stdout);
+          }
           std::_Exit(3);
         }
       }
     }
   }).detach();
+  if (g_mpi) report_crashes();
 
   const auto pool = mesh_pool();
   std::vector<tessera::Mesh> refs;
-  for (const auto& m : pool) refs.push_back(tessera::testing::one_device_like(m));
+  for (const auto& m : pool) refs.push_back(reference_like(m));
   const bool trace = opt.one && opt.verbose;
+  const bool printer = tessera::process_index() == 0;
 
   for (std::uint64_t seed = g->next; seed < end; ++seed) {
-    if (deadline > 0 && now_s() > deadline) break;
+    // Under mpirun the processes stop together: one that stopped alone
+    // would leave the others waiting in the next program's collectives.
+    const bool past = deadline > 0 && now_s() > deadline;
+    if (g_mpi ? !failing_processes(past).empty() : past) break;
     const std::size_t mi = mix(seed) % pool.size();
     g->running = seed;
     g->in_program = true;
-    fz::Program p = fz::generate(seed, pool[mi], refs[mi], trace);
-    auto first = fz::run_program(p, p.mesh, trace);
+    std::vector<fz::Outcome> first;
+    std::string why;
     int step = -1;
-    std::string why = fz::compare_with_reference(p, first, step);
-    if (why.empty()) {
-      // The second run records its communication: recording must not change
-      // results, and the text must be printable.
-      std::vector<fz::Outcome> second;
-      const tessera::Explanation ex = tessera::explain([&] { second = fz::run_program(p, p.mesh); });
-      why = fz::compare_runs(p, first, second, step);
-      if (why.empty() && ex.str().empty() && !ex.records.empty()) why = "explain() gave no text for its records";
+    std::vector<int> failing;
+    fz::Program p(pool[mi], refs[mi]);
+    try {
+      p = fz::generate(seed, pool[mi], refs[mi], trace);
+      failing = run_one(p, trace, first, why, step);
+    } catch (const std::exception& e) {
+      // Under mpirun, the checks' own gathers may raise here (run_step
+      // catches what the program raises): the processes are out of step
+      // then, and cannot go on together.
+      if (!g_mpi) throw;
+      report("FAIL seed=" + std::to_string(seed) + ": " + process_prefix() + e.what() +
+             "\n  reproduce with: " + reproduce_text(seed) + "\n");
+      std::_Exit(1);
     }
     g->in_program = false;
     g->next = seed + 1;
     ++g->programs;
     g->steps += static_cast<long>(p.steps.size());
-    for (std::size_t i = 0; i < p.steps.size(); ++i)
+    for (std::size_t i = 0; i < first.size(); ++i)
       count_op(p.steps[i].op, first[i].value.has_value(), first[i].tessera_error);
-    if (!why.empty()) {
+    if (!failing.empty()) {
       record_failure(seed);
-      if (g->nfailed <= 20)
-        std::printf("FAIL seed=%llu: v%d: %s\n%s\n", static_cast<unsigned long long>(seed), step, why.c_str(),
-                    p.listing(&first, step).c_str());
+      if (g->nfailed <= 20) {
+        std::string text;
+        if (!why.empty()) {
+          text = "FAIL seed=" + std::to_string(seed) + ": " + process_prefix() + "v" + std::to_string(step) + ": " + why +
+                 "\n" + p.listing(first.empty() ? nullptr : &first, step) + "\n";
+        } else if (printer) {
+          std::string who;
+          for (int q : failing) who += (who.empty() ? "" : ", ") + std::to_string(q);
+          text = "FAIL seed=" + std::to_string(seed) + ": failed on process " + who + " (reported there)\n";
+        }
+        if (g_mpi && printer) text += "  reproduce with: " + reproduce_text(seed) + "\n";
+        report(text);
+      }
       std::fflush(stdout);
-    } else if (opt.verbose) {
-      std::printf("%s\n", p.listing(&first).c_str());
+    } else if (opt.verbose && printer) {
+      report(p.listing(&first) + "\n");
     }
   }
   std::fflush(stdout);
+  // The others' reports before process 0's summary, as far as mpirun keeps
+  // the order.
+  if (g_mpi) failing_processes(false);
 }
 
 std::string end_text(int status) {
@@ -240,7 +418,7 @@ std::string end_text(int status) {
 extern "C" const char* __tsan_default_options() { return "halt_on_error=1"; }
 
 int main(int argc, char** argv) {
-  const Options opt = parse(argc, argv);
+  Options opt = parse(argc, argv);
   void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     std::perror("tessera_fuzz: mmap");
@@ -251,6 +429,34 @@ int main(int argc, char** argv) {
   const std::uint64_t end = opt.start + opt.seeds;
   const double t0 = now_s();
   const double deadline = opt.max_seconds > 0 ? t0 + opt.max_seconds : 0;
+
+  // Launched by mpirun (the variables Tessera's MPI start reads): MPI does
+  // not survive fork(), so the programs run here, and the runtime starts now
+  // to learn how many processes there are.
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK")) {
+    opt.fork = false;
+    // Eight devices in all, as the mesh pool is made for (four each for two
+    // processes), and at least two each (see below).
+    const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE") ? std::getenv("OMPI_COMM_WORLD_SIZE")
+                                                               : std::getenv("PMI_SIZE");
+    const int processes = launched ? std::max(1, std::atoi(launched)) : 2;
+    configure_devices(std::max(2, 8 / processes));
+    tessera::distributed::initialize();
+    g_mpi = tessera::process_count() > 1;
+    if (g_mpi) {
+      // The reference moves values to "other devices" (the next one), which
+      // must be the reference process's own.
+      const int mine = tessera::local_device_count();
+      int fewest = mine;
+      for (int v : tessera::process_allgather(std::span<const int>(&mine, 1))) fewest = std::min(fewest, v);
+      if (fewest < 2) {
+        if (tessera::process_index() == 0)
+          std::fprintf(stderr, "tessera_fuzz: under mpirun every process needs 2 or more devices "
+                               "(TESSERA_NUM_CPU_DEVICES)\n");
+        return 2;
+      }
+    }
+  }
 
   if (!opt.fork) {
     run_seeds(opt, end, deadline);
@@ -283,6 +489,8 @@ int main(int argc, char** argv) {
   }
 
   const double secs = now_s() - t0;
+  // Every process counted the same (the verdicts were agreed); one prints.
+  if (g_mpi && tessera::process_index() != 0) return g->nfailed > 0 ? 1 : 0;
   std::printf("tessera_fuzz: %ld programs (seeds %llu..%llu), %ld steps, %.1f s, %.0f programs/s, %ld failed\n",
               g->programs, static_cast<unsigned long long>(opt.start),
               static_cast<unsigned long long>(g->next > opt.start ? g->next - 1 : opt.start), g->steps, secs,

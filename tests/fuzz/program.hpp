@@ -87,14 +87,45 @@ Outcome run_step(const StepFn& fn, const Mesh& mesh, const std::vector<Array>& a
 /// goes. With `trace`, each step is printed before it runs.
 Program generate(std::uint64_t seed, const Mesh& mesh, const Mesh& ref_mesh, bool trace = false);
 
-/// Runs every step of `p` on `mesh`.
+/// Runs every step of `p` on `mesh`. With several processes, a collective
+/// after each step: at the first step whose outcome differs between
+/// processes, every process marks the rest skipped and stops.
 std::vector<Outcome> run_program(const Program& p, const Mesh& mesh, bool trace = false);
 
+// With several processes (mpirun) every process generates and runs each
+// program: the reference on a device of its own, the sharded runs together.
+// The functions below that gather are collectives then: every process calls
+// them in the same order, and those that compare only read what every
+// process holds alike, so that all reach the same verdict (except for the
+// shards, which each process checks for its own devices).
+
+/// "" when every process built the same program with the same reference
+/// values (always with one process). A collective.
+std::string agree_program(const Program& p);
+/// "" when every process's run gave the same kind of outcome at each step
+/// (value and its type, or the error type), so that they gather the same
+/// values; else why not, with `step` the first step that differs. A
+/// collective (with one process: "").
+std::string agree_outcomes(const std::vector<Outcome>& run, int& step);
+
+/// The global value of a step's result, row-major in its own dtype: none
+/// where the step gave no value, or where reading it raised (`error`).
+struct Gathered {
+  std::optional<std::vector<unsigned char>> bytes;
+  std::string error;
+};
+using Values = std::vector<Gathered>;
+/// Every step's value. With several processes, a collective
+/// (process_allgather, one per value) after agree_outcomes said "".
+Values gather_values(const std::vector<Outcome>& run);
+
 /// First disagreement between the reference and a sharded run, as text
-/// ("" when they agree); `step` receives the step's index.
-std::string compare_with_reference(const Program& p, const std::vector<Outcome>& run, int& step);
+/// ("" when they agree); `step` receives the step's index. `values` are the
+/// run's (gather_values).
+std::string compare_with_reference(const Program& p, const std::vector<Outcome>& run, const Values& values, int& step);
 /// First difference between two runs on the same mesh (bitwise, layouts included).
-std::string compare_runs(const Program& p, const std::vector<Outcome>& a, const std::vector<Outcome>& b, int& step);
+std::string compare_runs(const Program& p, const std::vector<Outcome>& a, const Values& av, const std::vector<Outcome>& b,
+                         const Values& bv, int& step);
 
 /// Short text of a spec: "P('x', None)".
 std::string spec_text(const PartitionSpec& s);

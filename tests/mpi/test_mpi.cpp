@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -246,6 +247,79 @@ TEST(Mpi, ScatterAllToAllAndPermuteOverEveryAxis) {
                 << m.str() << " " << a << " device " << dev;
     }
   }
+}
+
+// Meshes whose devices interleave the processes in any order, with the
+// collective's axes named in either order: members of one process are not
+// consecutive in the group.
+TEST(Mpi, CollectivesOnShuffledDevices) {
+  const int n = ts::device_count();
+  if (n % 2 != 0) GTEST_SKIP() << "needs an even number of devices";
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<ts::Device> d = ts::devices();
+    std::shuffle(d.begin(), d.end(), rng);
+    ts::Mesh m(d, {n / 2, 2}, {"x", "y"});
+    for (const std::vector<std::string>& ax : {std::vector<std::string>{"y", "x"}, std::vector<std::string>{"x", "y"}}) {
+      const auto host = iota_data(n * 3);
+      ts::Array x = ts::device_put(host, {n * 3}, ts::NamedSharding(m, ts::P(ax)));
+      auto f = ts::shard_map([&](ts::Array v) { return ts::psum(v, ax); }, m, {ts::P(ax)}, ts::P());
+      const auto got = ts::process_allgather<double>(f(x));
+      ASSERT_EQ(got.size(), 3u);
+      for (int i = 0; i < 3; ++i) {
+        double w = 0;
+        for (int k = 0; k < n; ++k) w += host[k * 3 + i];
+        EXPECT_NEAR(got[i], w, 1e-12) << m.str();
+      }
+      auto g = ts::shard_map([&](ts::Array v) { return ts::psum(ts::sum(v), ax); }, m, {ts::P(ax)}, ts::P());
+      double w = 0;
+      for (double v : host) w += v;
+      EXPECT_NEAR(ts::process_allgather<double>(g(x))[0], w, 1e-12) << m.str();
+    }
+  }
+}
+
+// A mesh over the devices of one process only: the others take part in
+// every call all the same and get the same values.
+TEST(Mpi, MeshOfOneProcessesDevices) {
+  const int n = ts::device_count();
+  const std::vector<ts::Device> devs = ts::devices();
+  const int two = std::min(2, ts::local_device_count());
+  ts::Mesh last({devs.back()}, {1}, {"x"});
+  ts::Mesh first_two(std::vector<ts::Device>(devs.begin(), devs.begin() + two), {two}, {"x"});
+  const auto host = iota_data(6);
+  for (const ts::Mesh& m : {last, first_two}) {
+    ts::Array a = ts::device_put(host, {6}, ts::NamedSharding(m, ts::P("x")));
+    EXPECT_EQ(ts::process_allgather<double>(a), host) << m.str();
+    auto f = ts::shard_map([](ts::Array v) { return ts::psum(v * 2.0, "x"); }, m, {ts::P("x")}, ts::P());
+    const ts::Array r = f(a);
+    EXPECT_EQ(r.shape(), (ts::Shape{6 / m.size()})) << m.str();
+    // To a mesh over every process and back.
+    ts::Mesh all = ts::make_mesh({n}, {"x"});
+    ts::Array b = ts::device_put(a, ts::NamedSharding(all, ts::P()));
+    EXPECT_EQ(ts::process_allgather<double>(b), host) << m.str();
+    EXPECT_EQ(ts::process_allgather<double>(ts::device_put(b, ts::NamedSharding(m, ts::P()))), host) << m.str();
+  }
+}
+
+// An index out of range on one process's device raises on every process,
+// eagerly and under jit.
+TEST(Mpi, TakeOutOfRangeRaisesOnEveryProcess) {
+  const int n = ts::device_count();
+  ts::Mesh m = ts::make_mesh({n}, {"x"});
+  ts::Array x = ts::device_put(iota_data(3), {3}, ts::NamedSharding(m, ts::P()));
+  std::vector<int> idx(static_cast<size_t>(n), 1);
+  idx[0] = 3;  // on device 0, process 0
+  ts::Array i = ts::device_put(idx, {n}, ts::NamedSharding(m, ts::P("x")));
+  expect_throw_with([&] { (void)ts::take(x, i, 0).block_until_ready(); }, "[take] index 3 is out of range");
+  auto f = ts::jit([](ts::Array a, ts::Array b) { return ts::take(a * 2.0, b, 0) + 1.0; });
+  expect_throw_with([&] { (void)f(x, i).block_until_ready(); }, "index 3 is out of range");
+  // In range, the same program works.
+  idx[0] = -1;
+  ts::Array j = ts::device_put(idx, {n}, ts::NamedSharding(m, ts::P("x")));
+  const auto got = ts::process_allgather<double>(f(x, j));
+  const auto h = iota_data(3);
+  for (int k = 0; k < n; ++k) EXPECT_EQ(got[k], h[k == 0 ? 2 : 1] * 2.0 + 1.0);
 }
 
 // explain() inside and around a program over several processes reports

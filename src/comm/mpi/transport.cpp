@@ -498,8 +498,8 @@ void Batch::wait(const WaitFor& w) {
     }
     // A frame from a process that reached the call too usually arrives
     // within microseconds: spin briefly before giving the core away.
-    if (spins < 1024) continue;
-    if (spins < 4096) std::this_thread::yield();
+    if (spins < 64) continue;
+    if (spins < 2000) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   // Every header must be a frame of the same collective.
