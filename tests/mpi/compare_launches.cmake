@@ -9,17 +9,8 @@
 # MPIRUN (and MPI_ENV) are lists joined by '|'. The environment mpirun
 # needs (running as root, oversubscribing) comes from ctest's ENVIRONMENT
 # property, which the launches inherit, or from MPI_ENV.
-foreach(v MPIRUN DIGEST WORK_DIR)
-  if(NOT DEFINED ${v})
-    message(FATAL_ERROR "compare_launches.cmake: -D${v}=... is required")
-  endif()
-endforeach()
-string(REPLACE "|" ";" mpirun "${MPIRUN}")
-set(env_prefix "")
-if(DEFINED MPI_ENV AND NOT MPI_ENV STREQUAL "")
-  string(REPLACE "|" ";" mpi_env "${MPI_ENV}")
-  set(env_prefix ${CMAKE_COMMAND} -E env ${mpi_env})
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/launch_args.cmake)
+mpi_launch_args(compare_launches.cmake DIGEST WORK_DIR)
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
 # name,processes (0: no mpirun),devices per process

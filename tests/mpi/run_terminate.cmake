@@ -6,17 +6,8 @@
 #
 #   cmake -DMPIRUN="mpirun|--oversubscribe|..." -DPROGRAM=path/to/terminate
 #         [-DMPI_ENV="VAR=value|..."] [-DCASES="throw|exit|body"] -P run_terminate.cmake
-foreach(v MPIRUN PROGRAM)
-  if(NOT DEFINED ${v})
-    message(FATAL_ERROR "run_terminate.cmake: -D${v}=... is required")
-  endif()
-endforeach()
-string(REPLACE "|" ";" mpirun "${MPIRUN}")
-set(env_prefix "")
-if(DEFINED MPI_ENV AND NOT MPI_ENV STREQUAL "")
-  string(REPLACE "|" ";" mpi_env "${MPI_ENV}")
-  set(env_prefix ${CMAKE_COMMAND} -E env ${mpi_env})
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/launch_args.cmake)
+mpi_launch_args(run_terminate.cmake PROGRAM)
 if(NOT DEFINED CASES)
   set(CASES "throw|exit|body")
 endif()

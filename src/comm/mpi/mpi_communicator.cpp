@@ -626,17 +626,29 @@ class MpiGroup final : public Group {
     return out;
   }
 
-  // Bytes of a received blob once expanded.
-  static std::size_t expanded_size(const std::vector<unsigned char>& blob) {
-    std::size_t at = 0, total = 0;
+  // Calls fn(at, meta, slen, head) for each member's entry of a received
+  // blob: where it starts, its meta, its signature's length, and the bytes
+  // before its data.
+  template <class F>
+  static void for_each_entry(const std::vector<unsigned char>& blob, F&& fn) {
+    std::size_t at = 0;
     while (at + sizeof(std::int64_t) * kMeta <= blob.size()) {
       std::int64_t meta[kMeta];
       std::memcpy(meta, blob.data() + at, sizeof meta);
       std::uint64_t slen = 0;
       std::memcpy(&slen, blob.data() + at + up(sizeof meta), sizeof slen);
-      at += up(sizeof meta) + up(sizeof slen) + up(slen) + up(static_cast<std::size_t>(meta[12]));
-      total += up(sizeof meta) + up(sizeof slen) + up(slen) + up(static_cast<std::size_t>(meta[11]));
+      const std::size_t head = up(sizeof meta) + up(sizeof slen) + up(slen);
+      fn(at, meta, slen, head);
+      at += head + up(static_cast<std::size_t>(meta[12]));
     }
+  }
+
+  // Bytes of a received blob once expanded.
+  static std::size_t expanded_size(const std::vector<unsigned char>& blob) {
+    std::size_t total = 0;
+    for_each_entry(blob, [&](std::size_t, const std::int64_t* meta, std::uint64_t, std::size_t head) {
+      total += head + up(static_cast<std::size_t>(meta[11]));
+    });
     return total;
   }
 
@@ -646,17 +658,12 @@ class MpiGroup final : public Group {
   std::uint64_t expand_blob(const std::vector<unsigned char>& blob, int process, const std::string& sig,
                             const Need& need, unsigned char* o) const {
     const int me = my_process();
-    std::size_t at = 0, w = 0;
-    while (at + sizeof(std::int64_t) * kMeta <= blob.size()) {
-      std::int64_t meta[kMeta];
-      std::memcpy(meta, blob.data() + at, sizeof meta);
-      std::uint64_t slen = 0;
-      std::memcpy(&slen, blob.data() + at + up(sizeof meta), sizeof slen);
-      const std::size_t head = up(sizeof meta) + up(sizeof slen) + up(slen);
+    std::size_t w = 0;
+    for_each_entry(blob, [&](std::size_t at, const std::int64_t* meta, std::uint64_t slen, std::size_t head) {
       if (at + head + up(static_cast<std::size_t>(meta[12])) > blob.size())
         throw CollectiveError("[" + g_.local.op + "] internal: a short message from process " + std::to_string(process));
       std::memcpy(o + w, blob.data() + at, head);
-      const std::string their(reinterpret_cast<const char*>(blob.data() + at + up(sizeof meta) + up(sizeof slen)), slen);
+      const std::string their(reinterpret_cast<const char*>(blob.data() + at + head - up(slen)), slen);
       const unsigned char* from = blob.data() + at + head;
       unsigned char* value = o + w + head;
       if (their == sig && meta[11] > 0) {
@@ -672,9 +679,8 @@ class MpiGroup final : public Group {
           got += nb;
         }
       }
-      at += head + up(static_cast<std::size_t>(meta[12]));
       w += head + up(static_cast<std::size_t>(meta[11]));
-    }
+    });
     return w;
   }
 

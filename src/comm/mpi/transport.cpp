@@ -407,8 +407,7 @@ std::vector<int> Batch::pending() const {
 }
 
 // Polls the requests (one MPI_Testsome per round: with MPI_THREAD_MULTIPLE
-// every MPI call takes Open MPI's lock) and, every 64 rounds, the notices
-// and the clock.
+// every MPI call takes Open MPI's lock) and, every 64 rounds, the notices.
 void Batch::wait(const WaitFor& w) {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(w.timeout_s));
@@ -490,12 +489,14 @@ void Batch::wait(const WaitFor& w) {
           throw CollectiveError(prefix + "process " + std::to_string(p) + " exited while this process (" +
                                 std::to_string(g_rank) + ") waited for it " + w.what);
       }
-      lock.unlock();
-      if (Clock::now() > deadline)
-        throw CollectiveError(prefix + "timed out after " + seconds_str(w.timeout_s) + " waiting " + w.what +
-                              ": missing " + process_list(waiting_for) + " (this is process " + std::to_string(g_rank) +
-                              ")");
     }
+    // The clock every round: a round may include a yield that lasts a
+    // whole time slice on a busy machine, and this process's other members
+    // wait for this one only the timeout and a little more.
+    if (Clock::now() > deadline)
+      throw CollectiveError(prefix + "timed out after " + seconds_str(w.timeout_s) + " waiting " + w.what +
+                            ": missing " + process_list(pending()) + " (this is process " + std::to_string(g_rank) +
+                            ")");
     // A frame from a process that reached the call too usually arrives
     // within microseconds: spin briefly before giving the core away.
     if (spins < 64) continue;
