@@ -177,23 +177,26 @@ std::vector<Array> Take::eval_global(const std::vector<Array>& in, const std::ve
   // Indices out of range: each device checks its own, then every process
   // learns the first one of any device (in mesh order), so all raise the
   // same error, not only the processes whose devices hold it.
+  // The indices stay loaded (and wrapped) for the kernels below.
+  std::vector<std::vector<std::int64_t>> idx_at(static_cast<size_t>(mesh.size()));
   std::vector<std::optional<std::int64_t>> bad_at(static_cast<size_t>(mesh.size()));
   for_each_device(mesh, [&](int t) {
-    for (std::int64_t r : cpu::load_indices(local_data(iw, t), iw.dtype(), local_shape(iw, t)[0]))
+    auto& idx = idx_at[static_cast<size_t>(t)];
+    idx = cpu::load_indices(local_data(iw, t), iw.dtype(), local_shape(iw, t)[0]);
+    for (auto& r : idx) {
       if (r < -n_axis || r >= n_axis) {
         bad_at[static_cast<size_t>(t)] = r;
         break;
       }
+      if (r < 0) r += n_axis;
+    }
   });
   if (const auto bad = first_over_processes(mesh, bad_at, op))
     throw ShapeError(msg(op, "index " + std::to_string(*bad) + " is out of range for axis " + std::to_string(axis) +
                                  " of size " + std::to_string(n_axis) + " (x " + shape_str(x.shape()) + ")"));
 
   return {make_array(out[0].shape, x.dtype(), layouts[0], [&](int t, Buffer& b) {
-    const Shape ishape = local_shape(iw, t);
-    std::vector<std::int64_t> idx = cpu::load_indices(local_data(iw, t), iw.dtype(), ishape[0]);
-    for (auto& r : idx)
-      if (r < 0) r += n_axis;
+    const std::vector<std::int64_t>& idx = idx_at[static_cast<size_t>(t)];
     const Shape xshape = local_shape(xw, t);
     std::int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis; ++d) outer *= xshape[d];

@@ -32,9 +32,9 @@
 // differs from the receiver's is a mismatch, reported as in one process.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
-#include <functional>
 
 #include "comm/mpi/transport.hpp"
 #include "comm/member.hpp"
