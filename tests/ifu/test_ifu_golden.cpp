@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "ifu/config.hpp"
 #include "ifu/fits.hpp"
 #include "ifu/galaxy_io.hpp"
@@ -132,7 +134,8 @@ TEST(IfuGolden, CommandLineMatchesRubix) {
   GTEST_SKIP() << "the tessera program is not built (TESSERA_BUILD_TOOLS off)";
 #else
   const Golden& g = golden();
-  const fs::path out = fs::path(::testing::TempDir()) / "ifu_golden_cube.fits";
+  // The process id keeps runs of several builds (asan, tsan) apart.
+  const fs::path out = fs::path(::testing::TempDir()) / ("ifu_golden_cube_" + std::to_string(getpid()) + ".fits");
   fs::remove(out);
   const std::string cmd = std::string("TESSERA_NUM_CPU_DEVICES=2 '") + TESSERA_CLI + "' ifu --config '" + kData +
                           "/config.yml' --input '" + kData + "/galaxy.h5' --ssp '" + kData +
