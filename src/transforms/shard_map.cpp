@@ -761,17 +761,19 @@ namespace {
 // of these are linear); transposes follow JAX's rules with varying axes:
 // psum (invariant result) <-> pbroadcast (the identity on values), pmean
 // likewise scaled, all_gather (invariant) -> this device's slice,
-// psum_scatter -> all_gather, ppermute -> the inverse permutation.
+// psum_scatter -> all_gather, ppermute -> the inverse permutation,
+// all_to_all -> the all_to_all back (split and concat axes swapped).
 struct CollSpec {
-  enum Kind { Sum, Mean, Gather, Scatter, Permute, Max, Min } kind = Sum;
+  enum Kind { Sum, Mean, Gather, Scatter, Permute, Max, Min, AllToAll } kind = Sum;
   AxisNames axes;
-  int axis = 0;
+  int axis = 0;  // all_to_all: the split axis
   bool tiled = false;
   std::vector<std::pair<int, int>> perm;
+  int concat = 0;  // all_to_all only
 };
 
 const char* coll_name(CollSpec::Kind k) {
-  static const char* names[] = {"psum", "pmean", "all_gather", "psum_scatter", "ppermute", "pmax", "pmin"};
+  static const char* names[] = {"psum", "pmean", "all_gather", "psum_scatter", "ppermute", "pmax", "pmin", "all_to_all"};
   return names[k];
 }
 
@@ -784,6 +786,7 @@ Array apply_collective(const CollSpec& s, const Array& x) {
     case CollSpec::Permute: return ppermute(x, s.axes, s.perm);
     case CollSpec::Max: return pmax(x, s.axes);
     case CollSpec::Min: return pmin(x, s.axes);
+    case CollSpec::AllToAll: return all_to_all(x, s.axes, s.axis, s.concat, s.tiled);
   }
   return x;
 }
@@ -822,8 +825,24 @@ class CollectivePrim final : public Primitive {
         break;
       case CollSpec::Scatter: {
         const int d = norm(s_.axis, r);
-        if (s_.tiled) sh[d] = block_size(sh[d], rank, n);
+        // block_size takes (length, parts, part); with the last two swapped
+        // every tiled psum_scatter of a traced value raised.
+        if (s_.tiled) sh[d] = block_size(sh[d], n, rank);
         else sh.erase(sh.begin() + d);
+        break;
+      }
+      case CollSpec::AllToAll: {
+        const int split = norm(s_.axis, r), concat = norm(s_.concat, r);
+        if (s_.tiled) {
+          // As the exchange lays it out: this member's block of the split
+          // axis, the members' pieces one after another along concat.
+          sh[split] = block_size(sh[split], n, rank);
+          sh[concat] *= n;
+        } else {
+          // split_axis (of size n) goes away, a new axis of size n appears at concat.
+          sh.erase(sh.begin() + split);
+          sh.insert(sh.begin() + concat, n);
+        }
         break;
       }
       default: break;
@@ -849,10 +868,11 @@ class CollectivePrim final : public Primitive {
     CollSpec s = s_;
     const Array x = move_dim(in[0], bdims[0], 0);
     const int ex_rank = x.ndim() - 1;
-    if (s.kind == CollSpec::Gather || s.kind == CollSpec::Scatter) {
+    if (s.kind == CollSpec::Gather || s.kind == CollSpec::Scatter || s.kind == CollSpec::AllToAll) {
       const int rk = s.kind == CollSpec::Gather && !s.tiled ? ex_rank + 1 : ex_rank;
       s.axis = normalize_axis(s.axis, rk, coll_name(s.kind)) + 1;
     }
+    if (s.kind == CollSpec::AllToAll) s.concat = normalize_axis(s.concat, ex_rank, coll_name(s.kind)) + 1;
     out_bdims = {0};
     return {apply_collective(s, x)};
   }
@@ -899,6 +919,21 @@ class CollectivePrim final : public Primitive {
         std::vector<std::pair<int, int>> inv;
         for (const auto& [src, dst] : s_.perm) inv.emplace_back(dst, src);
         r = ppermute(c, s_.axes, inv);
+        break;
+      }
+      case CollSpec::AllToAll: {
+        // The exchange run backwards: what came from member s along concat
+        // goes back to s, and lands where it was along split. Tiled, the
+        // pieces along concat are equal, but the members' split blocks
+        // must be too for the exchange back to reassemble them.
+        const int rk = static_cast<int>(types[0].shape.size());
+        const int split = normalize_axis(s_.axis, rk, op), concat = normalize_axis(s_.concat, rk, op);
+        const int n = group_place(context(op), s_.axes, op).second;
+        if (s_.tiled && types[0].shape[split] % n != 0)
+          throw Error(msg(op, "differentiating a tiled all_to_all whose split axis (" +
+                                  std::to_string(types[0].shape[split]) + ") does not divide into " +
+                                  std::to_string(n) + " equal blocks is not supported yet"));
+        r = all_to_all(c, s_.axes, concat, split, s_.tiled);
         break;
       }
     }
@@ -1027,6 +1062,9 @@ Array ppermute(const Array& x, const AxisNames& axes, const std::vector<std::pai
 }
 
 Array all_to_all(const Array& x, const AxisNames& axes, int split_axis, int concat_axis, bool tiled) {
+  if (detail::transformed(x))
+    return detail::bind_collective(
+        detail::CollSpec{detail::CollSpec::AllToAll, axes, split_axis, tiled, {}, concat_axis}, x);
   const char* name = "all_to_all";
   auto& c = context(name);
   detail::check_local(x, name);

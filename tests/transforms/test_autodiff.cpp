@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -64,6 +65,54 @@ std::vector<double> numeric_jacobian(const Fn& f, const ts::Array& x, std::int64
   for (std::int64_t k = 0; k < m; ++k)
     for (size_t i = 0; i < h0.size(); ++i) j[k * h0.size() + i] = cols[i][k];
   return j;
+}
+
+// Finite differences that know their own error. For each input element i,
+// with step h: the central difference c1 (step h), c2 (step 2h), and the
+// one-sided differences forward and backward. Where f is smooth around x,
+// c1 - f' = O(h^2) and Richardson's estimate of that error is |c2 - c1| / 3
+// (c2 - f' being 4 times c1 - f'); rounding adds about eps * |f| / h per
+// evaluation. An element whose one-sided differences disagree by more than
+// h * |f''| could explain (1e-4 relative, so f'' up to 100) sits on a kink or
+// jump (max, where) within a step: it is skipped, and counted. f is
+// evaluated on one device (the same function; layouts do not change values
+// beyond rounding, and the Jacobian under test keeps x's layout).
+struct FdCount {
+  std::int64_t checked = 0, skipped = 0;
+};
+
+FdCount expect_matches_finite_differences(const Fn& f, const ts::Array& x, const std::vector<double>& jac,
+                                          const std::string& what) {
+  const double h = 1e-6, eps = std::numeric_limits<double>::epsilon();
+  const ts::NamedSharding one(line(1), ts::P());
+  const auto x0 = x.to_vector<double>();
+  auto eval = [&](size_t i, double step) {
+    auto p = x0;
+    p[i] += step;
+    return f(ts::device_put(p, x.shape(), one)).to_vector<double>();
+  };
+  const auto f0 = f(ts::device_put(x0, x.shape(), one)).to_vector<double>();
+  const size_t n = x0.size(), m = f0.size();
+  FdCount count;
+  EXPECT_EQ(jac.size(), m * n) << what;
+  if (jac.size() != m * n) return count;
+  for (size_t i = 0; i < n; ++i) {
+    const auto fp = eval(i, h), fm = eval(i, -h), fp2 = eval(i, 2 * h), fm2 = eval(i, -2 * h);
+    for (size_t k = 0; k < m; ++k) {
+      const double c1 = (fp[k] - fm[k]) / (2 * h), c2 = (fp2[k] - fm2[k]) / (4 * h);
+      const double fwd = (fp[k] - f0[k]) / h, bwd = (f0[k] - fm[k]) / h;
+      const double mag = 1 + std::abs(c1);
+      if (std::abs(fwd - bwd) > 1e-4 * mag || std::abs(c2 - c1) > 1e-4 * mag) {
+        ++count.skipped;
+        continue;
+      }
+      const double fmax = std::max({std::abs(f0[k]), std::abs(fp2[k]), std::abs(fm2[k]), 1.0});
+      const double tol = std::abs(c2 - c1) + 100 * eps * fmax / h + 1e-9 * mag;
+      ++count.checked;
+      EXPECT_NEAR(jac[k * n + i], c1, tol) << what << ": d out[" << k << "] / d x[" << i << "]";
+    }
+  }
+  return count;
 }
 
 void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
@@ -383,9 +432,10 @@ TEST(Autodiff, CustomJvpAndVjp) {
                           {"forward-mode", "custom_jvp"});
 }
 
-// jacfwd == jacrev on random programs: chains of differentiable ops (unary,
-// binary with broadcasting, reductions, matmul, shape ops, stencils) drawn
-// at random, on random layouts of meshes with 1 to 8 devices.
+// jacfwd == jacrev on random programs, and both against finite differences:
+// chains of differentiable ops (unary, binary with broadcasting, reductions,
+// matmul, shape ops, stencils) drawn at random, on random layouts of meshes
+// with 1 to 8 devices.
 TEST(Autodiff, JacfwdEqualsJacrevOnRandomPrograms) {
   std::mt19937 rng(20261123);
   const auto meshes = ts::testing::test_meshes();
@@ -408,6 +458,7 @@ TEST(Autodiff, JacfwdEqualsJacrevOnRandomPrograms) {
       {"pad/slice", [](const ts::Array& v, const ts::Array&) { return ts::slice(ts::pad(v, {{1, 0}, {0, 2}}, 0.5), {{0, 4}, {1, 6}}); }},
       {"reshape", [](const ts::Array& v, const ts::Array&) { return ts::reshape(ts::reshape(v, {20}) * 1.5, {4, 5}); }},
   };
+  std::int64_t checked = 0, total = 0;
   for (int prog = 0; prog < 24; ++prog) {
     const ts::Mesh& m = meshes[rng() % meshes.size()];
     const ts::PartitionSpec spec = ts::testing::random_spec(rng, m, 2);
@@ -427,10 +478,304 @@ TEST(Autodiff, JacfwdEqualsJacrevOnRandomPrograms) {
     const ts::Array jf = ts::jacfwd(f)(x), jr = ts::jacrev(f)(x);
     ASSERT_EQ(jf.shape(), jr.shape()) << what;
     expect_near(jf.to_vector<double>(), jr.to_vector<double>(), 1e-11, what);
-    // And against finite differences, now and then.
-    if (prog % 6 == 0) {
-      std::int64_t rows = 0;
-      expect_near(jf.to_vector<double>(), numeric_jacobian(f, x, rows), 1e-5, what + " (finite differences)");
-    }
+    // And both against finite differences, every program: agreeing with
+    // each other proves nothing when a rule is wrong in both modes.
+    const FdCount fc = expect_matches_finite_differences(f, x, jf.to_vector<double>(), what + " (jacfwd)");
+    const std::int64_t n = jf.size();
+    // The programs' kinks and jumps (max, where) fall within a step of an
+    // element only by chance: nearly every element is checked.
+    EXPECT_GE(fc.checked, n - n / 20) << what << ": " << fc.skipped << " of " << n << " skipped";
+    checked += fc.checked;
+    total += n;
   }
+  EXPECT_GE(checked, total - total / 100) << "elements checked against finite differences";
+}
+
+namespace {
+
+// Row i of x along `axis`, as its own array.
+ts::Array example_of(const ts::Array& x, int axis, std::int64_t i) {
+  std::vector<ts::SliceSpec> sl(static_cast<size_t>(x.ndim()));
+  sl[axis] = ts::SliceSpec{i, i + 1, 1};
+  return ts::squeeze(ts::slice(x, sl), {axis});
+}
+
+void expect_each_near(const ts::Array& got, const std::vector<ts::Array>& per_example, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape()[0], static_cast<std::int64_t>(per_example.size())) << what;
+  for (size_t i = 0; i < per_example.size(); ++i) {
+    const ts::Array gi = example_of(got, 0, static_cast<std::int64_t>(i));
+    ASSERT_EQ(gi.shape(), per_example[i].shape()) << what << " example " << i;
+    expect_near(gi.to_vector<double>(), per_example[i].to_vector<double>(), tol, what + " example " + std::to_string(i));
+  }
+}
+
+}  // namespace
+
+// Per-example gradients: vmap of grad against a loop of grad over the
+// examples, element by element (a sum over the examples would hide
+// gradients swapped between examples or spread over them).
+TEST(Autodiff, PerExampleGradientsEqualALoopOfGrad) {
+  auto loss = [](ts::Array w, ts::Array xi) {
+    ts::Array h = ts::tanh(ts::matmul(ts::reshape(xi, {1, 6}), w));
+    return ts::sum(h * h) + 0.1 * ts::sum(ts::sin(xi) * xi);
+  };
+  const std::vector<ts::Mesh> meshes{line(4), ts::Mesh(ts::testing::first_devices(6), {2, 3}, {"x", "y"})};
+  for (const ts::Mesh& m : meshes) {
+    const std::string batch_axis = m.axis_names().back();
+    const ts::Array w = input({6, 4}, ts::NamedSharding(m, ts::P()), 3);
+    const ts::Array x = input({13, 6}, ts::NamedSharding(m, ts::P(batch_axis)), 1);
+    const std::string where = " on " + ts::typeof(x);
+    std::vector<ts::Array> want_w, want_x;
+    for (std::int64_t i = 0; i < 13; ++i) {
+      auto [gw, gx] = ts::grad(loss, ts::argnums<0, 1>)(w, example_of(x, 0, i));
+      want_w.push_back(gw);
+      want_x.push_back(gx);
+    }
+    // With respect to the shared weights, one gradient per example.
+    const ts::Array per_w = ts::vmap([&](ts::Array xi) { return ts::grad(loss)(w, xi); })(x);
+    ASSERT_EQ(per_w.shape(), (ts::Shape{13, 6, 4}));
+    expect_each_near(per_w, want_w, 1e-13, "vmap(grad w.r.t. w)" + where);
+    // Both arguments, the batch along dim 1 of a transposed batch, chunked.
+    const ts::Array xt = ts::transpose(x);
+    auto both = ts::vmap([&](ts::Array wi, ts::Array xi) { return ts::grad(loss, ts::argnums<0, 1>)(wi, xi); },
+                         {.in_axes = {ts::not_mapped, 1}, .chunk_size = 5});
+    auto [pw, px] = both(w, xt);
+    expect_each_near(pw, want_w, 1e-13, "vmap(grad) both args, in_axes 1, w" + where);
+    expect_each_near(px, want_x, 1e-13, "vmap(grad) both args, in_axes 1, x" + where);
+    // Per-example weights too: the weights batched along their last dim.
+    const ts::Array ws = input({6, 4, 13}, ts::NamedSharding(m, ts::P(ts::none, ts::none, batch_axis)), 4);
+    const ts::Array pw2 = ts::vmap([&](ts::Array wi, ts::Array xi) { return ts::grad(loss)(wi, xi); },
+                                   {.in_axes = {2, 0}})(ws, x);
+    std::vector<ts::Array> want_w2;
+    for (std::int64_t i = 0; i < 13; ++i) want_w2.push_back(ts::grad(loss)(example_of(ws, 2, i), example_of(x, 0, i)));
+    expect_each_near(pw2, want_w2, 1e-13, "vmap(grad) per-example weights" + where);
+  }
+}
+
+// Gradients in f32 against the f64 gradient of the same function at the same
+// (f32-representable) point. Each result is a short chain of f32 operations
+// on O(1) values, and sums of at most 24 terms; 64 f32 epsilons of the
+// largest gradient element bound the rounding of such chains. A rule that
+// loses precision in f32 (a cotangent cast through a narrower type, a
+// constant rounded early) misses it by orders of magnitude.
+TEST(Autodiff, F32GradientsAgainstF64) {
+  using F = std::function<ts::Array(const ts::Array&)>;
+  const std::vector<std::pair<std::string, F>> fs = {
+      {"tanh(matmul)^2", [](const ts::Array& a) {
+         ts::Array h = ts::tanh(ts::matmul(a, ts::transpose(ts::cos(a))));
+         return ts::sum(h * h);
+       }},
+      {"softmax cross-entropy", [](const ts::Array& a) {
+         ts::Array z = a - ts::max(a, {1}, {.keepdims = true});
+         ts::Array lse = ts::log(ts::sum(ts::exp(z), {1}));
+         return ts::mean(lse - ts::sum(z * ts::sin(a), {1}));
+       }},
+      {"mean/prod/sqrt", [](const ts::Array& a) {
+         return ts::mean(ts::sqrt(a * a + 1.0)) + ts::sum(ts::prod(a * 0.5 + 1.0, {0}));
+       }},
+      {"cumsum/diff/roll", [](const ts::Array& a) {
+         return ts::sum(ts::cumsum(ts::sin(a), 1) * ts::roll(a, 1, 0)) + ts::sum(ts::diff(a * a, 1, 1));
+       }},
+      {"take/scatter_add/segment_sum", [](const ts::Array& a) {
+         const ts::NamedSharding r(a.sharding().mesh(), ts::P());
+         const ts::Array idx = ts::device_put(std::vector<std::int32_t>{3, 0, 3, 1}, {4}, r);
+         ts::Array t = ts::take(ts::exp(a * 0.5), idx, 0);
+         ts::Array s = ts::scatter_add(a, idx, t * t);
+         return ts::sum(ts::segment_sum(s * a, ts::device_put(std::vector<std::int32_t>{1, 0, 1, 1}, {4}, r), 2));
+       }},
+      {"pow/div/sigmoid", [](const ts::Array& a) {
+         return ts::sum(ts::pow(a * a + 1.0, ts::sigmoid(a)) / (a * a + 2.0));
+       }},
+  };
+  const std::vector<ts::Mesh> meshes{line(1), line(3), ts::Mesh(ts::testing::first_devices(4), {2, 2}, {"x", "y"})};
+  for (const ts::Mesh& m : meshes)
+    for (const auto& spec : {ts::P(), ts::P(m.axis_names()[0]), ts::P(ts::none, m.axis_names().back())}) {
+      const ts::NamedSharding s(m, spec);
+      std::vector<float> h32(24);
+      const auto h = values(24, 7);
+      for (size_t i = 0; i < h.size(); ++i) h32[i] = static_cast<float>(h[i]);
+      const std::vector<double> h64(h32.begin(), h32.end());  // the same points
+      const ts::Array x32 = ts::device_put(h32, {4, 6}, s), x64 = ts::device_put(h64, {4, 6}, s);
+      for (const auto& [name, f] : fs) {
+        const std::string what = name + " on " + ts::typeof(x32);
+        const ts::Array g32 = ts::grad(f)(x32), g64 = ts::grad(f)(x64);
+        ASSERT_EQ(g32.dtype(), ts::f32) << what;
+        EXPECT_EQ(g32.sharding(), x32.sharding()) << what;
+        const auto a = g32.to_vector<double>(), b = g64.to_vector<double>();
+        double scale = 1;
+        for (double v : b) scale = std::max(scale, std::abs(v));
+        const double tol = 64 * std::numeric_limits<float>::epsilon() * scale;
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << what << " element " << i;
+      }
+    }
+}
+
+namespace {
+
+// One collective in a shard_map body, as the linear map it is on the
+// body's sin(x): out[o] = sum of coef * sin(x[i]) over the terms (o, i, coef)
+// (flat row-major indices of the global arrays), written out by hand.
+struct CollectiveCase {
+  std::string what;
+  ts::Mesh mesh;
+  ts::Shape in_shape, out_shape;
+  ts::PartitionSpec in_spec, out_spec;
+  std::function<ts::Array(ts::Array)> collective;
+  std::vector<std::tuple<std::int64_t, std::int64_t, double>> terms;
+};
+
+// grad of L(x) = sum(W * y^2), y = shard_map(collective(sin(x))), against
+// the chain rule done by hand: dL/dy[o] = 2 W[o] y[o], and the transpose of
+// the map sends it back along each term, dL/dx[i] = sum over the terms
+// (o, i, coef) of coef * cos(x[i]) * dL/dy[o]. The transposes the library
+// must get right follow from the terms: psum_scatter's cotangent is the
+// all_gather of its cotangent (each source row gets its output row's), pmean's
+// is pbroadcast's divided by the group size, an untiled all_gather's is the
+// device's own slice, an all_to_all's is the all_to_all back (split and
+// concat swapped).
+void check_collective_grad(const CollectiveCase& c) {
+  const std::int64_t nin = ts::testing::numel(c.in_shape), nout = ts::testing::numel(c.out_shape);
+  const auto hx = values(nin, 11);
+  std::vector<double> hw(static_cast<size_t>(nout));
+  for (std::int64_t o = 0; o < nout; ++o) hw[o] = 0.5 + 0.25 * std::cos(0.9 * static_cast<double>(o));
+  std::vector<double> y(static_cast<size_t>(nout), 0.0);
+  for (const auto& [o, i, coef] : c.terms) y[o] += coef * std::sin(hx[i]);
+  std::vector<double> want(static_cast<size_t>(nin), 0.0);
+  for (const auto& [o, i, coef] : c.terms) want[i] += coef * std::cos(hx[i]) * 2 * hw[o] * y[o];
+
+  const ts::Array x = ts::device_put(hx, c.in_shape, ts::NamedSharding(c.mesh, c.in_spec));
+  const ts::Array w = ts::device_put(hw, c.out_shape, ts::NamedSharding(c.mesh, ts::P()));
+  auto coll = c.collective;
+  auto f = ts::shard_map([coll](ts::Array xl) { return coll(ts::sin(xl)); }, c.mesh, {c.in_spec}, c.out_spec);
+  const std::string label = c.what + " on " + c.mesh.str();
+  const ts::Array out = f(x);
+  ASSERT_EQ(out.shape(), c.out_shape) << label;
+  expect_near(out.to_vector<double>(), y, 1e-14, label + " (forward)");
+  auto loss = [&](ts::Array a) {
+    ts::Array v = f(a);
+    return ts::sum(w * v * v);
+  };
+  const ts::Array g = ts::grad(loss)(x);
+  EXPECT_EQ(g.sharding(), x.sharding()) << label;
+  expect_near(g.to_vector<double>(), want, 1e-13, label + " (grad)");
+  expect_near(ts::jit(ts::grad(loss))(x).to_vector<double>(), want, 1e-13, label + " (jit(grad))");
+}
+
+}  // namespace
+
+TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
+  const ts::Mesh m3 = line(3), m4 = line(4), m23(ts::testing::first_devices(6), {2, 3}, {"x", "y"});
+  using Terms = std::vector<std::tuple<std::int64_t, std::int64_t, double>>;
+  std::vector<CollectiveCase> cases;
+  {
+    // Tiled psum_scatter of rows, 7 rows over 3 devices (blocks of 3, 2, 2):
+    // y[r, c] = sum over devices d of sin(x[d*7 + r, c]).
+    const std::int64_t k = 3, R = 7, C = 2;
+    Terms t;
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t d = 0; d < k; ++d) t.emplace_back(r * C + c, (d * R + r) * C + c, 1.0);
+    cases.push_back({"psum_scatter tiled, uneven", m3, {k * R, C}, {R, C}, ts::P("x"), ts::P("x"),
+                     [](ts::Array v) { return ts::psum_scatter(v, "x", 0, true); }, t});
+  }
+  {
+    // The same over "y" of a 2x3 mesh, the columns split over "x": 5 rows over 3.
+    const std::int64_t k = 3, R = 5, C = 4;
+    Terms t;
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t d = 0; d < k; ++d) t.emplace_back(r * C + c, (d * R + r) * C + c, 1.0);
+    cases.push_back({"psum_scatter tiled over y, uneven", m23, {k * R, C}, {R, C}, ts::P("y", "x"), ts::P("y", "x"),
+                     [](ts::Array v) { return ts::psum_scatter(v, "y", 0, true); }, t});
+  }
+  {
+    // Untiled: each device's block is [4, C]; device d keeps the sum of
+    // every block's row d: y[d*C + c] = sum over s of sin(x[s*4 + d, c]).
+    const std::int64_t k = 4, C = 3;
+    Terms t;
+    for (std::int64_t d = 0; d < k; ++d)
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t s = 0; s < k; ++s) t.emplace_back(d * C + c, (s * k + d) * C + c, 1.0);
+    cases.push_back({"psum_scatter untiled", m4, {k * k, C}, {k * C}, ts::P("x"), ts::P("x"),
+                     [](ts::Array v) { return ts::psum_scatter(v, "x", 0, false); }, t});
+  }
+  {
+    // pmean: y[r, c] = (1/4) sum over d of sin(x[d*R + r, c]), invariant.
+    const std::int64_t k = 4, R = 3, C = 2;
+    Terms t;
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t d = 0; d < k; ++d) t.emplace_back(r * C + c, (d * R + r) * C + c, 1.0 / k);
+    cases.push_back({"pmean", m4, {k * R, C}, {R, C}, ts::P("x"), ts::P(),
+                     [](ts::Array v) { return ts::pmean(v, "x"); }, t});
+  }
+  {
+    // pmean over both axes of the 2x3 mesh: blocks [R, C] at (dx, dy),
+    // y[r, c] = (1/6) sum over dx, dy of sin(x[dx*R + r, dy*C + c]).
+    const std::int64_t R = 2, C = 3;
+    Terms t;
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t dx = 0; dx < 2; ++dx)
+          for (std::int64_t dy = 0; dy < 3; ++dy) t.emplace_back(r * C + c, (dx * R + r) * (3 * C) + dy * C + c, 1.0 / 6);
+    cases.push_back({"pmean over x and y", m23, {2 * R, 3 * C}, {R, C}, ts::P("x", "y"), ts::P(),
+                     [](ts::Array v) { return ts::pmean(v, ts::AxisNames({"x", "y"})); }, t});
+  }
+  {
+    // Untiled all_gather on a new middle dim: y[r, d, c] = sin(x[d*R + r, c]).
+    const std::int64_t k = 4, R = 2, C = 3;
+    Terms t;
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t d = 0; d < k; ++d)
+        for (std::int64_t c = 0; c < C; ++c) t.emplace_back((r * k + d) * C + c, (d * R + r) * C + c, 1.0);
+    cases.push_back({"all_gather untiled, axis 1", m4, {k * R, C}, {R, k, C}, ts::P("x"), ts::P(),
+                     [](ts::Array v) { return ts::all_gather(v, "x", 1, false); }, t});
+  }
+  {
+    // Over "y" of the 2x3 mesh, on a new leading dim; the result still
+    // varies over "x": y[dy, dx*R + r, c] = sin(x[dx*R + r, dy*C + c]).
+    const std::int64_t R = 2, C = 2;
+    Terms t;
+    for (std::int64_t dy = 0; dy < 3; ++dy)
+      for (std::int64_t dx = 0; dx < 2; ++dx)
+        for (std::int64_t r = 0; r < R; ++r)
+          for (std::int64_t c = 0; c < C; ++c)
+            t.emplace_back((dy * 2 * R + dx * R + r) * C + c, (dx * R + r) * (3 * C) + dy * C + c, 1.0);
+    cases.push_back({"all_gather untiled over y", m23, {2 * R, 3 * C}, {3, 2 * R, C}, ts::P("x", "y"),
+                     ts::P(ts::none, "x"), [](ts::Array v) { return ts::all_gather(v, "y", 0, false); }, t});
+  }
+  {
+    // Tiled all_to_all, columns split, rows concatenated: device d gets
+    // block [s*R + r, c] = sin(x[s*R + r, d*C + c]) from each s; laid out as
+    // row blocks, y[d*3R + s*R + r, c].
+    const std::int64_t k = 3, R = 2, C = 2;
+    Terms t;
+    for (std::int64_t d = 0; d < k; ++d)
+      for (std::int64_t s = 0; s < k; ++s)
+        for (std::int64_t r = 0; r < R; ++r)
+          for (std::int64_t c = 0; c < C; ++c) t.emplace_back((d * k * R + s * R + r) * C + c, (s * R + r) * (k * C) + d * C + c, 1.0);
+    cases.push_back({"all_to_all tiled", m3, {k * R, k * C}, {k * k * R, C}, ts::P("x"), ts::P("x"),
+                     [](ts::Array v) { return ts::all_to_all(v, "x", 1, 0, true); }, t});
+  }
+  {
+    // Untiled over "y" of the 2x3 mesh: blocks [3, C] at (dx, dy); device
+    // (dx, dy) gets [c, s] = its source s's row dy:
+    // y[dx*C + c, dy*3 + s] = sin(x[dx*3 + dy, s*C + c]).
+    const std::int64_t C = 2;
+    Terms t;
+    for (std::int64_t dx = 0; dx < 2; ++dx)
+      for (std::int64_t dy = 0; dy < 3; ++dy)
+        for (std::int64_t c = 0; c < C; ++c)
+          for (std::int64_t s = 0; s < 3; ++s) t.emplace_back((dx * C + c) * 9 + dy * 3 + s, (dx * 3 + dy) * (3 * C) + s * C + c, 1.0);
+    cases.push_back({"all_to_all untiled over y", m23, {6, 3 * C}, {2 * C, 9}, ts::P("x", "y"), ts::P("x", "y"),
+                     [](ts::Array v) { return ts::all_to_all(v, "y", 0, 1, false); }, t});
+  }
+  for (const auto& c : cases) check_collective_grad(c);
+  // A tiled all_to_all of unequal split blocks runs forward, but the exchange
+  // back cannot reassemble them: reverse mode says so.
+  const ts::Array x = input({21, 2}, ts::NamedSharding(m3, ts::P("x")));
+  auto uneven = ts::shard_map([](ts::Array v) { return ts::all_to_all(v, "x", 0, 1, true); }, m3, {ts::P("x")}, ts::P("x"));
+  EXPECT_EQ(uneven(x).shape(), (ts::Shape{7, 6}));
+  expect_error<ts::Error>([&] { ts::grad([&](ts::Array a) { return ts::sum(uneven(a)); })(x); }, "[all_to_all]",
+                          {"differentiating a tiled all_to_all", "split axis (7)", "3 equal blocks"});
 }

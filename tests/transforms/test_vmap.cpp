@@ -262,9 +262,12 @@ TEST(Vmap, OfShardMapAndSpmdAxisName) {
   EXPECT_EQ(ts::vmap(shift)(ev).to_vector<float>(), ts::roll(ev, 2, 1).to_vector<float>());
   auto with_pmax = ts::shard_map([](ts::Array xl) { return ts::pmax(ts::max(xl), "x"); }, m, {ts::P("x")}, ts::P());
   EXPECT_EQ(ts::vmap(with_pmax)(xs).to_vector<float>(), ts::max(xs, {1}).to_vector<float>());
-  // all_to_all under vmap is not supported yet: a clear error.
+  // all_to_all acts per example too: device d's 4 elements go one to each
+  // device, so each example's 4x4 blocks come back transposed.
   auto a2a = ts::shard_map([](ts::Array xl) { return ts::all_to_all(xl, "x", 0, 0, true); }, m, {ts::P("x")}, ts::P("x"));
-  expect_error<ts::Error>([&] { ts::vmap(a2a)(ev); }, "[all_to_all]", {"vmap", "not support"});
+  ts::Array ev16 = data({3, 16}, ts::NamedSharding(m, ts::P()));
+  EXPECT_EQ(ts::vmap(a2a)(ev16).to_vector<float>(),
+            ts::reshape(ts::transpose(ts::reshape(ev16, {3, 4, 4}), {0, 2, 1}), {3, 16}).to_vector<float>());
   // spmd_axis_name: the batch dim is sharded over the axis throughout.
   ts::Array b = data({8, 5}, ts::NamedSharding(m, ts::P()));
   ts::Array r = ts::vmap([](ts::Array a) { return ts::exp(a) * 2.0f; }, {.spmd_axis_name = "x"})(b);
@@ -283,4 +286,229 @@ TEST(Vmap, PerDeviceChunksWithAnUnmappedResult) {
   EXPECT_EQ(ys.shape(), (ts::Shape{3, 11}));
   EXPECT_EQ(ys.to_vector<float>(), ts::transpose(x * w).to_vector<float>());
   EXPECT_EQ(total.to_vector<float>(), ts::sum(w).to_vector<float>());
+}
+
+namespace {
+
+// An argument of a batched call: its shape, whether it holds i32 indices,
+// and its values.
+struct Arg {
+  ts::Shape shape;
+  std::vector<double> v;
+  bool ints = false;
+};
+
+Arg floats(const ts::Shape& shape, int salt) {
+  const auto v = iota_data<float>(ts::testing::numel(shape), salt);
+  std::vector<double> d;
+  for (float x : v) d.push_back(x / 16.0);
+  return {shape, d, false};
+}
+
+// Indices k, k+1, ... of a pattern cycling through [lo, hi): repeats, and
+// negative ones where lo < 0.
+Arg indices(const ts::Shape& shape, std::int64_t lo, std::int64_t hi, int salt = 0) {
+  std::vector<double> d;
+  for (std::int64_t i = 0; i < ts::testing::numel(shape); ++i) d.push_back(static_cast<double>(lo + (i * 5 + salt) % (hi - lo)));
+  return {shape, d, true};
+}
+
+ts::Array make(const Arg& a, const ts::NamedSharding& s) {
+  if (!a.ints) return ts::device_put(std::vector<float>(a.v.begin(), a.v.end()), a.shape, s);
+  std::vector<std::int32_t> iv;
+  for (double x : a.v) iv.push_back(static_cast<std::int32_t>(x));
+  return ts::device_put(iv, a.shape, s);
+}
+
+// vmap of f against the loop over the examples (a stack of per-example
+// results), exactly (tol 0) or to tol. Every mapped argument's batch dim is
+// sharded the same way: over no axis, each axis and all axes of every test
+// mesh (uneven blocks where the batch does not divide); unmapped arguments
+// are replicated.
+void check_batched(const std::string& what, const Fn& f, const std::vector<Arg>& args, const std::vector<int>& axes,
+                   double tol = 0) {
+  for (const ts::Mesh& m : ts::testing::test_meshes()) {
+    std::vector<ts::PartitionSpec::Entry> batch_entries{ts::none};
+    for (const auto& a : m.axis_names()) batch_entries.emplace_back(a);
+    if (m.ndim() == 2) batch_entries.emplace_back(m.axis_names());
+    for (const auto& be : batch_entries) {
+      std::vector<ts::Array> xs;
+      for (size_t k = 0; k < args.size(); ++k) {
+        std::vector<ts::PartitionSpec::Entry> e(args[k].shape.size(), ts::none);
+        if (axes[k] != ts::not_mapped) e[axes[k]] = be;
+        xs.push_back(make(args[k], ts::NamedSharding(m, ts::PartitionSpec(e))));
+      }
+      ts::VmapOptions opt;
+      opt.in_axes = axes;
+      ts::Array got;
+      using A = ts::Array;
+      switch (xs.size()) {
+        case 1: got = ts::vmap([&](A a) { return f({a}); }, opt)(xs[0]); break;
+        case 2: got = ts::vmap([&](A a, A b) { return f({a, b}); }, opt)(xs[0], xs[1]); break;
+        case 3: got = ts::vmap([&](A a, A b, A c) { return f({a, b, c}); }, opt)(xs[0], xs[1], xs[2]); break;
+        case 5:
+          got = ts::vmap([&](A a, A b, A c, A d, A e) { return f({a, b, c, d, e}); }, opt)(xs[0], xs[1], xs[2], xs[3], xs[4]);
+          break;
+        default: FAIL() << "check_batched takes 1, 2, 3 or 5 arguments";
+      }
+      const ts::Array want = loop(f, xs, axes);
+      std::string label = what + " with the batch on " + m.str() + " " + ts::typeof(xs[0]);
+      for (size_t k = 1; k < xs.size(); ++k) label += ", " + ts::typeof(xs[k]);
+      if (tol == 0) {
+        ASSERT_EQ(got.shape(), want.shape()) << label;
+        ASSERT_EQ(got.dtype(), want.dtype()) << label;
+        // Equal values, NaN where the loop has NaN (an empty median).
+        const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+        for (size_t i = 0; i < g.size(); ++i)
+          if (!(std::isnan(g[i]) && std::isnan(w[i]))) {
+            ASSERT_EQ(g[i], w[i]) << label << " element " << i;
+          }
+      } else {
+        expect_close(got, want, tol, label);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// take: the operand batched with shared indices (the rule: gather along the
+// axis one further), and indices per example, batched alone or with the
+// operand (one gather per example). Negative indices wrap.
+TEST(Vmap, TakeWithBatchedOperandAndOrIndices) {
+  const int nm = ts::not_mapped;
+  auto take0 = [](auto a) { return ts::take(a[0], a[1], 0); };
+  auto take1 = [](auto a) { return ts::take(a[0], a[1], 1); };
+  check_batched("take, operand and indices batched", take0, {floats({5, 6, 3}, 1), indices({5, 4}, -2, 6)}, {0, 0});
+  check_batched("take, indices batched", take0, {floats({6, 3}, 2), indices({5, 4}, -6, 6, 1)}, {nm, 0});
+  check_batched("take, both batched along dim 1, gather axis 1", take1,
+                {floats({6, 5, 3}, 3), indices({4, 5}, -3, 3, 2)}, {1, 1});
+  check_batched("take, operand batched along dim 2, shared indices, gather axis 1", take1,
+                {floats({3, 6, 5}, 4), indices({4}, -6, 6, 3)}, {2, nm});
+  check_batched("take, operand batched, shared indices", take0, {floats({5, 6, 3}, 5), indices({7}, -6, 6, 4)}, {0, nm});
+}
+
+// scatter_add: the rule (rows stay dim 0, the batch goes second) for the
+// target, the updates or both batched along any dim; indices per example
+// one at a time. Repeated and negative indices.
+TEST(Vmap, ScatterAdd) {
+  const int nm = ts::not_mapped;
+  auto sa = [](auto a) { return ts::scatter_add(a[0], a[1], a[2]); };
+  check_batched("scatter_add, target and updates batched", sa,
+                {floats({5, 6, 3}, 1), indices({4}, -3, 6), floats({5, 4, 3}, 2)}, {0, nm, 0});
+  check_batched("scatter_add, target batched along dim 1", sa,
+                {floats({6, 5, 3}, 3), indices({4}, -6, 6, 1), floats({4, 3}, 4)}, {1, nm, nm});
+  check_batched("scatter_add, updates batched along dim 2", sa,
+                {floats({6, 3}, 5), indices({4}, 0, 3, 2), floats({4, 3, 5}, 6)}, {nm, nm, 2});
+  check_batched("scatter_add, indices batched too", sa,
+                {floats({5, 6, 3}, 7), indices({5, 4}, -6, 6, 3), floats({5, 4, 3}, 8)}, {0, 0, 0});
+  // A 1-d target: the batch becomes its second dim.
+  check_batched("scatter_add, 1-d target", sa, {floats({6, 5}, 9), indices({4}, 0, 6, 1), floats({4, 5}, 1)}, {1, nm, 1});
+}
+
+// segment_sum: data batched (the rule: the batch goes second), ids per
+// example one at a time; ids out of range (4, -1) are dropped.
+TEST(Vmap, SegmentSum) {
+  const int nm = ts::not_mapped;
+  auto seg = [](auto a) { return ts::segment_sum(a[0], a[1], 4); };
+  check_batched("segment_sum, data batched", seg, {floats({5, 6, 3}, 1), indices({6}, -1, 5)}, {0, nm});
+  check_batched("segment_sum, data batched along dim 2", seg, {floats({6, 3, 5}, 2), indices({6}, 0, 5, 2)}, {2, nm});
+  check_batched("segment_sum, ids batched along dim 1", seg, {floats({6, 3}, 3), indices({6, 5}, -1, 5, 1)}, {nm, 1});
+  check_batched("segment_sum, both batched, 1-d data", seg, {floats({5, 6}, 4), indices({5, 6}, 0, 4, 3)}, {0, 0});
+}
+
+// convolve: the signal batched with a shared kernel (the rule: along the
+// axis one further), odd and even kernels; a kernel per example one at a time.
+TEST(Vmap, Convolve) {
+  const int nm = ts::not_mapped;
+  check_batched("convolve, signal batched", [](auto a) { return ts::convolve(a[0], a[1], 0); },
+                {floats({5, 9}, 1), floats({3}, 2)}, {0, nm});
+  check_batched("convolve, signal batched along dim 1, even kernel, axis -1",
+                [](auto a) { return ts::convolve(a[0], a[1], -1); }, {floats({4, 5, 7}, 3), floats({4}, 4)}, {1, nm});
+  check_batched("convolve, signal along dim 0 of the example", [](auto a) { return ts::convolve(a[0], a[1], 0); },
+                {floats({7, 4, 5}, 5), floats({5}, 6)}, {2, nm});
+  check_batched("convolve, kernel batched", [](auto a) { return ts::convolve(a[0], a[1], 0); },
+                {floats({5, 9}, 7), floats({5, 3}, 8)}, {0, 0});
+  check_batched("convolve, only the kernel batched", [](auto a) { return ts::convolve(a[0], a[1], 0); },
+                {floats({9}, 9), floats({3, 5}, 1)}, {nm, 1});
+}
+
+// The other rules with no test of their own above: a sharding constraint,
+// stop_gradient, interp2d (queries batched: one call; a table per example:
+// one call each), searchsorted (values batched; a sequence per example),
+// median (with a batched mask), argmin along dim 1.
+TEST(Vmap, ConstraintStopGradientInterp2dSearchsortedMedian) {
+  const int nm = ts::not_mapped;
+  // The example's dims replicated; the batch dim keeps its layout.
+  check_batched("with_sharding_constraint", [](auto a) {
+    return ts::with_sharding_constraint(a[0] * 2.0f, ts::P()) + 1.0f;
+  }, {floats({5, 4, 6}, 1)}, {0});
+  check_batched("stop_gradient", [](auto a) { return ts::stop_gradient(a[0]) * a[0]; }, {floats({4, 5}, 2)}, {1});
+  // A 4x5 grid with a 2-d table row per knot; queries inside the grid.
+  Arg gx{{4}, {0.0, 1.0, 2.5, 3.0}}, gy{{5}, {-1.0, 0.0, 0.5, 2.0, 3.0}};
+  Arg qx = floats({5, 3}, 3), qy = floats({5, 3}, 4);
+  for (double& v : qx.v) v = 1.5 + v / 3.0;
+  for (double& v : qy.v) v = 1.0 + v / 2.0;
+  for (const char* method : {"linear", "cubic"}) {
+    const std::string name = std::string("interp2d ") + method;
+    auto f2 = [method](auto a) { return ts::interp2d(a[0], a[1], a[2], a[3], a[4], {.method = method}); };
+    check_batched(name + ", queries batched", f2, {qx, qy, gx, gy, floats({4, 5, 2}, 5)}, {0, 0, nm, nm, nm}, 1e-6);
+    check_batched(name + ", the table batched along dim 2", f2,
+                  {qx, qy, gx, gy, floats({4, 5, 3, 2}, 6)}, {nm, nm, nm, nm, 2}, 1e-6);
+  }
+  check_batched("searchsorted, values batched", [](auto a) { return ts::searchsorted(a[0], a[1]); },
+                {Arg{{7}, {-2, -1, -1, 0, 0.5, 1, 3}}, floats({4, 5}, 6)}, {nm, 1});
+  check_batched("searchsorted right, sequences batched", [](auto a) { return ts::searchsorted(a[0], a[1], ts::Side::right); },
+                {Arg{{3, 4}, {-1, 0, 0, 2, -2, -1, 0.5, 1, 0, 0, 0, 0}}, floats({6}, 7)}, {0, nm});
+  check_batched("median", [](auto a) { return ts::median(a[0], {0}); }, {floats({5, 6, 3}, 8)}, {0});
+  check_batched("median with a mask, batched along dim 1", [](auto a) {
+    return ts::median(a[0], {1}, {.where = a[1] > 0.0f});
+  }, {floats({3, 5, 4}, 9), floats({3, 5, 4}, 1)}, {1, 1});
+  check_batched("argmin along dim 1", [](auto a) { return ts::astype(ts::argmin(a[0], 1), ts::f32); },
+                {floats({4, 5, 6}, 2)}, {2});
+}
+
+// The collectives' batching rule (the batch rides along as a leading dim,
+// the collective's axes shift by one) for each collective, against a loop
+// of the shard_map over the examples: psum_scatter tiled (uneven) and
+// untiled, pmean, pmin, all_gather untiled and tiled, all_to_all tiled and
+// untiled, on a 1-d and a 2-d mesh.
+TEST(Vmap, CollectivesInShardMapBodies) {
+  const ts::Mesh m3 = line(3), m23(ts::testing::first_devices(6), {2, 3}, {"x", "y"});
+  struct Case {
+    const char* what;
+    const ts::Mesh* mesh;
+    ts::Shape example;
+    ts::PartitionSpec in, out;
+    std::function<ts::Array(ts::Array)> body;
+  };
+  const std::vector<Case> cases = {
+      {"psum_scatter tiled, uneven", &m3, {21, 2}, ts::P("x"), ts::P("x"),
+       [](ts::Array v) { return ts::psum_scatter(v, "x", 0, true); }},
+      {"psum_scatter tiled over y, dim 1", &m23, {4, 15}, ts::P("x", "y"), ts::P("x", "y"),
+       [](ts::Array v) { return ts::psum_scatter(v, "y", 1, true); }},
+      {"psum_scatter untiled", &m3, {9, 2}, ts::P("x"), ts::P("x"),
+       [](ts::Array v) { return ts::psum_scatter(v, "x", 0, false); }},
+      {"pmean", &m23, {4, 6}, ts::P("x", "y"), ts::P(ts::none, "y"), [](ts::Array v) { return ts::pmean(v, "x"); }},
+      {"pmin", &m3, {6, 2}, ts::P("x"), ts::P(), [](ts::Array v) { return ts::pmin(v, "x"); }},
+      {"all_gather untiled, axis 1", &m3, {6, 2}, ts::P("x"), ts::P(), [](ts::Array v) { return ts::all_gather(v, "x", 1); }},
+      {"all_gather tiled over y, axis -1", &m23, {4, 6}, ts::P("x", "y"), ts::P("x"),
+       [](ts::Array v) { return ts::all_gather(v, "y", -1, true); }},
+      {"all_to_all tiled", &m3, {6, 9}, ts::P("x"), ts::P("x"),
+       [](ts::Array v) { return ts::all_to_all(v, "x", 1, 0, true); }},
+      {"all_to_all untiled over y", &m23, {6, 6}, ts::P("x", "y"), ts::P("x", "y"),
+       [](ts::Array v) { return ts::all_to_all(v, "y", 0, 1, false); }},
+  };
+  for (const auto& c : cases) {
+    auto sm = ts::shard_map([body = c.body](ts::Array xl) { return body(ts::sin(xl) * 2.0f); }, *c.mesh, {c.in}, c.out);
+    for (int axis : {0, 2}) {
+      ts::Shape batched = c.example;
+      batched.insert(batched.begin() + axis, 4);
+      const ts::Array xs = data(batched, ts::NamedSharding(*c.mesh, ts::P()), axis);
+      const ts::Array got = ts::vmap(sm, {.in_axes = {axis}})(xs);
+      const ts::Array want = loop([&](auto a) { return sm(a[0]); }, {xs}, {axis});
+      // Sums over the devices may associate differently per example.
+      expect_close(got, want, 1e-6, std::string(c.what) + " on " + c.mesh->str() + ", in_axes " + std::to_string(axis));
+    }
+  }
 }
