@@ -450,3 +450,98 @@ TEST(Mpi, AFailingBodyOnOneProcessStopsTheOthers) {
   // The processes still work together afterwards.
   EXPECT_EQ(ts::process_allgather<float>(a), std::vector<float>(static_cast<size_t>(n), 1.0f));
 }
+
+// grad and vmap on meshes over every process, against plain host loops:
+// the batch lives on both processes, so the cotangents of a replicated
+// weight are summed across them and the batched examples stay where they
+// are; through a shard_map, the transposes of psum_scatter and psum run
+// their collectives across processes too.
+TEST(Mpi, GradAndVmapAcrossProcesses) {
+  auto near = [](const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << what << " " << i;
+  };
+  for (const auto& m : meshes()) {
+    const std::string a0 = m.axis_names()[0];
+    const std::int64_t B = 2 * m.axis_size(a0) + 1, D = 4, H = 3;  // uneven batch blocks
+    const auto hx = iota_data(B * D), hw = iota_data(D * H, 0.5);
+    const ts::Array x = ts::device_put(hx, {B, D}, ts::NamedSharding(m, ts::P(a0)));
+    const ts::Array w = ts::device_put(hw, {D, H}, ts::NamedSharding(m, ts::P()));
+    // L = sum(tanh(x w)^2): with t = tanh(x w) and u = 2 t (1 - t^2),
+    // dL/dw = x^T u and dL/dx = u w^T; example b's own dL/dw is x[b]^T u[b].
+    std::vector<double> u(static_cast<size_t>(B * H)), gw(static_cast<size_t>(D * H), 0.0), gx(static_cast<size_t>(B * D), 0.0),
+        per(static_cast<size_t>(B * D * H));
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h) {
+        double s = 0;
+        for (std::int64_t d = 0; d < D; ++d) s += hx[b * D + d] * hw[d * H + h];
+        const double t = std::tanh(s);
+        u[b * H + h] = 2 * t * (1 - t * t);
+      }
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t d = 0; d < D; ++d)
+        for (std::int64_t h = 0; h < H; ++h) {
+          gw[d * H + h] += hx[b * D + d] * u[b * H + h];
+          gx[b * D + d] += u[b * H + h] * hw[d * H + h];
+          per[(b * D + d) * H + h] = hx[b * D + d] * u[b * H + h];
+        }
+    auto loss = [](ts::Array wv, ts::Array xv) {
+      ts::Array t = ts::tanh(ts::matmul(xv, wv));
+      return ts::sum(t * t);
+    };
+    const std::string where = " on " + m.str();
+    auto [dw, dx] = ts::grad(loss, ts::argnums<0, 1>)(w, x);
+    EXPECT_EQ(dx.sharding(), x.sharding()) << where;
+    near(ts::process_allgather<double>(dw), gw, "grad w" + where);
+    near(ts::process_allgather<double>(dx), gx, "grad x" + where);
+    // Per-example gradients, the batch sharded across the processes.
+    const ts::Array pe = ts::vmap([&](ts::Array xi) { return ts::grad(loss)(w, ts::reshape(xi, {1, D})); })(x);
+    ASSERT_EQ(pe.shape(), (ts::Shape{B, D, H})) << where;
+    near(ts::process_allgather<double>(pe), per, "vmap(grad)" + where);
+    // A plain batched function, chunked per device.
+    const ts::Array ys = ts::vmap([](ts::Array xi) { return ts::sum(ts::sin(xi) * xi); }, {.chunk_size = 2})(x);
+    std::vector<double> want_y(static_cast<size_t>(B), 0.0);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t d = 0; d < D; ++d) want_y[b] += std::sin(hx[b * D + d]) * hx[b * D + d];
+    near(ts::process_allgather<double>(ys), want_y, "vmap" + where);
+  }
+  // Through a shard_map over every device: y = psum_scatter(sin(x)) (rows
+  // of n blocks of R summed, each device its uneven share of R) and
+  // z = psum(sum(x^2)); L = sum(y^2) + z. By hand: dL/dx[d*R + r, c] =
+  // 2 y[r, c] cos(x[d*R + r, c]) + 2 x[d*R + r, c].
+  const int n = ts::device_count();
+  ts::Mesh m = ts::make_mesh({n}, {"x"});
+  const std::int64_t R = 2 * n + 1, C = 2;
+  const auto hx = iota_data(n * R * C);
+  const ts::Array x = ts::device_put(hx, {n * R, C}, ts::NamedSharding(m, ts::P("x")));
+  auto body = ts::shard_map([](ts::Array v) {
+    return std::make_tuple(ts::psum_scatter(ts::sin(v), "x", 0, true), ts::psum(ts::sum(v * v), "x"));
+  }, m, {ts::P("x")}, std::vector<ts::PartitionSpec>{ts::P("x"), ts::P()});
+  const ts::Array g = ts::grad([&](ts::Array a) {
+    auto [y, z] = body(a);
+    return ts::sum(y * y) + z;
+  })(x);
+  std::vector<double> y(static_cast<size_t>(R * C), 0.0), want(hx.size());
+  for (int d = 0; d < n; ++d)
+    for (std::int64_t i = 0; i < R * C; ++i) y[i] += std::sin(hx[d * R * C + i]);
+  for (int d = 0; d < n; ++d)
+    for (std::int64_t i = 0; i < R * C; ++i) {
+      const double v = hx[d * R * C + i];
+      want[d * R * C + i] = 2 * y[i] * std::cos(v) + 2 * v;
+    }
+  near(ts::process_allgather<double>(g), want, "grad through psum_scatter and psum");
+  // vmap of that shard_map: per example, the same sums.
+  const ts::Array xs = ts::device_put(iota_data(3 * n * R * C), {3, n * R, C}, ts::NamedSharding(m, ts::P()));
+  auto [ys, zs] = ts::vmap([&](ts::Array a) { return body(a); })(xs);
+  const auto hxs = iota_data(3 * n * R * C);
+  std::vector<double> want_ys(static_cast<size_t>(3 * R * C), 0.0), want_zs(3, 0.0);
+  for (int e = 0; e < 3; ++e)
+    for (int d = 0; d < n; ++d)
+      for (std::int64_t i = 0; i < R * C; ++i) {
+        const double v = hxs[(e * n + d) * R * C + i];
+        want_ys[e * R * C + i] += std::sin(v);
+        want_zs[e] += v * v;
+      }
+  near(ts::process_allgather<double>(ys), want_ys, "vmap of psum_scatter");
+  near(ts::process_allgather<double>(zs), want_zs, "vmap of psum");
+}
