@@ -296,8 +296,8 @@ TEST(IfuPipeline, InertiaTensorAlignmentMatchesTheReference) {
   ifu_ref::nudge(g, geo, ifu_ref::mul(ifu_ref::inertia_frame(g, g.halfmassrad_stars), geo.rotation), 1e-3,
                  {10.0, g.halfmassrad_stars});
   const ifu_ref::Mat3 frame = ifu_ref::inertia_frame(g, g.halfmassrad_stars);
-  // The frame is a rotation (det +1 is not required: each column's largest
-  // component is positive), its columns orthonormal.
+  // The frame's columns are orthonormal (its determinant may be -1: each
+  // column's sign is fixed by its largest component, not by handedness).
   for (int a = 0; a < 3; ++a)
     for (int b = 0; b < 3; ++b) {
       double dot = 0;
