@@ -442,7 +442,7 @@ TEST(Vmap, ConstraintStopGradientInterp2dSearchsortedMedian) {
   // The example's dims replicated; the batch dim keeps its layout.
   check_batched("with_sharding_constraint", [](auto a) {
     return ts::with_sharding_constraint(a[0] * 2.0f, ts::P()) + 1.0f;
-  }, {floats({5, 4, 6}, 1)}, {0});
+  }, {floats({4, 5, 6}, 1)}, {1});
   check_batched("stop_gradient", [](auto a) { return ts::stop_gradient(a[0]) * a[0]; }, {floats({4, 5}, 2)}, {1});
   // A 4x5 grid with a 2-d table row per knot; queries inside the grid.
   Arg gx{{4}, {0.0, 1.0, 2.5, 3.0}}, gy{{5}, {-1.0, 0.0, 0.5, 2.0, 3.0}};
