@@ -200,6 +200,12 @@ Array device_put(const Array& array, const NamedSharding& sharding) {
   sharding.check_rank(array.ndim(), "device_put");
   const auto& src = array.sharding();
   if (src.mesh() == sharding.mesh()) return reshard(array, sharding);
+  // A traced value has no contents to carry over (as in JAX, a transformed
+  // function runs on one set of devices).
+  if (const ArrayImpl& a = *array.impl(); a.trace)
+    throw ShardingError("[device_put] cannot move " + typeof(array) + ", a value traced by " + a.traced_by +
+                        ", to another mesh (" + sharding.str() + ") inside the transformed function; move it "
+                        "before calling the " + a.traced_by + "-transformed function, or after");
   // Different meshes (possibly different devices): go through the host,
   // gathering from every process when this one does not hold it all.
   std::vector<unsigned char> host(static_cast<std::size_t>(array.nbytes()));

@@ -279,6 +279,21 @@ std::string out_spec_param(const std::optional<PartitionSpec>& spec) {
   return s;
 }
 
+// The transpose of a scatter of rows along dim 0 into n rows: row i of the
+// result is ct's row ids[i], or zero where ids[i] names no row (negative
+// ids wrapped once when `wrap_negative`), since the scatter dropped those
+// updates (scatter_rows). take() alone would wrap or raise instead: it
+// reads a clipped id, and the dropped rows are zeroed.
+Array kept_rows(const Array& ct, const Array& ids, std::int64_t n, bool wrap_negative) {
+  Array id = ids;
+  if (wrap_negative) id = where(equal(clip(ids, Scalar(0), std::nullopt), ids), ids, ids + Scalar(n));
+  const Array safe = clip(id, Scalar(0), Scalar(std::max<std::int64_t>(n - 1, 0)));
+  Array rows = take(ct, safe, 0, {});
+  Array kept = equal(safe, id);
+  while (kept.ndim() < rows.ndim()) kept = expand_dims(kept, -1);
+  return where(kept, rows, Scalar(0));
+}
+
 class ScatterAdd final : public Global {
  public:
   explicit ScatterAdd(std::optional<PartitionSpec> out_spec) : out_spec_(std::move(out_spec)) {}
@@ -327,7 +342,7 @@ class ScatterAdd final : public Global {
     std::vector<Array> r(3);
     if (!ct[0].valid()) return r;
     if (linear[0]) r[0] = ct[0];
-    if (linear[2]) r[2] = take(ct[0], in[1], 0, {});
+    if (linear[2]) r[2] = kept_rows(ct[0], in[1], in[0].shape()[0], /*wrap_negative=*/true);
     return r;
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,
@@ -392,7 +407,8 @@ class SegmentSum final : public Global {
   }
   std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
                                const std::vector<AbstractArray>&, const std::vector<bool>&) const override {
-    return {ct[0].valid() ? take(ct[0], in[1], 0, {}) : Array(), Array()};
+    if (!ct[0].valid()) return {Array(), Array()};
+    return {kept_rows(ct[0], in[1], num_segments_, /*wrap_negative=*/false), Array()};
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {

@@ -147,14 +147,14 @@ std::vector<Outcome> run_program(const Program& p, const Mesh& mesh, bool trace)
   return out;
 }
 
-namespace {
-
 // The bytes of an array this process holds whole (a reference value, a shard).
 std::vector<unsigned char> host_bytes(const Array& a) {
   std::vector<unsigned char> b(static_cast<std::size_t>(a.size()) * itemsize(a.dtype()));
   a.copy_to_host(b.data(), a.dtype());
   return b;
 }
+
+namespace {
 
 std::vector<double> as_doubles(const std::vector<unsigned char>& bytes, DType t, std::int64_t n) {
   std::vector<double> out(static_cast<std::size_t>(n));
@@ -187,30 +187,6 @@ std::vector<unsigned char> block_bytes(const std::vector<unsigned char>& host, c
   std::vector<unsigned char> out(sub.size() * sizeof(U));
   if (!out.empty()) std::memcpy(out.data(), sub.data(), out.size());
   return out;
-}
-
-// Every device's shard holds exactly its block of the gathered array: a
-// kernel that wrote only one replica, or the wrong block, shows here even
-// when the gathered array is right.
-std::string check_shards(const Array& a, const std::vector<unsigned char>& host) {
-  for (const Shard& sh : a.addressable_shards()) {
-    std::vector<unsigned char> want;
-    switch (itemsize(a.dtype())) {
-      case 1: want = block_bytes<std::uint8_t>(host, a.shape(), sh.index); break;
-      case 2: want = block_bytes<std::uint16_t>(host, a.shape(), sh.index); break;
-      case 4: want = block_bytes<std::uint32_t>(host, a.shape(), sh.index); break;
-      default: want = block_bytes<std::uint64_t>(host, a.shape(), sh.index); break;
-    }
-    Shape want_shape;
-    for (const Slice& s : sh.index) want_shape.push_back(s.size());
-    if (sh.data.shape() != want_shape)
-      return "shard on " + sh.device.str() + " has shape " + shape_str(sh.data.shape()) + ", its index says " +
-             shape_str(want_shape);
-    if (host_bytes(sh.data) != want)
-      return "shard on " + sh.device.str() + " (replica " + std::to_string(sh.replica_id) +
-             ") differs from its block of the gathered array";
-  }
-  return "";
 }
 
 // `gb`: the global value of `got` (gather_values).
@@ -258,6 +234,30 @@ std::string compare_values(const Step& s, const Array& got, const std::vector<un
 }
 
 }  // namespace
+
+// Every device's shard holds exactly its block of the gathered array: a
+// kernel that wrote only one replica, or the wrong block, shows here even
+// when the gathered array is right.
+std::string check_shards(const Array& a, const std::vector<unsigned char>& host) {
+  for (const Shard& sh : a.addressable_shards()) {
+    std::vector<unsigned char> want;
+    switch (itemsize(a.dtype())) {
+      case 1: want = block_bytes<std::uint8_t>(host, a.shape(), sh.index); break;
+      case 2: want = block_bytes<std::uint16_t>(host, a.shape(), sh.index); break;
+      case 4: want = block_bytes<std::uint32_t>(host, a.shape(), sh.index); break;
+      default: want = block_bytes<std::uint64_t>(host, a.shape(), sh.index); break;
+    }
+    Shape want_shape;
+    for (const Slice& s : sh.index) want_shape.push_back(s.size());
+    if (sh.data.shape() != want_shape)
+      return "shard on " + sh.device.str() + " has shape " + shape_str(sh.data.shape()) + ", its index says " +
+             shape_str(want_shape);
+    if (host_bytes(sh.data) != want)
+      return "shard on " + sh.device.str() + " (replica " + std::to_string(sh.replica_id) +
+             ") differs from its block of the gathered array";
+  }
+  return "";
+}
 
 std::string agree_program(const Program& p) {
   if (process_count() == 1) return "";

@@ -68,6 +68,7 @@ struct Shared {
   OpCount ops[256];
   long nfailed;
   std::uint64_t failed[512];  // the first failing seeds
+  fz::TransformStats transforms;
 };
 
 Shared* g = nullptr;
@@ -130,6 +131,7 @@ struct Options {
   bool verbose = false;
   bool one = false;
   bool fork = true;
+  bool transforms = true;
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -142,6 +144,7 @@ struct Options {
                "  --max-seconds T  stop starting new programs after T seconds\n"
                "  --verbose        print every program\n"
                "  --no-fork        run in this process (a crash then ends the run)\n"
+               "  --no-transforms  skip the runs under jit, vmap, chunked vmap, jvp and vjp\n"
                "under mpirun every process runs in process, with meshes over all their devices\n",
                why);
   std::exit(2);
@@ -166,6 +169,7 @@ Options parse(int argc, char** argv) {
       } else if (a == "--max-seconds") o.max_seconds = std::stod(value());
       else if (a == "--verbose" || a == "-v") o.verbose = true;
       else if (a == "--no-fork") o.fork = false;
+      else if (a == "--no-transforms") o.transforms = false;
       else if (a == "--help" || a == "-h") usage("random sharded programs, compared with one device");
       else usage(("unknown option " + a).c_str());
     } catch (const std::logic_error&) {
@@ -283,8 +287,8 @@ std::uint64_t mix(std::uint64_t x) {
 // process's. Under mpirun every collective here is made by every process in
 // the same order: each branch taken depends only on values all processes
 // agreed on.
-std::vector<int> run_one(const fz::Program& p, bool trace, std::vector<fz::Outcome>& first, std::string& why,
-                         int& step) {
+std::vector<int> run_one(const fz::Program& p, bool trace, bool transforms, std::vector<fz::Outcome>& first,
+                         std::string& why, int& step) {
   step = -1;
   fz::Values first_values;
   why = fz::agree_program(p);
@@ -305,6 +309,13 @@ std::vector<int> run_one(const fz::Program& p, bool trace, std::vector<fz::Outco
   why = fz::agree_outcomes(second, step);
   if (why.empty()) why = fz::compare_runs(p, first, first_values, second, fz::gather_values(second), step);
   if (why.empty() && ex.str().empty() && !ex.records.empty()) why = "explain() gave no text for its records";
+  // The same program under jit, vmap, chunked vmap, jvp and vjp (one
+  // process: these compare against the eager run's global values).
+  if (why.empty() && transforms && !g_mpi) {
+    std::string which;
+    why = fz::check_transforms(p, first, first_values, step, which, g->transforms);
+    if (!why.empty()) why = "[" + which + "] " + why;
+  }
   return failing_processes(!why.empty());
 }
 
@@ -358,7 +369,7 @@ void run_seeds(const Options& opt, std::uint64_t end, double deadline) {
     fz::Program p(pool[mi], refs[mi]);
     try {
       p = fz::generate(seed, pool[mi], refs[mi], trace);
-      failing = run_one(p, trace, first, why, step);
+      failing = run_one(p, trace, opt.transforms, first, why, step);
     } catch (const std::exception& e) {
       // Under mpirun, the checks' own gathers may raise here (run_step
       // catches what the program raises): the processes are out of step
@@ -495,6 +506,15 @@ int main(int argc, char** argv) {
               g->programs, static_cast<unsigned long long>(opt.start),
               static_cast<unsigned long long>(g->next > opt.start ? g->next - 1 : opt.start), g->steps, secs,
               secs > 0 ? static_cast<double>(g->programs) / secs : 0.0, g->nfailed);
+  if (opt.transforms && !g_mpi) {
+    const fz::TransformStats& t = g->transforms;
+    std::printf("transformations: jit %ld, vmap %ld (%ld skipped: a permuted example raised), chunked vmap %ld, "
+                "jvp %ld (%ld programs with an op documented as not differentiable), vjp dot-product %ld (%ld skipped: "
+                "not finite); central differences on %ld elements "
+                "(%ld at kinks or not finite, %ld programs out of domain)\n",
+                t.jit, t.vmap, t.vmap_skipped, t.chunked, t.jvp, t.ad_unsupported, t.vjp, t.vjp_skipped, t.fd_checked, t.fd_skipped,
+                t.fd_skipped_programs);
+  }
   if (!opt.one) {
     std::vector<OpCount> ops(g->ops, g->ops + g->nops);
     std::sort(ops.begin(), ops.end(), [](const OpCount& a, const OpCount& b) { return std::strcmp(a.name, b.name) < 0; });

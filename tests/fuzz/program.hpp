@@ -130,4 +130,25 @@ std::string compare_runs(const Program& p, const std::vector<Outcome>& a, const 
 /// Short text of a spec: "P('x', None)".
 std::string spec_text(const PartitionSpec& s);
 
+/// The bytes of an array this process holds whole, row-major in its dtype.
+std::vector<unsigned char> host_bytes(const Array& a);
+/// "" when every shard this process holds is its block of `host` (the
+/// array's global bytes); else which shard differs.
+std::string check_shards(const Array& a, const std::vector<unsigned char>& host);
+
+/// How often each transformation was checked (transforms.cpp).
+struct TransformStats {
+  long jit = 0, vmap = 0, chunked = 0, jvp = 0, vjp = 0;
+  long vmap_skipped = 0, vjp_skipped = 0, fd_skipped_programs = 0, ad_unsupported = 0;
+  long fd_checked = 0, fd_skipped = 0;  // elements compared with central differences, and not
+};
+
+/// Runs the program's steps that gave a value in `eager` (the eager run on
+/// p.mesh, whose values are `ev`) under jit, vmap, chunked vmap, jvp and
+/// vjp, and compares (see transforms.cpp). "" when all agree; else why not,
+/// with `which` the transformation and `step` the step (-1: none).
+/// One process only.
+std::string check_transforms(const Program& p, const std::vector<Outcome>& eager, const Values& ev, int& step,
+                             std::string& which, TransformStats& stats);
+
 }  // namespace tessera::fuzz
