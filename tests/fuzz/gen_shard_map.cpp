@@ -2,7 +2,9 @@
 // is independent of the mesh, so the one-device run is the reference: each
 // undoes its own distribution (psum of local sums, all_gather of the blocks,
 // ppermute there and back, psum_scatter of x and zeros, ...), and collectives
-// that need equal shapes only see layouts that give them.
+// that need equal shapes only see layouts that give them. The one exception,
+// a single ppermute (a shift of the blocks), is checked inside its step
+// against the global roll it must equal (see ppermute_roll).
 #include <numeric>
 
 #include "fuzz/generator.hpp"
@@ -45,8 +47,83 @@ bool Gen::shard_map_two_inputs(int x, const PartitionSpec& in) {
   return true;
 }
 
+// One ppermute, a shift by k along mesh axis `a`, of an array whose dim `d`
+// is split evenly with `a` as its major axis: the device at coordinate c on
+// `a` receives block c - k, so the global result is roll(x, k * len / |a|, d)
+// (the other axes of the entry only subdivide each of `a`'s blocks). Unlike
+// the there-and-back body, this pins down the direction: a ppermute that
+// sent each block the wrong way (source and destination swapped) still
+// undoes itself, but shifts by -k here. The shift depends on the mesh, so
+// the step compares the two inside the program and returns equal(ppermute
+// body, roll): all true on the sharded mesh and on the reference (where
+// |a| = 1 makes both the identity), except where x is NaN on both.
+bool Gen::ppermute_roll() {
+  // Read exactly, and values of more than one magnitude (never an earlier
+  // comparison's all-true result, zeros or ones): a constant input cannot
+  // tell one shift from another.
+  const int x = operand([&](int i) { return st(i).maxabs > st(i).minabs && st(i).minabs > 0; }, 1, true);
+  if (x < 0 || numel(shape(x)) == 0) return false;
+  const Shape sx = shape(x);
+  const int r = rank(x);
+  PartitionSpec in = testing::random_spec(rng_, p_.mesh, r);
+  // The longest axes first: on 2 devices a shift either way is the same
+  // permutation, so the direction goes unchecked, and on 1 nothing moves.
+  std::vector<std::string> axes_by_size[3];  // sizes 1, 2, 3 or more
+  for (const auto& b : p_.mesh.axis_names()) axes_by_size[std::min(p_.mesh.axis_size(b), 3) - 1].push_back(b);
+  int size_class = 2;
+  while (axes_by_size[size_class].empty()) --size_class;
+  const std::string a = pick(axes_by_size[size_class]);
+  const int n = p_.mesh.axis_size(a);
+  // Dim d (mostly a non-empty one that `a` splits evenly) gets `a` as its
+  // major axis, with some of its other axes after it; no other dim names `a`.
+  std::vector<int> dims;
+  for (int i = 0; i < r; ++i)
+    if (sx[static_cast<std::size_t>(i)] > 0 && sx[static_cast<std::size_t>(i)] % n == 0) dims.push_back(i);
+  const int d = !dims.empty() && coin(0.9) ? pick(dims) : uni(0, r - 1);
+  std::vector<PartitionSpec::Entry> e;
+  for (int i = 0; i < r; ++i) {
+    std::vector<std::string> ax;
+    if (i == d) ax.push_back(a);
+    for (const auto& b : in[i].axes())
+      if (b != a && (i != d || coin(0.5))) ax.push_back(b);
+    e.push_back(ax.empty() ? PartitionSpec::Entry(none) : PartitionSpec::Entry(ax));
+  }
+  in = PartitionSpec(e);
+  const std::int64_t len = sx[static_cast<std::size_t>(d)];
+  if (len % parts(in, d) != 0) {
+    // The minor axes split it unevenly: `a` alone, then.
+    in = with_entry(in, r, d, PartitionSpec::Entry(a));
+    if (len % n != 0) return false;
+  }
+  // A k with 2k != 0 mod n, where there is one, so that a shift the wrong
+  // way round differs from the right one.
+  int k = n > 1 ? uni(1, n - 1) : 0;
+  if (n > 2 && 2 * k == n) k = coin(0.5) ? 1 : n - 1;
+  const std::string text = "equal(shard_map([](xl) { return ppermute(xl, '" + a + "', shift by " +
+                           std::to_string(k) + "); }, in=" + spec_text(in) + ", out=" + spec_text(in) + ")(" + vn(x) +
+                           "), roll(reshard(" + vn(x) + ", " + spec_text(in) + "), " + std::to_string(k) +
+                           " * len / |" + a + "|, " + std::to_string(d) + "))";
+  emit("ppermute.roll", text, {x}, [a, k, d, len, in](const Mesh& m, const Args& args) {
+    const Array xs = reshard(args[0], in);  // both sides share one layout (Explicit meshes need that)
+    const Array moved = shard_map(
+        [a, k](Array xl) {
+          // Built from the axis size here, so the one-device run gets its own
+          // (trivial) permutation.
+          const int size = axis_size(a);
+          std::vector<std::pair<int, int>> perm;
+          for (int i = 0; i < size; ++i) perm.emplace_back(i, (i + k) % size);
+          return ppermute(xl, a, perm);
+        },
+        m, {in}, in)(xs);
+    const int size = m.axis_size(a);
+    return equal(moved, roll(xs, (k % size) * (len / size), d));
+  });
+  return true;
+}
+
 bool Gen::shard_map_op() {
-  const int kind = uni(0, 7);
+  const int kind = uni(0, 8);
+  if (kind == 8) return ppermute_roll();  // one ppermute against the global roll
   const int x = operand(kind == 0 || kind == 2 ? 0 : 1, kind == 2);
   if (x < 0) return false;
   const Shape sx = shape(x);

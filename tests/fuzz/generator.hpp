@@ -215,6 +215,7 @@ class Gen {
   }
 
   bool shard_map_two_inputs(int x, const PartitionSpec& in);
+  bool ppermute_roll();
   bool shard_map_op();
 
   bool huge_shape();
