@@ -35,7 +35,7 @@
 // The limit of a case is the least memory traffic (bytes read + written)
 // the result it delivers needs, over the streaming bandwidth of N threads
 // measured in the same run (bench_util.hpp: N threads each copying their own
-// buffers, fastest of several reps). Per device, with S its input bytes:
+// buffers, median of several reps). Per device, with S its input bytes:
 //   psum          zero-copy: reads its 1/N chunk of every input (S), writes
 //                 that chunk of the result (S/N): S (1 + 1/N)
 //   all_gather    zero-copy: reads its input, writes it into the result: 2 S
@@ -371,7 +371,7 @@ int main(int argc, char** argv) {
     // The streaming limit of N threads, for every N: every device's memory
     // is this host's, so N devices share its bandwidth (and its cores).
     std::map<int, tb::StreamResult> stream;
-    std::printf("\nstreaming limit of N threads (each copies its own buffers; read + write, fastest of 5), GB/s:\n ");
+    std::printf("\nstreaming limit of N threads (each copies its own buffers; read + write, median of 5), GB/s:\n ");
     for (int n : counts) {
       const std::size_t total = std::max<std::size_t>(std::size_t(256) << 20, static_cast<std::size_t>(n) << 25);
       stream[n] = tb::stream_copy(total, n, 5);
@@ -635,7 +635,7 @@ int main(int argc, char** argv) {
                                      {"limit_definition",
                                       "least bytes read + written for the result each device holds (zero-copy: "
                                       "shared; owned: a private copy per device), at the streaming rate of N threads "
-                                      "each copying their own buffers (fastest of 5), measured in the same run"},
+                                      "each copying their own buffers (median of 5), measured in the same run"},
                                      {"stream", jstream},
                                      {"dispatch_floor", jfloor},
                                      {"results", jres},

@@ -9,7 +9,7 @@
 // received from other devices plus bytes copied locally (from the plan); each
 // of them is also read once. The limit is the time to read and write those
 // bytes at the streaming rate of N threads, each copying its own buffers
-// (bench_util.hpp, fastest of 5): limit = 2 x written / N-thread read+write
+// (bench_util.hpp, median of 5): limit = 2 x written / N-thread read+write
 // rate. ratio = limit / reshard time (1: the reshard moves its bytes at the
 // machine's streaming limit).
 #include <cstdlib>
@@ -168,7 +168,7 @@ int run(int argc, char** argv) {
                 target, r.status.c_str());
   }
   std::printf("\nGB/s: bytes written per second. limit: the written bytes read and written once at the streaming\n"
-              "rate of %d threads (each copying its own buffers, fastest of 5): %.2f GB/s read + write (%.2f GB/s\n"
+              "rate of %d threads (each copying its own buffers, median of 5): %.2f GB/s read + write (%.2f GB/s\n"
               "copied; 1 thread: %.2f GB/s read + write). ratio = limit / time.\n",
               streamN.threads, streamN.stream_gbps, streamN.copy_gbps, stream1.stream_gbps);
   if (!no_verify) std::printf("results equal the source data: %s\n", all_ok ? "ok" : "MISMATCH");
@@ -197,7 +197,7 @@ int run(int argc, char** argv) {
                 {"copy_gbps", s.copy_gbps},
                 {"stream_gbps", s.stream_gbps}};
   };
-  j["stream_copy"] = {{"note", "threads each memcpy their own buffers, fastest rep; copy_gbps counts bytes copied, "
+  j["stream_copy"] = {{"note", "threads each memcpy their own buffers, median rep; copy_gbps counts bytes copied, "
                                "stream_gbps counts read + write as STREAM does"},
                       {"single_thread", stream_json(stream1)},
                       {"all_threads", stream_json(streamN)}};

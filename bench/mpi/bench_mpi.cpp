@@ -23,14 +23,15 @@
 //   memcpy   one std::memcpy of the same bytes per process, all processes at
 //            once (the slowest one's median): the machine limit.
 // The MPI and Tessera batches alternate (one of each per rep), so both see
-// the same neighbours on this shared machine; `best` is the fastest batch,
-// `median` the median. K is chosen from a probe so a batch lasts about
-// --batch-seconds (every process uses the slowest process's probe, so they
-// agree on K).
-// Bandwidth: 2 (N-1)/N * bytes / time (N = devices in the reduction), the
-// bytes each member must send and receive in a ring allreduce. Ratios:
-// Tessera/MPI = MPI time / Tessera time (goal >= 0.9); x/memcpy = x's
-// bandwidth / memcpy's (bytes / memcpy time).
+// the same neighbours on this shared machine; `median` is the median batch
+// (what every figure and ratio uses), `best` the fastest (for reference).
+// K is chosen from a probe so a batch lasts about --batch-seconds (every
+// process uses the slowest process's probe, so they agree on K).
+// Bandwidth: 2 (N-1)/N * bytes / median time (N = devices in the
+// reduction), the bytes each member must send and receive in a ring
+// allreduce. Ratios, medians on both sides: Tessera/MPI = Tessera time / MPI
+// time, as in every other table (below 1: Tessera faster; goal <= 1.1);
+// x/memcpy = x's bandwidth / memcpy's (bytes / memcpy time).
 // Launched as 1 process x N devices, the Tessera psum runs on the threads
 // backend (shared memory) and the MPI figures are a 1-process allreduce
 // (a local copy): the baseline to read the multi-process launch against.
@@ -44,7 +45,8 @@
 // slowest process, MPI_Barrier before each rep. Limit = bytes read + written
 // (u once, the result once) at the streaming rate of all devices together
 // (every process runs D copying threads at once, slowest process's time,
-// fastest of 5). Results are checked block by block on each process.
+// median of 5; the diff's time is the median rep too). Results are checked
+// block by block on each process.
 
 // The C API only: Open MPI's deprecated C++ bindings do not compile warning-free.
 #define OMPI_SKIP_MPICXX 1
@@ -217,7 +219,8 @@ int calls_for(double probe, double batch_seconds) {
 // The streaming rate of every device of every process together: each
 // process runs one copying thread per local device (bench_util's
 // stream_copy), all processes released by a barrier; a rep lasts as long as
-// the slowest process's. Fastest of `reps`. Bytes read + written per second.
+// the slowest process's. Median of `reps` (the statistic of the times it is
+// compared with). Bytes read + written per second.
 struct GlobalStream {
   double seconds = 0, bytes_copied = 0, stream_gbps = 0;
   double seconds_for(double bytes) const { return stream_gbps > 0 ? bytes / (stream_gbps * 1e9) : 0.0; }
@@ -226,13 +229,14 @@ struct GlobalStream {
 GlobalStream global_stream(const MpiContext& mpi, std::size_t total_bytes, int local_threads, int reps) {
   const std::size_t per_process = total_bytes / static_cast<std::size_t>(mpi.size());
   GlobalStream g;
-  g.seconds = 1e300;
+  std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     mpi.barrier();
     const tb::StreamResult r = tb::stream_copy(per_process, local_threads, 1);
-    g.seconds = std::min(g.seconds, mpi.max(r.seconds));
+    t.push_back(mpi.max(r.seconds));
     if (i == 0) g.bytes_copied = mpi.sum(static_cast<double>(r.array_bytes));
   }
+  g.seconds = tb::median(t);
   g.stream_gbps = 2.0 * g.bytes_copied / g.seconds / 1e9;
   return g;
 }
@@ -291,9 +295,10 @@ json run_psum(const MpiContext& mpi, std::int64_t min_bytes, std::int64_t max_by
     std::printf("\npsum: f32, bytes per device; %d processes x %d devices = %d devices in the reduction\n", mpi.size(),
                 ts::local_device_count(), n);
     std::printf(
-        "  time per call: fastest batch [median]; bandwidth 2(N-1)/N * bytes / fastest; "
-        "memcpy: one copy of the bytes per process, all at once\n");
-    std::printf("%6s %30s %30s %7s %12s %8s %8s\n", "size", "MPI_Allreduce", "Tessera psum", "ts/MPI", "memcpy",
+        "  time per call: median batch [fastest]; bandwidth 2(N-1)/N * bytes / median; "
+        "memcpy: one copy of the bytes per process, all at once (median)\n"
+        "  Tessera/MPI = Tessera psum time / MPI_Allreduce time (medians; below 1: Tessera faster)\n");
+    std::printf("%6s %30s %30s %11s %12s %8s %8s\n", "size", "MPI_Allreduce", "Tessera psum", "Tessera/MPI", "memcpy",
                 "MPI/cpy", "ts/cpy");
     std::fflush(stdout);
   }
@@ -396,16 +401,16 @@ json run_psum(const MpiContext& mpi, std::int64_t min_bytes, std::int64_t max_by
     if (root) {
       auto cell = [&](const Stat& s, double factor) {
         char b[64];
-        std::snprintf(b, sizeof b, "%s %.2f GB/s [%s]", us_or_ms(s.best).c_str(), tb::gbps(factor * bytes, s.best),
-                      us_or_ms(s.median).c_str());
+        std::snprintf(b, sizeof b, "%s %.2f GB/s [%s]", us_or_ms(s.median).c_str(),
+                      tb::gbps(factor * bytes, s.median), us_or_ms(s.best).c_str());
         return std::string(b);
       };
       const double cpy = tb::gbps(static_cast<double>(bytes), row.memcpy_s);
       char ratio[16] = "-";
-      if (comparable) std::snprintf(ratio, sizeof ratio, "%.2f", row.mpi.best / row.tessera.best);
-      std::printf("%6s %30s %30s %7s %7.2f GB/s %8.2f %8.2f%s\n", size_label(bytes).c_str(),
+      if (comparable) std::snprintf(ratio, sizeof ratio, "%.2f", row.tessera.median / row.mpi.median);
+      std::printf("%6s %30s %30s %11s %7.2f GB/s %8.2f %8.2f%s\n", size_label(bytes).c_str(),
                   cell(row.mpi, alg_mpi).c_str(), cell(row.tessera, alg).c_str(), ratio, cpy,
-                  tb::gbps(alg_mpi * bytes, row.mpi.best) / cpy, tb::gbps(alg * bytes, row.tessera.best) / cpy,
+                  tb::gbps(alg_mpi * bytes, row.mpi.median) / cpy, tb::gbps(alg * bytes, row.tessera.median) / cpy,
                   row.mpi_ok && row.tessera_ok ? "" : "  WRONG RESULT");
       std::fflush(stdout);
     }
@@ -415,7 +420,7 @@ json run_psum(const MpiContext& mpi, std::int64_t min_bytes, std::int64_t max_by
   bool all_ok = true;
   for (const auto& r : rows) {
     const double cpy = tb::gbps(static_cast<double>(r.bytes), r.memcpy_s);
-    const double mbw = tb::gbps(alg_mpi * r.bytes, r.mpi.best), tbw = tb::gbps(alg * r.bytes, r.tessera.best);
+    const double mbw = tb::gbps(alg_mpi * r.bytes, r.mpi.median), tbw = tb::gbps(alg * r.bytes, r.tessera.median);
     all_ok = all_ok && r.mpi_ok && r.tessera_ok;
     jr.push_back({{"bytes_per_device", r.bytes},
                   {"mpi_allreduce", to_json(r.mpi)},
@@ -424,7 +429,7 @@ json run_psum(const MpiContext& mpi, std::int64_t min_bytes, std::int64_t max_by
                   {"tessera_gbps", tbw},
                   {"memcpy_s", r.memcpy_s},
                   {"memcpy_gbps", cpy},
-                  {"tessera_over_mpi", comparable ? json(r.mpi.best / r.tessera.best) : json(nullptr)},
+                  {"tessera_over_mpi", comparable ? json(r.tessera.median / r.mpi.median) : json(nullptr)},
                   {"mpi_over_memcpy", cpy > 0 ? mbw / cpy : 0.0},
                   {"tessera_over_memcpy", cpy > 0 ? tbw / cpy : 0.0},
                   {"mpi_correct", r.mpi_ok},
@@ -434,11 +439,11 @@ json run_psum(const MpiContext& mpi, std::int64_t min_bytes, std::int64_t max_by
           {"all_correct", all_ok},
           {"in_place", in_place},
           {"bandwidth_definition",
-           "2 (N-1)/N * bytes per device / fastest batch's time per call; N = devices "
+           "2 (N-1)/N * bytes per device / median batch's time per call; N = devices "
            "for Tessera, processes for MPI"},
           {"ratio_definition",
-           "tessera_over_mpi = MPI time / Tessera time (fastest batches; goal >= 0.9), only "
-           "with one device per process; x_over_memcpy = bandwidth / (bytes / memcpy time)"}};
+           "tessera_over_mpi = Tessera time / MPI time (median batches; below 1: Tessera faster; goal <= 1.1), "
+           "only with one device per process; x_over_memcpy = bandwidth / (bytes / median memcpy time)"}};
 }
 
 // ------------------------------------------------------------------ diff
@@ -504,8 +509,8 @@ json run_diff(const MpiContext& mpi, std::int64_t m, int reps) {
     const double limit = stream.seconds_for(traffic);
     const std::vector<std::string> explained = mpi.gather(ex.str());
     if (root) {
-      std::printf("  %-26s %s [median %s], %.2f of the streaming limit (%s read + written)%s\n", c.name.c_str(),
-                  us_or_ms(s.best).c_str(), us_or_ms(s.median).c_str(), limit / s.best,
+      std::printf("  %-26s %s [fastest %s], %.2f of the streaming limit (%s read + written)%s\n", c.name.c_str(),
+                  us_or_ms(s.median).c_str(), us_or_ms(s.best).c_str(), limit / s.median,
                   tb::format_bytes(static_cast<std::int64_t>(traffic)).c_str(), ok ? "" : "  WRONG RESULT");
       std::printf("    communication (explain, process 0):\n");
       std::printf("      %s\n", indent_lines(explained[0], "      ").c_str());
@@ -521,7 +526,7 @@ json run_diff(const MpiContext& mpi, std::int64_t m, int reps) {
                    {"seconds", to_json(s)},
                    {"traffic_bytes", traffic},
                    {"limit_s", limit},
-                   {"fraction_of_limit", limit / s.best},
+                   {"fraction_of_limit", limit / s.median},
                    {"bytes_moved_process0", ex.bytes_moved()},
                    {"explain", per_process},
                    {"correct", ok}});
@@ -532,7 +537,8 @@ json run_diff(const MpiContext& mpi, std::int64_t m, int reps) {
           {"stream_gbps_all_devices", stream.stream_gbps},
           {"limit_definition",
            "(bytes of u + bytes of the result) at the streaming rate of every device of every "
-           "process copying at once (slowest process, fastest of 5), same run"},
+           "process copying at once (slowest process, median of 5), same run; fraction_of_limit = limit / median "
+           "time"},
           {"cases", out}};
 }
 
@@ -565,10 +571,11 @@ int summary(const std::vector<std::string>& files) {
         psum[layout_of(j)][r["bytes_per_device"].get<std::int64_t>()].push_back(r);
     if (j.contains("diff")) diffs.emplace_back(layout_of(j), j["diff"]);
   }
-  auto best_of = [](const std::vector<json>& rs, const char* which) {
-    double b = 1e300;
-    for (const auto& r : rs) b = std::min(b, r[which]["best_s"].get<double>());
-    return b;
+  // A side's time over several runs: the median of the runs' medians.
+  auto median_of = [](const std::vector<json>& rs, const char* which) {
+    std::vector<double> m;
+    for (const auto& r : rs) m.push_back(r[which]["median_s"].get<double>());
+    return tb::median(m);
   };
   if (!psum.empty()) {
     // One row per size; per multi-process layout: MPI, Tessera and their
@@ -580,23 +587,24 @@ int summary(const std::vector<std::string>& files) {
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     auto one_process = [](const std::string& layout) { return layout.rfind("1x", 0) == 0; };
     std::printf(
-        "psum, f32 bytes per device; fastest batch over every run; PxD = processes x devices each.\n"
-        "  ts/MPI = MPI_Allreduce time / Tessera psum time within one launch: median (lowest..highest) of the runs\n"
-        "  (goal >= 0.9); threads = Tessera on one process (shared memory); memcpy = one copy per process, all\n"
-        "  processes at once, best over the runs\n");
+        "psum, f32 bytes per device; time per call = median over the runs of each run's median batch;\n"
+        "  PxD = processes x devices each. Tessera/MPI = Tessera psum time / MPI_Allreduce time within one\n"
+        "  launch (medians), as every other table's Tessera/x: median (lowest..highest) of the runs; below 1:\n"
+        "  Tessera faster (goal <= 1.1); threads = Tessera on one process (shared memory); memcpy = one copy per\n"
+        "  process, all processes at once, median over the runs of each run's median\n");
     std::printf("%-6s", "size");
     for (const auto& [layout, by_size] : psum) {
       if (one_process(layout))
         std::printf(" %14s", ("threads " + layout).c_str());
       else
-        std::printf(" %12s %12s %22s", ("MPI " + layout).c_str(), ("Tessera " + layout).c_str(), "ts/MPI");
+        std::printf(" %12s %12s %22s", ("MPI " + layout).c_str(), ("Tessera " + layout).c_str(), "Tessera/MPI");
     }
     std::printf(" %12s\n", "memcpy GB/s");
     for (std::int64_t bytes : sizes) {
       std::printf("%-6s", size_label(bytes).c_str());
       // memcpy as measured beside the multi-process launches (every process
       // copying at once), else beside the one-process ones.
-      double cpy = 0, cpy_one = 0;
+      std::vector<double> cpys, cpys_one;
       for (const auto& [layout, by_size] : psum) {
         const auto it = by_size.find(bytes);
         if (it == by_size.end()) {
@@ -607,21 +615,20 @@ int summary(const std::vector<std::string>& files) {
         std::vector<double> q;
         for (const auto& r : rs) {
           if (r["tessera_over_mpi"].is_number()) q.push_back(r["tessera_over_mpi"].get<double>());
-          double& c = one_process(layout) ? cpy_one : cpy;
-          c = std::max(c, r["memcpy_gbps"].get<double>());
+          (one_process(layout) ? cpys_one : cpys).push_back(r["memcpy_gbps"].get<double>());
         }
         if (one_process(layout)) {
-          std::printf(" %14s", us_or_ms(best_of(rs, "tessera_psum")).c_str());
+          std::printf(" %14s", us_or_ms(median_of(rs, "tessera_psum")).c_str());
         } else {
           char ratio[48] = "-";
           if (!q.empty())
             std::snprintf(ratio, sizeof ratio, "%.2f (%.2f..%.2f)", tb::median(q),
                           *std::min_element(q.begin(), q.end()), *std::max_element(q.begin(), q.end()));
-          std::printf(" %12s %12s %22s", us_or_ms(best_of(rs, "mpi_allreduce")).c_str(),
-                      us_or_ms(best_of(rs, "tessera_psum")).c_str(), ratio);
+          std::printf(" %12s %12s %22s", us_or_ms(median_of(rs, "mpi_allreduce")).c_str(),
+                      us_or_ms(median_of(rs, "tessera_psum")).c_str(), ratio);
         }
       }
-      std::printf(" %12.2f\n", cpy > 0 ? cpy : cpy_one);
+      std::printf(" %12.2f\n", tb::median(cpys.empty() ? cpys_one : cpys));
     }
   }
   if (!diffs.empty()) {
@@ -631,14 +638,14 @@ int summary(const std::vector<std::string>& files) {
     for (const auto& [layout, d] : diffs)
       for (const auto& c : d["cases"]) {
         char cell[64];
-        std::snprintf(cell, sizeof cell, "%s [%s] %.2f", us_or_ms(c["seconds"]["best_s"].get<double>()).c_str(),
-                      us_or_ms(c["seconds"]["median_s"].get<double>()).c_str(), c["fraction_of_limit"].get<double>());
+        std::snprintf(cell, sizeof cell, "%s [%s] %.2f", us_or_ms(c["seconds"]["median_s"].get<double>()).c_str(),
+                      us_or_ms(c["seconds"]["best_s"].get<double>()).c_str(), c["fraction_of_limit"].get<double>());
         cells[{c["case"].get<std::string>(), layout}].push_back(cell);
         wrong = wrong || !c["correct"].get<bool>();
       }
     std::printf(
-        "\ndiff, rows sharded over all devices: per run, fastest rep [median] and the fraction of the\n"
-        "  streaming limit of all devices (bytes read + written)\n");
+        "\ndiff, rows sharded over all devices: per run, median rep [fastest] and the fraction of the\n"
+        "  streaming limit of all devices (bytes read + written; median time over median limit)\n");
     for (const auto& [key, runs] : cells) {
       std::printf("  %-26s %-4s", key.first.c_str(), key.second.c_str());
       for (const auto& r : runs) std::printf("   %s", r.c_str());
