@@ -33,6 +33,7 @@
 #include "comm/process.hpp"
 #include "ops/common.hpp"
 #include "runtime/timeline.hpp"
+#include "sharding/propagate.hpp"
 #include "sharding/check.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/autodiff.hpp"
@@ -226,7 +227,21 @@ class ManualTrace final : public Trace {
   std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
     std::vector<std::string> axes;
     for (const Array& a : args) axes = merged(std::move(axes), vma_of(c_, a));
-    std::vector<Array> out = eval_eager(*prim, args);
+    // The body runs on one device's worker: an op whose result is laid out
+    // over other devices (an array made with the mesh's sharding, say) would
+    // wait for workers that are running their own bodies, forever. Raise.
+    const auto in = abstract_of(args);
+    const auto types = prim->infer(in);
+    const Partition part = partition(*prim, in, types);
+    for (const NamedSharding& r : part.results) {
+      const auto& d = r.mesh().devices();
+      if (!(r.mesh() == c_.local_mesh) && !(d.size() == 1 && d[0] == c_.local_mesh.devices()[0]))
+        throw ShardingError(msg(std::string(prim->name()).c_str(),
+                                "inside a shard_map body (or a chunked vmap over a sharded batch) its result would "
+                                "be laid out as " + r.str() + ", over other devices than the body's own; make it "
+                                "outside and pass it in, or make it without a sharding"));
+    }
+    std::vector<Array> out = eval_partitioned(*prim, args, types, part);
     if (!axes.empty())
       for (const Array& o : out) {
         bool operand = false;

@@ -742,3 +742,35 @@ TEST(IndexingJit, IndexErrorsAtRunTime) {
   expect_same(f(x, good), ts::take(x, good, 0) * 2.0f, "after error");
   EXPECT_EQ(f.cache_size(), 1);
 }
+
+// The transposes of scatter_add and segment_sum: a row whose index names no
+// row (out of range after wrapping, for scatter_add; any negative or too
+// large id, for segment_sum) was dropped, so its update's gradient is zero.
+// Against the gradient written by hand: d sum(w * f(u)) / d u[i] = w[idx[i]]
+// for kept rows, on 1-d and 2-d meshes.
+TEST(ScatterTranspose, DroppedRowsHaveZeroGradient) {
+  const std::vector<std::int32_t> idx = {1, -1, 5, 0, -7, 2, 4};  // n = 5: -1 wraps to 4; 5 and -7 are dropped
+  const std::int64_t n = 5, k = static_cast<std::int64_t>(idx.size());
+  const std::vector<double> w = {0.5, -1.25, 2.0, 3.5, -0.75};
+  for (const ts::Mesh& mesh : {ts::Mesh(ts::testing::first_devices(4), {4}, {"x"}),
+                               ts::Mesh(ts::testing::first_devices(6), {2, 3}, {"x", "y"})}) {
+    const auto ids = ts::device_put(idx, {k}, ts::NamedSharding(mesh, P("x")));
+    const auto wts = ts::device_put(w, {n}, ts::NamedSharding(mesh, P()));
+    std::vector<double> u0(static_cast<std::size_t>(k), 1.0);
+    const auto u = ts::device_put(u0, {k}, ts::NamedSharding(mesh, P("x")));
+    const auto base = ts::zeros({n}, ts::DType::f64, ts::NamedSharding(mesh, P()));
+
+    const auto gs = ts::grad([&](ts::Array upd) { return ts::sum(wts * ts::scatter_add(base, ids, upd)); })(u)
+                        .to_vector<double>();
+    const auto gg = ts::grad([&](ts::Array upd) { return ts::sum(wts * ts::segment_sum(upd, ids, n)); })(u)
+                        .to_vector<double>();
+    for (std::int64_t i = 0; i < k; ++i) {
+      const std::int64_t r = idx[static_cast<std::size_t>(i)];
+      const std::int64_t wrapped = r < 0 ? r + n : r;
+      const double want_scatter = wrapped >= 0 && wrapped < n ? w[static_cast<std::size_t>(wrapped)] : 0.0;
+      const double want_segment = r >= 0 && r < n ? w[static_cast<std::size_t>(r)] : 0.0;
+      EXPECT_EQ(gs[static_cast<std::size_t>(i)], want_scatter) << mesh.str() << " scatter_add row " << i;
+      EXPECT_EQ(gg[static_cast<std::size_t>(i)], want_segment) << mesh.str() << " segment_sum row " << i;
+    }
+  }
+}

@@ -703,3 +703,20 @@ TEST(Jit, ShardingTrees) {
   expect_error<ts::ShapeError>([&] { bad(arg); }, "[jit]",
                                {"tree structure mismatch", "in_shardings entry 0", "no value for the array at", "mass"});
 }
+
+// Moving a traced value to another mesh: it has no contents to carry, so
+// device_put raises naming itself and the transformation (not a read error
+// from deep inside); moving before or after the function works.
+TEST(Jit, DevicePutToAnotherMeshInsideRaises) {
+  const ts::Mesh a(ts::testing::first_devices(2), {2}, {"x"});
+  const std::vector<ts::Device> others = {ts::devices()[2], ts::devices()[3]};
+  const ts::Mesh b(others, {2}, {"x"});
+  const auto x = ts::device_put(std::vector<float>{1, 2, 3, 4}, {4}, ts::NamedSharding(a, ts::P("x")));
+  auto move = [&](ts::Array v) { return ts::device_put(v * 2.0, ts::NamedSharding(b, ts::P())); };
+  expect_error<ts::ShardingError>([&] { ts::jit(move)(x); }, "[device_put]",
+                                  {"traced by jit", "another mesh", "before calling"});
+  expect_error<ts::ShardingError>([&] { ts::vmap(move)(x); }, "[device_put]", {"traced by vmap"});
+  EXPECT_EQ(ts::device_put(ts::jit([](ts::Array v) { return v * 2.0; })(x), ts::NamedSharding(b, ts::P()))
+                .to_vector<float>(),
+            (std::vector<float>{2, 4, 6, 8}));
+}

@@ -899,3 +899,23 @@ TEST_F(ShardMap, SpecTrees) {
                          {ts::SpecTree(wrong)}, ts::P("x"));
   expect_error<ts::ShapeError>([&] { g(arg); }, "[shard_map]", {"tree structure mismatch", "in_specs entry 0", "scale"});
 }
+
+// A body runs on one device's worker: an array made over the whole mesh
+// inside it (what global-view code does in a chunked vmap over a sharded
+// batch) would wait for workers busy with their own bodies. It raises,
+// naming the op, instead of hanging; the same program made outside works.
+TEST(ShardMapBody, ArrayOverTheMeshMadeInsideRaises) {
+  const ts::Mesh mesh(ts::testing::first_devices(4), {4}, {"x"});
+  const auto x = ts::device_put(std::vector<float>(8, 1.0f), {8}, ts::NamedSharding(mesh, ts::P("x")));
+  for (const ts::PartitionSpec& made : {ts::P(), ts::P("x")}) {
+    auto body = [&](ts::Array xl) { return xl + ts::ones({2}, ts::DType::f32, ts::NamedSharding(mesh, made)); };
+    expect_error<ts::ShardingError>([&] { ts::shard_map(body, mesh, {ts::P("x")}, ts::P("x"))(x).block_until_ready(); },
+                                    "[ones]", {"inside a shard_map body", "over other devices", "pass it in"});
+  }
+  // Chunked vmap over a batch sharded over 'x' runs the function per device.
+  const auto xs = ts::device_put(std::vector<float>(8 * 3, 1.0f), {8, 3}, ts::NamedSharding(mesh, ts::P("x")));
+  auto f = [&](ts::Array r) { return r * ts::ones({3}, ts::DType::f32, ts::NamedSharding(mesh, ts::P())); };
+  expect_error<ts::ShardingError>([&] { ts::vmap(f, {.chunk_size = 1})(xs).block_until_ready(); }, "[ones]",
+                                  {"chunked vmap over a sharded batch"});
+  EXPECT_EQ(ts::vmap(f)(xs).to_vector<float>(), std::vector<float>(24, 1.0f));
+}
