@@ -338,11 +338,13 @@ class ScatterAdd final : public Global {
     return {y};
   }
   std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>&, const std::vector<bool>& linear) const override {
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
     std::vector<Array> r(3);
     if (!ct[0].valid()) return r;
     if (linear[0]) r[0] = ct[0];
-    if (linear[2]) r[2] = kept_rows(ct[0], in[1], in[0].shape()[0], /*wrap_negative=*/true);
+    // The target's row count from its type: a linear target (differentiated
+    // itself) has no value here, only a cotangent to receive.
+    if (linear[2]) r[2] = kept_rows(ct[0], in[1], types[0].shape[0], /*wrap_negative=*/true);
     return r;
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,

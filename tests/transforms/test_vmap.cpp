@@ -305,11 +305,12 @@ Arg floats(const ts::Shape& shape, int salt) {
   return {shape, d, false};
 }
 
-// Indices k, k+1, ... of a pattern cycling through [lo, hi): repeats, and
-// negative ones where lo < 0.
+// Indices in [lo, hi) in a scrambled order (7 is prime to every range the
+// tests use, so consecutive ones differ): repeats, and negative ones where
+// lo < 0.
 Arg indices(const ts::Shape& shape, std::int64_t lo, std::int64_t hi, int salt = 0) {
   std::vector<double> d;
-  for (std::int64_t i = 0; i < ts::testing::numel(shape); ++i) d.push_back(static_cast<double>(lo + (i * 5 + salt) % (hi - lo)));
+  for (std::int64_t i = 0; i < ts::testing::numel(shape); ++i) d.push_back(static_cast<double>(lo + (i * 7 + salt) % (hi - lo)));
   return {shape, d, true};
 }
 
@@ -340,20 +341,27 @@ void check_batched(const std::string& what, const Fn& f, const std::vector<Arg>&
       }
       ts::VmapOptions opt;
       opt.in_axes = axes;
-      ts::Array got;
-      using A = ts::Array;
-      switch (xs.size()) {
-        case 1: got = ts::vmap([&](A a) { return f({a}); }, opt)(xs[0]); break;
-        case 2: got = ts::vmap([&](A a, A b) { return f({a, b}); }, opt)(xs[0], xs[1]); break;
-        case 3: got = ts::vmap([&](A a, A b, A c) { return f({a, b, c}); }, opt)(xs[0], xs[1], xs[2]); break;
-        case 5:
-          got = ts::vmap([&](A a, A b, A c, A d, A e) { return f({a, b, c, d, e}); }, opt)(xs[0], xs[1], xs[2], xs[3], xs[4]);
-          break;
-        default: FAIL() << "check_batched takes 1, 2, 3 or 5 arguments";
-      }
-      const ts::Array want = loop(f, xs, axes);
       std::string label = what + " with the batch on " + m.str() + " " + ts::typeof(xs[0]);
       for (size_t k = 1; k < xs.size(); ++k) label += ", " + ts::typeof(xs[k]);
+      ts::Array got, want;
+      using A = ts::Array;
+      // An error names the case and leaves the other cases to run.
+      try {
+        switch (xs.size()) {
+          case 1: got = ts::vmap([&](A a) { return f({a}); }, opt)(xs[0]); break;
+          case 2: got = ts::vmap([&](A a, A b) { return f({a, b}); }, opt)(xs[0], xs[1]); break;
+          case 3: got = ts::vmap([&](A a, A b, A c) { return f({a, b, c}); }, opt)(xs[0], xs[1], xs[2]); break;
+          case 5:
+            got = ts::vmap([&](A a, A b, A c, A d, A e) { return f({a, b, c, d, e}); }, opt)(xs[0], xs[1], xs[2], xs[3],
+                                                                                           xs[4]);
+            break;
+          default: FAIL() << "check_batched takes 1, 2, 3 or 5 arguments";
+        }
+        want = loop(f, xs, axes);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << label << " raised: " << e.what();
+        return;
+      }
       if (tol == 0) {
         ASSERT_EQ(got.shape(), want.shape()) << label;
         ASSERT_EQ(got.dtype(), want.dtype()) << label;
@@ -439,10 +447,22 @@ TEST(Vmap, Convolve) {
 // median (with a batched mask), argmin along dim 1.
 TEST(Vmap, ConstraintStopGradientInterp2dSearchsortedMedian) {
   const int nm = ts::not_mapped;
-  // The example's dims replicated; the batch dim keeps its layout.
-  check_batched("with_sharding_constraint", [](auto a) {
-    return ts::with_sharding_constraint(a[0] * 2.0f, ts::P()) + 1.0f;
-  }, {floats({4, 5, 6}, 1)}, {1});
+  // A constraint that moves the example's last dim onto "x" (a constraint
+  // the example already meets is no op at all); the batch, along dim 1,
+  // keeps its layout: replicated, or over "y".
+  const ts::Mesh m4 = line(4), m23(ts::testing::first_devices(6), {2, 3}, {"x", "y"});
+  for (const auto& [m, batch] : std::vector<std::pair<ts::Mesh, ts::PartitionSpec>>{
+           {m4, ts::P()}, {m23, ts::P()}, {m23, ts::P(ts::none, "y")}}) {
+    const ts::Array x = data({4, 5, 6}, ts::NamedSharding(m, batch), 1);
+    // On the argument itself, so the rule sees the batch where in_axes put it.
+    auto f = [](ts::Array a) { return ts::with_sharding_constraint(a, ts::P(ts::none, "x")) * 2.0f + 1.0f; };
+    const ts::Array got = ts::vmap(f, {.in_axes = {1}})(x);
+    const std::string what = "with_sharding_constraint on " + ts::typeof(x);
+    expect_close(got, loop([&](auto a) { return f(a[0]); }, {x}, {1}), 0, what);
+    EXPECT_EQ(got.sharding().spec()[2].axes(), std::vector<std::string>{"x"}) << what << ": " << ts::typeof(got);
+    EXPECT_EQ(got.sharding().spec()[0].axes(), batch.size() > 1 ? batch[1].axes() : std::vector<std::string>{})
+        << what << ": " << ts::typeof(got);
+  }
   check_batched("stop_gradient", [](auto a) { return ts::stop_gradient(a[0]) * a[0]; }, {floats({4, 5}, 2)}, {1});
   // A 4x5 grid with a 2-d table row per knot; queries inside the grid.
   Arg gx{{4}, {0.0, 1.0, 2.5, 3.0}}, gy{{5}, {-1.0, 0.0, 0.5, 2.0, 3.0}};
