@@ -148,10 +148,10 @@ for f in sys.argv[1:]:
     m = re.search(r"mpi-ifu-(\d+x\d+)-run", os.path.basename(f))
     j = json.load(open(f))
     rows.setdefault(m.group(1), []).extend(j["steady_s"] or [j["first_s"]])
-print("\ntessera ifu (10^5 particles, generated disk), steady pipeline runs: fastest [median] over every run")
+print("\ntessera ifu (10^5 particles, generated disk), steady pipeline runs: median [fastest] over every run")
 for layout, t in sorted(rows.items()):
     t.sort()
-    print(f"  {layout}: {t[0]:.3f} s [{t[len(t) // 2]:.3f} s]")
+    print(f"  {layout}: {t[len(t) // 2]:.3f} s [{t[0]:.3f} s]")
 PY
 fi
 [ -n "$IFU_NOTE" ] && echo "$IFU_NOTE"
