@@ -118,8 +118,25 @@ std::vector<Array> batch_unary_first(const Array& x, int bdim, std::vector<int>&
 // primitive is right under it; the ones that matter have rules of their own.
 std::vector<Array> Primitive::batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
                                     std::vector<int>& out_bdims) const {
-  if (size == 0)
-    throw Error(msg(std::string(name()).c_str(), "vmap over an empty batch is not supported for this op"));
+  if (size == 0) {
+    // No example to apply the op to (a device's block of a batch sharded
+    // unevenly, in a chunked vmap): the results are empty along the batch,
+    // with the types one example would give.
+    std::vector<AbstractArray> one;
+    for (size_t k = 0; k < in.size(); ++k) {
+      AbstractArray a{in[k].shape(), in[k].dtype(), NamedSharding(in[k].sharding().mesh(), P())};
+      if (bdims[k] >= 0) a.shape.erase(a.shape.begin() + bdims[k]);
+      one.push_back(std::move(a));
+    }
+    std::vector<Array> out;
+    for (const TypeInfo& t : infer(one)) {
+      Shape s = t.shape;
+      s.insert(s.begin(), 0);
+      out.push_back(zeros(s, t.dtype, NamedSharding(in[0].sharding().mesh(), P())));
+    }
+    out_bdims.assign(out.size(), 0);
+    return out;
+  }
   std::vector<std::vector<Array>> per_result;
   for (std::int64_t i = 0; i < size; ++i) {
     std::vector<Array> args;

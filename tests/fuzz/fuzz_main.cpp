@@ -7,7 +7,9 @@
 // the two sharded runs must match bitwise, and a step that raises a
 // tessera::Error on one device must raise the same type sharded. Anything
 // else (another exception type, a crash, a sanitizer report, a hang) is a
-// failure too; every failure prints its seed.
+// failure too; every failure prints its seed. Then the program runs under
+// jit, vmap, chunked vmap, jvp and vjp and is compared with the eager run
+// (transforms.cpp; one process only; --transforms selects).
 //
 // Programs run in a child process and a parent watches it: a crash, however
 // it ends the child (signal, sanitizer exit, std::terminate), is reported
@@ -23,7 +25,7 @@
 // the same status; process 0 prints the summary. A crash or a hang ends the
 // run (mpirun then ends the other processes) after printing the seed.
 //
-//   tessera_fuzz --seeds 1000 [--start S] [--max-seconds T] [--verbose]
+//   tessera_fuzz --seeds 1000 [--start S] [--max-seconds T] [--verbose] [--transforms jit,vmap,autodiff]
 //   tessera_fuzz --seed S --verbose      one program, in process, each step traced
 //   mpirun -np 2 -x TESSERA_NUM_CPU_DEVICES=4 tessera_fuzz --seeds 300
 #include <signal.h>
@@ -132,6 +134,7 @@ struct Options {
   bool one = false;
   bool fork = true;
   bool transforms = true;
+  std::string only;  // --transforms: the selection (empty: all)
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -145,6 +148,7 @@ struct Options {
                "  --verbose        print every program\n"
                "  --no-fork        run in this process (a crash then ends the run)\n"
                "  --no-transforms  skip the runs under jit, vmap, chunked vmap, jvp and vjp\n"
+               "  --transforms L   only these, comma-separated: jit, vmap, autodiff (default: all)\n"
                "under mpirun every process runs in process, with meshes over all their devices\n",
                why);
   std::exit(2);
@@ -170,6 +174,14 @@ Options parse(int argc, char** argv) {
       else if (a == "--verbose" || a == "-v") o.verbose = true;
       else if (a == "--no-fork") o.fork = false;
       else if (a == "--no-transforms") o.transforms = false;
+      else if (a == "--transforms") {
+        o.only = value();
+        for (std::size_t b = 0, e; b <= o.only.size(); b = e + 1) {
+          e = std::min(o.only.find(',', b), o.only.size());
+          const std::string t = o.only.substr(b, e - b);
+          if (t != "jit" && t != "vmap" && t != "autodiff") usage(("unknown transformation '" + t + "'").c_str());
+        }
+      }
       else if (a == "--help" || a == "-h") usage("random sharded programs, compared with one device");
       else usage(("unknown option " + a).c_str());
     } catch (const std::logic_error&) {
@@ -287,7 +299,7 @@ std::uint64_t mix(std::uint64_t x) {
 // process's. Under mpirun every collective here is made by every process in
 // the same order: each branch taken depends only on values all processes
 // agreed on.
-std::vector<int> run_one(const fz::Program& p, bool trace, bool transforms, std::vector<fz::Outcome>& first,
+std::vector<int> run_one(const fz::Program& p, bool trace, const Options& opt, std::vector<fz::Outcome>& first,
                          std::string& why, int& step) {
   step = -1;
   fz::Values first_values;
@@ -311,9 +323,9 @@ std::vector<int> run_one(const fz::Program& p, bool trace, bool transforms, std:
   if (why.empty() && ex.str().empty() && !ex.records.empty()) why = "explain() gave no text for its records";
   // The same program under jit, vmap, chunked vmap, jvp and vjp (one
   // process: these compare against the eager run's global values).
-  if (why.empty() && transforms && !g_mpi) {
+  if (why.empty() && opt.transforms && !g_mpi) {
     std::string which;
-    why = fz::check_transforms(p, first, first_values, step, which, g->transforms);
+    why = fz::check_transforms(p, first, first_values, step, which, g->transforms, opt.only);
     if (!why.empty()) why = "[" + which + "] " + why;
   }
   return failing_processes(!why.empty());
@@ -369,7 +381,7 @@ void run_seeds(const Options& opt, std::uint64_t end, double deadline) {
     fz::Program p(pool[mi], refs[mi]);
     try {
       p = fz::generate(seed, pool[mi], refs[mi], trace);
-      failing = run_one(p, trace, opt.transforms, first, why, step);
+      failing = run_one(p, trace, opt, first, why, step);
     } catch (const std::exception& e) {
       // Under mpirun, the checks' own gathers may raise here (run_step
       // catches what the program raises): the processes are out of step
@@ -508,11 +520,12 @@ int main(int argc, char** argv) {
               secs > 0 ? static_cast<double>(g->programs) / secs : 0.0, g->nfailed);
   if (opt.transforms && !g_mpi) {
     const fz::TransformStats& t = g->transforms;
-    std::printf("transformations: jit %ld, vmap %ld (%ld skipped: a permuted example raised), chunked vmap %ld, "
+    std::printf("transformations: jit %ld, vmap %ld (%ld skipped: a permuted example raised; %ld with pmax/pmin, not "
+                "batched yet), chunked vmap %ld, "
                 "jvp %ld (%ld programs with an op documented as not differentiable), vjp dot-product %ld (%ld skipped: "
                 "not finite); central differences on %ld elements "
                 "(%ld at kinks or not finite, %ld programs out of domain)\n",
-                t.jit, t.vmap, t.vmap_skipped, t.chunked, t.jvp, t.ad_unsupported, t.vjp, t.vjp_skipped, t.fd_checked, t.fd_skipped,
+                t.jit, t.vmap, t.vmap_skipped, t.vmap_unsupported, t.chunked, t.jvp, t.ad_unsupported, t.vjp, t.vjp_skipped, t.fd_checked, t.fd_skipped,
                 t.fd_skipped_programs);
   }
   if (!opt.one) {

@@ -139,7 +139,7 @@ std::string check_shards(const Array& a, const std::vector<unsigned char>& host)
 /// How often each transformation was checked (transforms.cpp).
 struct TransformStats {
   long jit = 0, vmap = 0, chunked = 0, jvp = 0, vjp = 0;
-  long vmap_skipped = 0, vjp_skipped = 0, fd_skipped_programs = 0, ad_unsupported = 0;
+  long vmap_skipped = 0, vjp_skipped = 0, fd_skipped_programs = 0, ad_unsupported = 0, vmap_unsupported = 0;
   long fd_checked = 0, fd_skipped = 0;  // elements compared with central differences, and not
 };
 
@@ -147,8 +147,9 @@ struct TransformStats {
 /// p.mesh, whose values are `ev`) under jit, vmap, chunked vmap, jvp and
 /// vjp, and compares (see transforms.cpp). "" when all agree; else why not,
 /// with `which` the transformation and `step` the step (-1: none).
-/// One process only.
+/// `only`: a comma-separated selection of "jit", "vmap" (with chunks) and
+/// "autodiff" (jvp, central differences, vjp); empty: all. One process only.
 std::string check_transforms(const Program& p, const std::vector<Outcome>& eager, const Values& ev, int& step,
-                             std::string& which, TransformStats& stats);
+                             std::string& which, TransformStats& stats, const std::string& only = "");
 
 }  // namespace tessera::fuzz

@@ -67,6 +67,13 @@ bool unsupported_derivative(const std::exception& e) {
           m.find("reverse-mode differentiation is supported for") != std::string::npos);
 }
 
+// What the library documents as not batched yet (pmax and pmin of arrays).
+bool unsupported_batching(const std::exception& e) {
+  const std::string m = e.what();
+  return dynamic_cast<const Error*>(&e) != nullptr &&
+         m.find("does not support values traced by vmap yet") != std::string::npos;
+}
+
 std::string error_text(const char* what, const std::exception& e) {
   const bool ours = dynamic_cast<const Error*>(&e) != nullptr;
   return std::string(what) + (ours ? " raised " : " raised a non-tessera exception ") + e.what();
@@ -136,19 +143,43 @@ std::vector<double> doubles(const Bytes& b, DType t) {
 // "" when `got` holds the same bits as `want` (of shape `shape`); else the
 // first element that differs.
 std::string bitwise(const Bytes& got, const Bytes& want, DType t, const Shape& shape) {
-  if (got == want) return "";
   if (got.size() != want.size())
     return std::to_string(got.size()) + " bytes where " + std::to_string(want.size()) + " were expected";
   const std::size_t w = itemsize(t);
+  if (got == want) return "";
   const auto gd = doubles(got, t), wd = doubles(want, t);
   for (std::size_t i = 0; i * w < got.size(); ++i)
-    if (std::memcmp(got.data() + i * w, want.data() + i * w, w) != 0) {
+    // A NaN is a NaN: its sign and payload depend on the order of the
+    // operations that made it (as in NumPy, which prints both as nan).
+    if (std::memcmp(got.data() + i * w, want.data() + i * w, w) != 0 && !(std::isnan(gd[i]) && std::isnan(wd[i]))) {
       std::ostringstream os;
       os.precision(17);
       os << "element " << index_text(shape, static_cast<std::int64_t>(i)) << ": " << gd[i] << " where " << wd[i]
          << " was expected";
       return os.str();
     }
+  return "";
+}
+
+// As bitwise(), but float elements may differ by `tol` (plus a few ulps);
+// NaN matches NaN.
+std::string close(const Bytes& got, const Bytes& want, DType t, const Shape& shape, double tol) {
+  if (tol == 0 || !is_float(t) || got.size() != want.size()) return bitwise(got, want, t, shape);
+  const auto gd = doubles(got, t), wd = doubles(want, t);
+  const double u = unit_roundoff(t);
+  for (std::size_t i = 0; i < gd.size(); ++i) {
+    const double g = gd[i], w = wd[i];
+    const bool same = (std::isnan(g) && std::isnan(w)) || g == w ||
+                      (std::isfinite(g) && std::isfinite(w) &&
+                       std::abs(g - w) <= tol + 4 * u * std::max(std::abs(g), std::abs(w)));
+    if (!same) {
+      std::ostringstream os;
+      os.precision(17);
+      os << "element " << index_text(shape, static_cast<std::int64_t>(i)) << ": " << g << " where " << w
+         << " was expected (allowed difference " << tol << ")";
+      return os.str();
+    }
+  }
   return "";
 }
 
@@ -260,13 +291,15 @@ std::string check_vmap(const Program& p, const std::vector<Outcome>& eager, Rng&
     batch_axis = free_axes[static_cast<std::size_t>(rng.uni(0, static_cast<int>(free_axes.size()) - 1))];
   // In chunks, a sharded batch runs the function on each device's block (a
   // shard_map over the batch axis): it may then make no array laid out over
-  // the mesh and call no shard_map (both raise, saying so). Programs with
-  // such steps run their chunks over an unsharded batch.
+  // the mesh, name no mesh axis and call no shard_map (all raise, saying
+  // so). Programs with such steps run their chunks over an unsharded batch.
   bool global_steps = false;
-  for (std::size_t i = 0; i < p.steps.size(); ++i)
-    if (eager[i].value && ((p.steps[i].args.empty() && !holds_data(p.steps[i])) ||
-                           p.steps[i].op.rfind("shard_map", 0) == 0))
-      global_steps = true;
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    if (!eager[i].value || holds_data(p.steps[i])) continue;
+    const std::string& t = p.steps[i].text;
+    global_steps = global_steps || p.steps[i].args.empty() || t.find("shard_map(") != std::string::npos;
+    for (const auto& a : p.mesh.axis_names()) global_steps = global_steps || t.find("'" + a + "'") != std::string::npos;
+  }
   std::vector<Array> args, chunk_args;
   std::vector<int> axes;
   std::vector<std::vector<Bytes>> examples(inputs.size());
@@ -328,6 +361,10 @@ std::string check_vmap(const Program& p, const std::vector<Outcome>& eager, Rng&
     batched = detail::vmap_call(args, axes, VmapOptions{}, fn, "vmap").outs;
     for (Array& a : batched) a.block_until_ready();
   } catch (const std::exception& e) {
+    if (unsupported_batching(e)) {
+      ++stats.vmap_unsupported;
+      return "";
+    }
     return error_text(what.c_str(), e);
   }
   ++stats.vmap;
@@ -345,9 +382,13 @@ std::string check_vmap(const Program& p, const std::vector<Outcome>& eager, Rng&
     const Bytes gb = host_bytes(batched[k]);
     if (std::string e = check_shards(batched[k], gb); !e.empty()) return what + ": " + e;
     const std::size_t n = gb.size() / kBatch;
+    // Bitwise where the arithmetic does not depend on the layout (err 0);
+    // a float sum the batched op partitions otherwise may round otherwise,
+    // within twice the step's bound (each side is within it of the exact).
+    const double tol = 2 * p.steps[static_cast<std::size_t>(step)].err;
     for (int b = 0; b < kBatch; ++b) {
       const Bytes slice(gb.begin() + static_cast<std::ptrdiff_t>(b * n), gb.begin() + static_cast<std::ptrdiff_t>((b + 1) * n));
-      if (std::string e = bitwise(slice, host_bytes(loop[static_cast<std::size_t>(b)][k]), one.dtype(), one.shape());
+      if (std::string e = close(slice, host_bytes(loop[static_cast<std::size_t>(b)][k]), one.dtype(), one.shape(), tol);
           !e.empty())
         return what + ", example " + std::to_string(b) + " against the eager program on it: " + e;
     }
@@ -375,7 +416,8 @@ std::string check_vmap(const Program& p, const std::vector<Outcome>& eager, Rng&
              dtype_name(batched[k].dtype()) + shape_str(batched[k].shape());
     const Bytes cb = host_bytes(parts[k]);
     if (std::string e = check_shards(parts[k], cb); !e.empty()) return cwhat + ": " + e;
-    if (std::string e = bitwise(cb, batched_bytes[k], parts[k].dtype(), parts[k].shape()); !e.empty())
+    const double tol = 2 * p.steps[static_cast<std::size_t>(step)].err;
+    if (std::string e = close(cb, batched_bytes[k], parts[k].dtype(), parts[k].shape(), tol); !e.empty())
       return cwhat + " against unchunked: " + e;
   }
   step = -1;
@@ -602,8 +644,7 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
 }  // namespace
 
 std::string check_transforms(const Program& p, const std::vector<Outcome>& eager, const Values& ev, int& step,
-                             std::string& which, TransformStats& stats) {
-  Rng rng{std::mt19937_64(p.seed * 0x9E3779B97F4A7C15ull + 0x7f4a7c15ull)};
+                             std::string& which, TransformStats& stats, const std::string& only) {
   step = -1;
   struct Check {
     const char* name;
@@ -617,9 +658,13 @@ std::string check_transforms(const Program& p, const std::vector<Outcome>& eager
   };
   for (const Check& c : checks) {
     which = c.name;
+    // Each check draws from its own generator, so that what one draws does
+    // not depend on which others ran.
+    Rng rng{std::mt19937_64(p.seed * 0x9E3779B97F4A7C15ull + 0x7f4a7c15ull * static_cast<std::uint64_t>(&c - checks + 1))};
+    const bool selected = only.empty() || ("," + only + ",").find("," + which + ",") != std::string::npos;
     std::string why;
     try {
-      why = c.fn(p, eager, ev, rng, step, stats);
+      if (selected) why = c.fn(p, eager, ev, rng, step, stats);
     } catch (const std::exception& e) {
       why = error_text("the check itself", e);
     }

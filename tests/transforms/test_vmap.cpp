@@ -532,3 +532,26 @@ TEST(Vmap, CollectivesInShardMapBodies) {
     }
   }
 }
+
+// An op batched by the fallback rule (one application per example) over no
+// examples: a device's block of a batch sharded unevenly in a chunked vmap
+// (3 examples over 4 devices), or an empty batch. The results are empty
+// along the batch with the types one example gives, and the chunked vmap
+// equals the loop.
+TEST(Vmap, FallbackRuleOverNoExamples) {
+  const ts::Mesh mesh(ts::testing::first_devices(4), {4}, {"x"});
+  const auto k = ts::device_put(std::vector<double>{0.5, -1, 2, 0.25}, {2, 2}, ts::NamedSharding(mesh, ts::P()));
+  auto f = [&](ts::Array x) { return ts::convolve2d(x, k); };
+  const auto empty = ts::zeros({0, 3, 5}, ts::DType::f64, ts::NamedSharding(mesh, ts::P()));
+  const auto none_out = ts::vmap(f)(empty);
+  EXPECT_EQ(none_out.shape(), (ts::Shape{0, 3, 5}));
+  EXPECT_EQ(none_out.dtype(), ts::DType::f64);
+  const auto xs = ts::device_put(iota_data<double>(3 * 3 * 5), {3, 3, 5}, ts::NamedSharding(mesh, ts::P("x")));
+  const auto got = ts::vmap(f, {.chunk_size = 1})(xs).to_vector<double>();
+  std::vector<double> want;
+  for (std::int64_t b = 0; b < 3; ++b) {
+    const auto one = ts::convolve2d(ts::squeeze(ts::slice(xs, {ts::SliceSpec{b, b + 1, 1}}), {0}), k).to_vector<double>();
+    want.insert(want.end(), one.begin(), one.end());
+  }
+  EXPECT_EQ(got, want);
+}
