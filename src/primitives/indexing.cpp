@@ -284,7 +284,21 @@ std::string out_spec_param(const std::optional<PartitionSpec>& spec) {
 // ids wrapped once when `wrap_negative`), since the scatter dropped those
 // updates (scatter_rows). take() alone would wrap or raise instead: it
 // reads a clipped id, and the dropped rows are zeroed.
-Array kept_rows(const Array& ct, const Array& ids, std::int64_t n, bool wrap_negative) {
+Array kept_rows(const Array& ct_in, const Array& ids_in, std::int64_t n, bool wrap_negative) {
+  // The gather reads any row from anywhere: ct whole along its rows, and
+  // the (1-d) ids on every device, so that no mesh axis (Explicit ones
+  // included) shards both.
+  std::vector<PartitionSpec::Entry> rows_whole = ct_in.sharding().spec().entries();
+  rows_whole.resize(static_cast<std::size_t>(ct_in.ndim()), none);
+  rows_whole[0] = none;
+  const Array ct = reshard(ct_in, PartitionSpec(rows_whole, ct_in.sharding().spec().unreduced()));
+  const Array ids = reshard(ids_in, PartitionSpec());
+  if (n == 0) {
+    // Every row was dropped.
+    Shape s = ct.shape();
+    s[0] = ids.shape()[0];
+    return zeros(s, ct.dtype(), NamedSharding(ct.sharding().mesh(), PartitionSpec()));
+  }
   Array id = ids;
   if (wrap_negative) id = where(equal(clip(ids, Scalar(0), std::nullopt), ids), ids, ids + Scalar(n));
   const Array safe = clip(id, Scalar(0), Scalar(std::max<std::int64_t>(n - 1, 0)));

@@ -193,6 +193,12 @@ class DotGeneral final : public Primitive {
       v.insert(v.end(), b.begin(), b.end());
       return v;
     };
+    // The cotangent is laid out as this operand (its kept dims): without
+    // it, the product's layout could shard two dims over one axis (the
+    // result's and the other operand's free dims) and raise.
+    std::vector<PartitionSpec::Entry> kept_spec;
+    for (int d : kept) kept_spec.push_back(me_t.sharding.spec()[d]);
+    const std::optional<PartitionSpec> out_spec = PartitionSpec(kept_spec);
     bool identity = false, swapped_identity = false;
     t.out_perm = perm_for(cat(rl, rr), identity);
     const std::vector<int> swapped_perm = perm_for(cat(rr, rl), swapped_identity);
@@ -203,10 +209,10 @@ class DotGeneral final : public Primitive {
       cpu::Contraction u;
       u.lhs = t.rhs;
       u.rhs = t.lhs;
-      r = bind1(std::make_shared<DotGeneral>("dot_general", std::move(u), t_, std::nullopt), {other, ct});
+      r = bind1(std::make_shared<DotGeneral>("dot_general", std::move(u), t_, out_spec), {other, ct});
     } else {
       if (identity) t.out_perm.clear();
-      r = bind1(std::make_shared<DotGeneral>("dot_general", std::move(t), t_, std::nullopt), {ct, other});
+      r = bind1(std::make_shared<DotGeneral>("dot_general", std::move(t), t_, out_spec), {ct, other});
     }
     if (!me.summed.empty()) {
       Shape s = me_t.shape;

@@ -114,7 +114,12 @@ class Reduce final : public Primitive {
     to = {Array()};
     if (!t[0].valid() || !has_tangent(y.dtype())) return {y};
     const Array& x = p[0];
-    const Array yk = keepdims_ ? y : expanded(y);
+    // y (with out_sharding, say) may be laid out unlike x: the rule meets
+    // them elementwise, so yk takes x's layout on the kept dims.
+    std::vector<PartitionSpec::Entry> e = x.sharding().spec().entries();
+    e.resize(static_cast<size_t>(x.ndim()), none);
+    for (int a : axes_) e[static_cast<size_t>(a)] = none;
+    const Array yk = reshard(keepdims_ ? y : expanded(y), PartitionSpec(e));
     if (op_ == ReduceOp::Prod) {
       to[0] = sum(t[0] * (yk / x), axes_, {keepdims_}, {});
     } else if (op_ == ReduceOp::Max || op_ == ReduceOp::Min) {

@@ -352,7 +352,9 @@ class Reshape final : public Primitive {
   }
   std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
                                const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
-    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {}, {}) : Array()};
+    // Laid out as the operand: the cotangent's own layout may not survive
+    // the reshape back (a sharded dim split or merged unevenly).
+    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {.out_sharding = types[0].sharding.spec()}, {}) : Array()};
   }
   bool lowers_itself() const override { return true; }
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {

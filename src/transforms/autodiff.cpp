@@ -38,6 +38,12 @@ struct Dual {
   Array primal, tangent;
 };
 
+// `t` laid out as `s` (a no-op when it is already, or is empty).
+Array like(const Array& t, const NamedSharding& s) {
+  if (!t.valid() || t.sharding() == s) return t;
+  return reshard(t, s);
+}
+
 class JvpTrace final : public Trace {
  public:
   Array wrap(Array primal, Array tangent) {
@@ -65,7 +71,12 @@ class JvpTrace final : public Trace {
         primals.push_back(std::move(d.primal));
         tangents.push_back(std::move(d.tangent));
       }
+      // A tangent has its primal's type, layout included (as in JAX): a
+      // rule then combines values laid out alike, and a tangent made by a
+      // rule in another layout (a broadcast, a contraction) is brought back.
+      for (size_t k = 0; k < primals.size(); ++k) tangents[k] = like(tangents[k], primals[k].sharding());
       out = prim->jvp(primals, tangents, t_out);
+      for (size_t r = 0; r < t_out.size() && r < out.size(); ++r) t_out[r] = like(t_out[r], out[r].sharding());
     }
     t_out.resize(out.size());
     for (size_t r = 0; r < out.size(); ++r) out[r] = wrap(std::move(out[r]), std::move(t_out[r]));
@@ -124,8 +135,12 @@ class LinearTrace final : public Trace {
   std::vector<Array> transpose(const std::vector<int>& inputs, const std::vector<int>& outputs,
                                const std::vector<Array>& cts) const {
     std::vector<Array> ct(values.size());
+    // Every cotangent is laid out as its value (as in JAX): contributions
+    // from rules that produce another layout are brought to it before they
+    // are summed, and each rule sees its results' cotangents in their layout.
     for (size_t k = 0; k < outputs.size(); ++k)
-      if (outputs[k] >= 0 && cts[k].valid()) ct[outputs[k]] = add_tangents(ct[outputs[k]], cts[k]);
+      if (outputs[k] >= 0 && cts[k].valid())
+        ct[outputs[k]] = add_tangents(ct[outputs[k]], like(cts[k], values[static_cast<size_t>(outputs[k])].sharding));
     for (size_t i = eqns.size(); i-- > 0;) {
       const LinearEqn& e = eqns[i];
       std::vector<Array> c;
@@ -146,7 +161,7 @@ class LinearTrace final : public Trace {
           throw Error(msg(std::string(e.prim->name()).c_str(),
                           "internal: the transpose rule gave a cotangent of shape " + shape_str(g.shape()) +
                               " for an operand of shape " + shape_str(e.types[k].shape)));
-        ct[e.in[k]] = add_tangents(ct[e.in[k]], g);
+        ct[e.in[k]] = add_tangents(ct[e.in[k]], like(g, e.types[k].sharding));
       }
     }
     std::vector<Array> out;

@@ -519,11 +519,11 @@ class ShardMapPrim final : public Primitive {
     infer(types);  // the results' types (expands a single out spec)
     std::vector<Array> args(in.begin(), in.begin() + static_cast<long>(n));
     for (size_t k = 0; k < types_.size(); ++k) {
+      const PartitionSpec& os = out_specs_.size() == 1 ? out_specs_[0] : out_specs_[k];
       if (k < ct.size() && ct[k].valid()) {
         args.push_back(ct[k]);
         continue;
       }
-      const PartitionSpec& os = out_specs_.size() == 1 ? out_specs_[0] : out_specs_[k];
       args.push_back(zeros(types_[k].shape, types_[k].dtype,
                            resolve_spec(mesh_, os, static_cast<int>(types_[k].shape.size()), "shard_map"), {}));
     }
@@ -531,11 +531,34 @@ class ShardMapPrim final : public Primitive {
     std::vector<PartitionSpec> ins = primal_specs;
     for (size_t k = 0; k < types_.size(); ++k) ins.push_back(out_specs_.size() == 1 ? out_specs_[0] : out_specs_[k]);
     ShardMapBody primal = *primal_;
-    ShardMapBody backward = [primal, n](const std::vector<Array>& local) {
+    // Without check_vma, an output the body computed varying over an axis
+    // its spec leaves out is taken as replicated there: every replica's body
+    // gets its cotangent, and the cotangents of inputs that became varying
+    // over that axis are summed over it. As in JAX, each replica gets its
+    // share, 1/size per such axis (exact when the replicas agree, as the
+    // output spec claims). Under check_vma no output varies over such axes.
+    std::vector<std::vector<std::pair<std::string, int>>> shared(types_.size());
+    if (!opt_.check_vma)
+      for (size_t k = 0; k < types_.size(); ++k) {
+        const PartitionSpec& os = out_specs_.size() == 1 ? out_specs_[0] : out_specs_[k];
+        const std::set<std::string> named = named_axes(os, static_cast<int>(types_[k].shape.size()));
+        for (const auto& a : mesh_.axis_names())
+          if (!named.count(a) && mesh_.axis_size(a) > 1) shared[k].emplace_back(a, mesh_.axis_size(a));
+      }
+    ShardMapBody backward = [primal, n, shared](const std::vector<Array>& local) {
       TraceFn fn = [&](const std::vector<Array>& a, std::any&) { return primal(a); };
       Pullback back;
-      vjp_call(fn, std::vector<Array>(local.begin(), local.begin() + static_cast<long>(n)), back);
-      return back(std::vector<Array>(local.begin() + static_cast<long>(n), local.end()));
+      const JitResult res = vjp_call(fn, std::vector<Array>(local.begin(), local.begin() + static_cast<long>(n)), back);
+      std::vector<Array> cts(local.begin() + static_cast<long>(n), local.end());
+      for (size_t k = 0; k < cts.size() && k < res.outs.size() && k < shared.size(); ++k) {
+        if (shared[k].empty() || !cts[k].valid() || !has_tangent(cts[k].dtype())) continue;
+        const std::vector<std::string> vma = vma_of(*t_ctx, res.outs[k]);
+        double share = 1;
+        for (const auto& [a, size] : shared[k])
+          if (std::find(vma.begin(), vma.end(), a) != vma.end()) share *= size;
+        if (share != 1) cts[k] = cts[k] * (1.0 / share);
+      }
+      return back(cts);
     };
     std::vector<Array> cts = shard_map_call(backward, mesh_, ins, primal_specs, opt_, args, loc_);
     std::vector<Array> r(in_specs_.size());
