@@ -27,9 +27,11 @@ Array batch_first(const Array& x, int bdim, std::int64_t size) {
 Array batch_first_aligned(const Array& x, int bdim, int rank) {
   Array y = move_dim(x, bdim, 0);
   if (y.ndim() - 1 >= rank) return y;
-  Shape s = y.shape();
-  s.insert(s.begin() + 1, static_cast<size_t>(rank - (y.ndim() - 1)), 1);
-  return reshape(y, s, {}, {});
+  // expand_dims, not reshape: the new dims are unsharded and every old dim
+  // keeps its own layout (a reshape may move a sharded size-1 dim's axes
+  // onto a new one, which then meets the unbatched operands' dims wrongly).
+  for (int k = y.ndim() - 1; k < rank; ++k) y = expand_dims(y, 1, {});
+  return y;
 }
 
 bool has_tangent(DType dtype) { return dtype == DType::f32 || dtype == DType::f64; }

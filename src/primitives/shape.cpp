@@ -585,7 +585,12 @@ class SliceOp final : public AffineOp {
         w[d + 1] = {0, step - 1};
         e = pad(e, w, 0, {});
         sh[d] = sd.size * step;
-        c = reshape(e, sh, {}, {});
+        // Dim d whole: merging it with the padding's dim keeps no layout of
+        // d that splits it unevenly (the other dims keep theirs).
+        std::vector<PartitionSpec::Entry> keep_spec = c.sharding().spec().entries();
+        keep_spec.resize(static_cast<size_t>(r), none);
+        keep_spec[static_cast<size_t>(d)] = none;
+        c = reshape(e, sh, {.out_sharding = PartitionSpec(keep_spec)}, {});
         std::vector<SliceSpec> keep(static_cast<size_t>(r));
         keep[d] = SliceSpec{0, (sd.size - 1) * step + 1, 1};
         c = slice(c, keep, {});

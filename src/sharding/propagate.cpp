@@ -164,13 +164,41 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
     for (size_t d = 0; d < rule.results.front().size(); ++d)
       add(rule.results.front()[d], (*want)[static_cast<int>(d)].axes());
   }
-  if (is_explicit && !natural_ok && !want) throw ShardingError(prim.conflict_message(in));
+  // Operands that disagree only on Auto axes (on a mesh that also has
+  // Explicit ones) are the cost search's to reconcile, as on an all-Auto
+  // mesh; the Explicit axes stay where the user put them: every candidate
+  // of a factor must carry the same Explicit axes, and each factor may
+  // keep just those. A disagreement on an Explicit axis raises.
+  bool auto_conflict = false;
+  std::vector<AxisList> explicit_of(nf);
+  if (is_explicit && !natural_ok && !want) {
+    auto explicit_part = [&](const AxisList& a) {
+      AxisList r;
+      for (const auto& x : a)
+        if (mesh.axis_types()[mesh.axis_index(x)] == AxisType::Explicit) r.push_back(x);
+      return r;
+    };
+    bool ok = true;
+    std::set<std::string> used;
+    for (int f = 0; f < nf && ok; ++f) {
+      if (cand[f].empty()) continue;
+      explicit_of[f] = explicit_part(cand[f][0]);
+      for (const auto& c : cand[f]) ok = ok && explicit_part(c) == explicit_of[f];
+      for (const auto& a : explicit_of[f]) ok = ok && used.insert(a).second;
+    }
+    if (!ok) throw ShardingError(prim.conflict_message(in));
+    auto_conflict = true;
+  }
 
   std::vector<std::vector<AxisList>> choices(nf);
   std::size_t combos = 1;
   for (int f = 0; f < nf; ++f) {
     choices[f] = cand[f];
-    if (natural_ok && prim.keeps_operand_layouts()) {
+    if (auto_conflict) {
+      // The candidates (all with the factor's Explicit axes), or those alone.
+      if (std::find(choices[f].begin(), choices[f].end(), explicit_of[f]) == choices[f].end())
+        choices[f].push_back(explicit_of[f]);
+    } else if (natural_ok && prim.keeps_operand_layouts()) {
       // Operands stay where they lie; only the way to out_spec is priced.
       choices[f] = {natural[f]};
     } else if (is_explicit && natural_ok && !want) {

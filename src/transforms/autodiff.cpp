@@ -74,6 +74,18 @@ class JvpTrace final : public Trace {
       // A tangent has its primal's type, layout included (as in JAX): a
       // rule then combines values laid out alike, and a tangent made by a
       // rule in another layout (a broadcast, a contraction) is brought back.
+      // The rule meets primals and tangents elementwise: all are first
+      // laid out as the op's kernel would see them (the partition it would
+      // run with), so that operands an op reconciles itself (by its
+      // out_sharding, say) do not meet in their own layouts.
+      {
+        const auto in = abstract_of(primals);
+        const Partition part = partition(*prim, in, prim->infer(in));
+        for (size_t k = 0; k < primals.size() && k < part.operands.size(); ++k) {
+          primals[k] = like(primals[k], part.operands[k]);
+          tangents[k] = like(tangents[k], part.operands[k]);
+        }
+      }
       for (size_t k = 0; k < primals.size(); ++k) tangents[k] = like(tangents[k], primals[k].sharding());
       out = prim->jvp(primals, tangents, t_out);
       for (size_t r = 0; r < t_out.size() && r < out.size(); ++r) t_out[r] = like(t_out[r], out[r].sharding());
