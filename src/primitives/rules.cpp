@@ -55,7 +55,7 @@ Array unbroadcast(const Array& ct, const AbstractArray& to) {
   for (int d = 0; d < r.ndim(); ++d)
     if (d < lead || (to.shape[d - lead] == 1 && r.shape()[d] != 1)) axes.push_back(d);
   if (!axes.empty()) r = sum(r, axes, {}, {});
-  if (r.shape() != to.shape) r = reshape(r, to.shape, {}, {});
+  if (r.shape() != to.shape) r = reshape(r, to.shape, {.out_sharding = to.sharding.spec()}, {});
   if (r.dtype() != to.dtype) r = astype(r, to.dtype, {});
   return r;
 }

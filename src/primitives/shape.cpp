@@ -351,7 +351,8 @@ class ExpandDims final : public Primitive {
   }
   std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
                                const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
-    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {}, {}) : Array()};
+    // Laid out as the operand (a reshape may not keep ct's own layout).
+    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {.out_sharding = types[0].sharding.spec()}, {}) : Array()};
   }
 
  private:
@@ -441,7 +442,8 @@ class Squeeze final : public AffineOp {
   }
   std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
                                const std::vector<AbstractArray>& types, const std::vector<bool>&) const override {
-    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {}, {}) : Array()};
+    // Laid out as the operand (a reshape may not keep ct's own layout).
+    return {ct[0].valid() ? reshape(ct[0], types[0].shape, {.out_sharding = types[0].sharding.spec()}, {}) : Array()};
   }
   std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {

@@ -511,27 +511,6 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
   // Central differences, for f64 results reached from the inputs through
   // f64 values only (an f32 value on the way rounds the step h away).
   if (fd) {
-    // not_compared: an f32 value on the way, or a tie convention.
-    std::vector<char> depends(p.steps.size(), 0), not_compared(p.steps.size(), 0);
-    for (std::size_t k = 0; k < inputs.size(); ++k)
-      depends[static_cast<std::size_t>(inputs[k])] = primals[k].dtype() == DType::f64;
-    for (int i : outs) {
-      const std::size_t u = static_cast<std::size_t>(i);
-      for (int a : p.steps[u].args) {
-        depends[u] |= depends[static_cast<std::size_t>(a)];
-        not_compared[u] |= not_compared[static_cast<std::size_t>(a)];
-      }
-      if (depends[u] && eager[u].value->dtype() == DType::f32) not_compared[u] = 1;
-      // clip(x, c, c) is constant, but its derivative at x == c is JAX's
-      // tie convention for minimum(maximum(x, c), c), 1/4: not compared.
-      const std::string& t = p.steps[u].text;
-      if (p.steps[u].op == "clip") {
-        const std::size_t a = t.find(", "), b = t.find(", ", a + 2);
-        if (a != std::string::npos && b != std::string::npos &&
-            t.substr(a + 2, b - a - 2) == t.substr(b + 2, t.size() - b - 3))
-          not_compared[u] = 1;
-      }
-    }
     const double h = std::ldexp(1.0, -20);
     auto at = [&](double step) {
       std::vector<Array> in;
@@ -547,6 +526,40 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
       fm2 = at(-2 * h);
     } catch (const Error&) {
       fp.clear();  // a shifted input is out of an op's domain
+    }
+    // not_compared: an f32 value on the way; a tie convention; or a value
+    // that is not float (a comparison, an all(), an index) and changed
+    // under the shift: the program took another branch near x, so the
+    // function jumps there even where the branches happen to agree.
+    std::vector<char> depends(p.steps.size(), 0), not_compared(p.steps.size(), 0);
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      depends[static_cast<std::size_t>(inputs[k])] = primals[k].dtype() == DType::f64;
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+      const std::size_t u = static_cast<std::size_t>(outs[k]);
+      for (int a : p.steps[u].args) {
+        depends[u] |= depends[static_cast<std::size_t>(a)];
+        not_compared[u] |= not_compared[static_cast<std::size_t>(a)];
+      }
+      if (depends[u] && eager[u].value->dtype() == DType::f32) not_compared[u] = 1;
+      if (depends[u] && !is_float(eager[u].value->dtype()) && !fp.empty()) {
+        const Bytes b0 = host_bytes(r.outs[k]);
+        for (const auto* f : {&fp, &fm, &fp2, &fm2})
+          if (host_bytes((*f)[k]) != b0) not_compared[u] = 1;
+      }
+      // Rounding is the identity on floats of 2^52 and more (all integers),
+      // though its derivative is 0 by definition: not compared there.
+      if ((p.steps[u].op == "floor" || p.steps[u].op == "ceil" || p.steps[u].op == "round") &&
+          p.steps[u].maxabs >= std::ldexp(1.0, 52))
+        not_compared[u] = 1;
+      // clip(x, c, c) is constant, but its derivative at x == c is JAX's
+      // tie convention for minimum(maximum(x, c), c), 1/4: not compared.
+      const std::string& t = p.steps[u].text;
+      if (p.steps[u].op == "clip") {
+        const std::size_t a = t.find(", "), b = t.find(", ", a + 2);
+        if (a != std::string::npos && b != std::string::npos &&
+            t.substr(a + 2, b - a - 2) == t.substr(b + 2, t.size() - b - 3))
+          not_compared[u] = 1;
+      }
     }
     if (fp.empty()) ++stats.fd_skipped_programs;
     for (std::size_t k = 0; k < outs.size() && !fp.empty(); ++k) {
