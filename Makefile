@@ -40,8 +40,9 @@ bench: build
 	@bash bench/mpi/run.sh $(BUILD)
 
 # Random sharded programs, each compared with the same program on one device
-# (tests/fuzz). Prints the seed and listing of any failure and exits non-zero;
-# `tessera_fuzz --seed S --verbose` replays one.
+# and run under jit, vmap, chunked vmap, jvp and vjp (tests/fuzz). Prints the
+# seed and listing of any failure and exits non-zero; `tessera_fuzz --seed S
+# --verbose` replays one.
 fuzz: configure
 	@cmake --build --preset $(PRESET) -j $(JOBS) --target tessera_fuzz
 	@TESSERA_NUM_CPU_DEVICES=8 $(BUILD)/tests/tessera_fuzz --seeds $(SEEDS) --start $(START)
