@@ -169,21 +169,26 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
   // mesh; the Explicit axes stay where the user put them: every candidate
   // of a factor must carry the same Explicit axes, and each factor may
   // keep just those. A disagreement on an Explicit axis raises.
+  // (An operand dim with no Explicit axis makes no claim: one side's
+  // Explicit axes on a contracting dim are accepted, as on its own.)
   bool auto_conflict = false;
   std::vector<AxisList> explicit_of(nf);
+  auto explicit_part = [&](const AxisList& a) {
+    AxisList r;
+    for (const auto& x : a)
+      if (mesh.axis_types()[mesh.axis_index(x)] == AxisType::Explicit) r.push_back(x);
+    return r;
+  };
   if (is_explicit && !natural_ok && !want) {
-    auto explicit_part = [&](const AxisList& a) {
-      AxisList r;
-      for (const auto& x : a)
-        if (mesh.axis_types()[mesh.axis_index(x)] == AxisType::Explicit) r.push_back(x);
-      return r;
-    };
     bool ok = true;
     std::set<std::string> used;
     for (int f = 0; f < nf && ok; ++f) {
-      if (cand[f].empty()) continue;
-      explicit_of[f] = explicit_part(cand[f][0]);
-      for (const auto& c : cand[f]) ok = ok && explicit_part(c) == explicit_of[f];
+      for (const auto& c : cand[f]) {
+        const AxisList e = explicit_part(c);
+        if (e.empty()) continue;
+        if (explicit_of[f].empty()) explicit_of[f] = e;
+        ok = ok && e == explicit_of[f];
+      }
       for (const auto& a : explicit_of[f]) ok = ok && used.insert(a).second;
     }
     if (!ok) throw ShardingError(prim.conflict_message(in));
@@ -195,7 +200,10 @@ Partition partition(const Primitive& prim, std::span<const AbstractArray> in, co
   for (int f = 0; f < nf; ++f) {
     choices[f] = cand[f];
     if (auto_conflict) {
-      // The candidates (all with the factor's Explicit axes), or those alone.
+      // The candidates with the factor's Explicit axes, or those alone.
+      choices[f].clear();
+      for (const auto& c : cand[f])
+        if (explicit_part(c) == explicit_of[f]) choices[f].push_back(c);
       if (std::find(choices[f].begin(), choices[f].end(), explicit_of[f]) == choices[f].end())
         choices[f].push_back(explicit_of[f]);
     } else if (natural_ok && prim.keeps_operand_layouts()) {

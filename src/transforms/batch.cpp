@@ -199,6 +199,10 @@ JitResult chunked(const std::vector<Array>& args, const std::vector<int>& axes, 
       continue;
     }
     const int to = normalize(oa, parts[k].front().ndim(), name, "out_axes entry for result " + std::to_string(k));
+    // A chunk's layout may depend on its size (Explicit axes on a short last
+    // chunk, say): every chunk takes the first's before they are joined.
+    for (Array& part : parts[k])
+      if (!(part.sharding() == parts[k].front().sharding())) part = reshard(part, parts[k].front().sharding());
     outs.push_back(parts[k].size() == 1 ? parts[k].front() : concatenate(parts[k], to, {}));
   }
   return {std::move(outs), std::move(tree)};
