@@ -524,7 +524,8 @@ int main(int argc, char** argv) {
                 "batched yet), chunked vmap %ld, "
                 "jvp %ld (%ld programs with an op documented as not differentiable), vjp dot-product %ld (%ld skipped: "
                 "not finite); central differences on %ld elements "
-                "(%ld at kinks or not finite, %ld programs out of domain)\n",
+                "(%ld skipped: at kinks or jumps, flat within rounding, or not finite; %ld programs out of "
+                "domain)\n",
                 t.jit, t.vmap, t.vmap_skipped, t.vmap_unsupported, t.chunked, t.jvp, t.ad_unsupported, t.vjp, t.vjp_skipped, t.fd_checked, t.fd_skipped,
                 t.fd_skipped_programs);
   }
