@@ -526,8 +526,8 @@ int main(int argc, char** argv) {
                 "not finite); central differences on %ld elements "
                 "(%ld skipped: at kinks or jumps, flat within rounding, or not finite; %ld programs out of "
                 "domain)\n",
-                t.jit, t.vmap, t.vmap_skipped, t.vmap_unsupported, t.chunked, t.jvp, t.ad_unsupported, t.vjp, t.vjp_skipped, t.fd_checked, t.fd_skipped,
-                t.fd_skipped_programs);
+                t.jit, t.vmap, t.vmap_skipped, t.vmap_unsupported, t.chunked, t.jvp, t.ad_unsupported, t.vjp,
+                t.vjp_skipped, t.fd_checked, t.fd_skipped, t.fd_skipped_programs);
   }
   if (!opt.one) {
     std::vector<OpCount> ops(g->ops, g->ops + g->nops);
