@@ -204,7 +204,7 @@ Array device_put(const Array& array, const NamedSharding& sharding) {
   // function runs on one set of devices).
   if (const ArrayImpl& a = *array.impl(); a.trace)
     throw ShardingError("[device_put] cannot move " + typeof(array) + ", a value traced by " + a.traced_by +
-                        ", to another mesh (" + sharding.str() + ") inside the transformed function; move it "
+                        ", to another mesh (" + sharding.str() + ") inside the transformed function; move it " +
                         "before calling the " + a.traced_by + "-transformed function, or after");
   // Different meshes (possibly different devices): go through the host,
   // gathering from every process when this one does not hold it all.

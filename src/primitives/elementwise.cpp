@@ -147,7 +147,9 @@ class Binary final : public Elementwise {
       case B::Mul: t_out[0] = add_tangents(scaled(da, b), scaled(db, a)); break;
       // a / b and a ** b again rather than y: y may be laid out by the op's
       // out_sharding, unlike a and b, which it would meet here.
-      case B::Div: t_out[0] = add_tangents(scaled(da, 1.0 / b), scaled(db, -(a / b) / b)); break;
+      case B::Div:
+        t_out[0] = add_tangents(scaled(da, 1.0 / b), scaled(db, -(a / b) / b));
+        break;
       case B::Pow:
         t_out[0] = add_tangents(scaled(da, b * pow(a, b - 1.0)),
                                 scaled(db, where(a == 0.0, 0.0, pow(a, b) * log(where(a == 0.0, 1.0, a)))));

@@ -352,7 +352,8 @@ class ScatterAdd final : public Global {
     return {y};
   }
   std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override {
+                               const std::vector<AbstractArray>& types,
+                               const std::vector<bool>& linear) const override {
     std::vector<Array> r(3);
     if (!ct[0].valid()) return r;
     if (linear[0]) r[0] = ct[0];

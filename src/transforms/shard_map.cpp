@@ -32,10 +32,10 @@
 #include "comm/member.hpp"
 #include "comm/process.hpp"
 #include "ops/common.hpp"
-#include "runtime/timeline.hpp"
-#include "sharding/propagate.hpp"
-#include "sharding/check.hpp"
 #include "primitives/rules.hpp"
+#include "runtime/timeline.hpp"
+#include "sharding/check.hpp"
+#include "sharding/propagate.hpp"
 #include "tessera/autodiff.hpp"
 #include "transforms/spmd.hpp"
 #include "transforms/trace.hpp"
@@ -238,8 +238,10 @@ class ManualTrace final : public Trace {
       if (!(r.mesh() == c_.local_mesh) && !(d.size() == 1 && d[0] == c_.local_mesh.devices()[0]))
         throw ShardingError(msg(std::string(prim->name()).c_str(),
                                 "inside a shard_map body (or a chunked vmap over a sharded batch) its result would "
-                                "be laid out as " + r.str() + ", over other devices than the body's own; make it "
-                                "outside and pass it in, or make it without a sharding"));
+                                "be laid out as " +
+                                    r.str() +
+                                    ", over other devices than the body's own; make it "
+                                    "outside and pass it in, or make it without a sharding"));
     }
     std::vector<Array> out = eval_partitioned(*prim, args, types, part);
     if (!axes.empty())
@@ -811,7 +813,8 @@ struct CollSpec {
 };
 
 const char* coll_name(CollSpec::Kind k) {
-  static const char* names[] = {"psum", "pmean", "all_gather", "psum_scatter", "ppermute", "pmax", "pmin", "all_to_all"};
+  static const char* names[] = {"psum",     "pmean", "all_gather", "psum_scatter",
+                                "ppermute", "pmax",  "pmin",       "all_to_all"};
   return names[k];
 }
 
@@ -824,7 +827,8 @@ Array apply_collective(const CollSpec& s, const Array& x) {
     case CollSpec::Permute: return ppermute(x, s.axes, s.perm);
     case CollSpec::Max: return pmax(x, s.axes);
     case CollSpec::Min: return pmin(x, s.axes);
-    case CollSpec::AllToAll: return all_to_all(x, s.axes, s.axis, s.concat, s.tiled);
+    case CollSpec::AllToAll:
+      return all_to_all(x, s.axes, s.axis, s.concat, s.tiled);
   }
   return x;
 }
@@ -865,7 +869,8 @@ class CollectivePrim final : public Primitive {
         const int d = norm(s_.axis, r);
         // block_size takes (length, parts, part); with the last two swapped
         // every tiled psum_scatter of a traced value raised.
-        if (s_.tiled) sh[d] = block_size(sh[d], n, rank);
+        if (s_.tiled)
+          sh[d] = block_size(sh[d], n, rank);
         else sh.erase(sh.begin() + d);
         break;
       }

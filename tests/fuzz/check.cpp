@@ -242,10 +242,18 @@ std::string check_shards(const Array& a, const std::vector<unsigned char>& host)
   for (const Shard& sh : a.addressable_shards()) {
     std::vector<unsigned char> want;
     switch (itemsize(a.dtype())) {
-      case 1: want = block_bytes<std::uint8_t>(host, a.shape(), sh.index); break;
-      case 2: want = block_bytes<std::uint16_t>(host, a.shape(), sh.index); break;
-      case 4: want = block_bytes<std::uint32_t>(host, a.shape(), sh.index); break;
-      default: want = block_bytes<std::uint64_t>(host, a.shape(), sh.index); break;
+      case 1:
+        want = block_bytes<std::uint8_t>(host, a.shape(), sh.index);
+        break;
+      case 2:
+        want = block_bytes<std::uint16_t>(host, a.shape(), sh.index);
+        break;
+      case 4:
+        want = block_bytes<std::uint32_t>(host, a.shape(), sh.index);
+        break;
+      default:
+        want = block_bytes<std::uint64_t>(host, a.shape(), sh.index);
+        break;
     }
     Shape want_shape;
     for (const Slice& s : sh.index) want_shape.push_back(s.size());

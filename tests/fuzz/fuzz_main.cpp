@@ -173,7 +173,8 @@ Options parse(int argc, char** argv) {
       } else if (a == "--max-seconds") o.max_seconds = std::stod(value());
       else if (a == "--verbose" || a == "-v") o.verbose = true;
       else if (a == "--no-fork") o.fork = false;
-      else if (a == "--no-transforms") o.transforms = false;
+      else if (a == "--no-transforms")
+        o.transforms = false;
       else if (a == "--transforms") {
         o.only = value();
         for (std::size_t b = 0, e; b <= o.only.size(); b = e + 1) {
@@ -181,8 +182,8 @@ Options parse(int argc, char** argv) {
           const std::string t = o.only.substr(b, e - b);
           if (t != "jit" && t != "vmap" && t != "autodiff") usage(("unknown transformation '" + t + "'").c_str());
         }
-      }
-      else if (a == "--help" || a == "-h") usage("random sharded programs, compared with one device");
+      } else if (a == "--help" || a == "-h")
+        usage("random sharded programs, compared with one device");
       else usage(("unknown option " + a).c_str());
     } catch (const std::logic_error&) {
       usage(("bad value for " + a).c_str());
@@ -520,14 +521,15 @@ int main(int argc, char** argv) {
               secs > 0 ? static_cast<double>(g->programs) / secs : 0.0, g->nfailed);
   if (opt.transforms && !g_mpi) {
     const fz::TransformStats& t = g->transforms;
-    std::printf("transformations: jit %ld, vmap %ld (%ld skipped: a permuted example raised; %ld with pmax/pmin, not "
-                "batched yet), chunked vmap %ld, "
-                "jvp %ld (%ld programs with an op documented as not differentiable), vjp dot-product %ld (%ld skipped: "
-                "not finite); central differences on %ld elements "
-                "(%ld skipped: at kinks or jumps, flat within rounding, or not finite; %ld programs out of "
-                "domain)\n",
-                t.jit, t.vmap, t.vmap_skipped, t.vmap_unsupported, t.chunked, t.jvp, t.ad_unsupported, t.vjp,
-                t.vjp_skipped, t.fd_checked, t.fd_skipped, t.fd_skipped_programs);
+    std::printf(
+        "transformations: jit %ld, vmap %ld (%ld skipped: a permuted example raised; %ld with pmax/pmin, not "
+        "batched yet), chunked vmap %ld, "
+        "jvp %ld (%ld programs with an op documented as not differentiable), vjp dot-product %ld (%ld skipped: "
+        "not finite); central differences on %ld elements "
+        "(%ld skipped: at kinks or jumps, flat within rounding, or not finite; %ld programs out of "
+        "domain)\n",
+        t.jit, t.vmap, t.vmap_skipped, t.vmap_unsupported, t.chunked, t.jvp, t.ad_unsupported, t.vjp, t.vjp_skipped,
+        t.fd_checked, t.fd_skipped, t.fd_skipped_programs);
   }
   if (!opt.one) {
     std::vector<OpCount> ops(g->ops, g->ops + g->nops);

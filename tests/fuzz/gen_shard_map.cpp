@@ -103,10 +103,10 @@ bool Gen::ppermute_roll() {
   // way round differs from the right one.
   int k = n > 1 ? uni(1, n - 1) : 0;
   if (n > 2 && 2 * k == n) k = coin(0.5) ? 1 : n - 1;
-  const std::string text = "equal(shard_map([](xl) { return ppermute(xl, '" + a + "', shift by " +
-                           std::to_string(k) + "); }, in=" + spec_text(in) + ", out=" + spec_text(in) + ")(" + vn(x) +
-                           "), roll(reshard(" + vn(x) + ", " + spec_text(in) + "), " + std::to_string(k) +
-                           " * len / |" + a + "|, " + std::to_string(d) + "))";
+  const std::string text = "equal(shard_map([](xl) { return ppermute(xl, '" + a + "', shift by " + std::to_string(k) +
+                           "); }, in=" + spec_text(in) + ", out=" + spec_text(in) + ")(" + vn(x) + "), roll(reshard(" +
+                           vn(x) + ", " + spec_text(in) + "), " + std::to_string(k) + " * len / |" + a + "|, " +
+                           std::to_string(d) + "))";
   emit("ppermute.roll", text, {x}, [a, k, d, len, in](const Mesh& m, const Args& args) {
     const Array xs = reshard(args[0], in);  // both sides share one layout (Explicit meshes need that)
     const Array moved = shard_map(

@@ -66,7 +66,8 @@ bool unsupported_derivative(const std::exception& e) {
   const std::string m = e.what();
   return dynamic_cast<const Error*>(&e) != nullptr &&
          (m.find("is not differentiable") != std::string::npos ||
-          m.find("differentiating a tiled all_gather of blocks of unequal sizes is not supported") != std::string::npos ||
+          m.find("differentiating a tiled all_gather of blocks of unequal sizes is not supported") !=
+              std::string::npos ||
           (m.find("differentiating a tiled all_to_all whose split axis") != std::string::npos &&
            m.find("is not supported yet") != std::string::npos) ||
           m.find("reverse-mode differentiation is supported for") != std::string::npos);
@@ -174,9 +175,9 @@ std::string close(const Bytes& got, const Bytes& want, DType t, const Shape& sha
   const double u = unit_roundoff(t);
   for (std::size_t i = 0; i < gd.size(); ++i) {
     const double g = gd[i], w = wd[i];
-    const bool same = (std::isnan(g) && std::isnan(w)) || g == w ||
-                      (std::isfinite(g) && std::isfinite(w) &&
-                       std::abs(g - w) <= tol + 4 * u * std::max(std::abs(g), std::abs(w)));
+    const bool same =
+        (std::isnan(g) && std::isnan(w)) || g == w ||
+        (std::isfinite(g) && std::isfinite(w) && std::abs(g - w) <= tol + 4 * u * std::max(std::abs(g), std::abs(w)));
     if (!same) {
       std::ostringstream os;
       os.precision(17);
@@ -215,7 +216,8 @@ std::string check_jit(const Program& p, const std::vector<Outcome>& eager, const
   if (outs.empty() || inputs.empty()) return "";
   std::vector<Array> in;
   for (int i : inputs) in.push_back(*eager[static_cast<std::size_t>(i)].value);
-  const auto f = jit([&p, &eager, &inputs](const std::vector<Array>& a) { return replay(p, eager, inputs, a, p.mesh); });
+  const auto f =
+      jit([&p, &eager, &inputs](const std::vector<Array>& a) { return replay(p, eager, inputs, a, p.mesh); });
   std::vector<Array> got;
   try {
     got = f(in);
@@ -334,10 +336,11 @@ std::string check_vmap(const Program& p, const std::vector<Outcome>& eager, Rng&
     const PartitionSpec bspec(e, x.sharding().spec().unreduced());
     const Bytes stacked = stack_bytes(examples[j], x.shape(), axis, w);
     args.push_back(device_put_raw(stacked.data(), x.dtype(), bs, NamedSharding(p.mesh, bspec)));
-    chunk_args.push_back(batch_axis && global_steps
-                             ? device_put_raw(stacked.data(), x.dtype(), bs,
-                                              NamedSharding(p.mesh, PartitionSpec(plain, x.sharding().spec().unreduced())))
-                             : args.back());
+    chunk_args.push_back(
+        batch_axis && global_steps
+            ? device_put_raw(stacked.data(), x.dtype(), bs,
+                             NamedSharding(p.mesh, PartitionSpec(plain, x.sharding().spec().unreduced())))
+            : args.back());
     axes.push_back(axis);
     listing += " v" + std::to_string(inputs[j]) + ":" + std::to_string(axis) + "@" + spec_text(bspec);
   }
@@ -393,7 +396,8 @@ std::string check_vmap(const Program& p, const std::vector<Outcome>& eager, Rng&
     // within twice the step's bound (each side is within it of the exact).
     const double tol = 2 * p.steps[static_cast<std::size_t>(step)].err;
     for (int b = 0; b < kBatch; ++b) {
-      const Bytes slice(gb.begin() + static_cast<std::ptrdiff_t>(b * n), gb.begin() + static_cast<std::ptrdiff_t>((b + 1) * n));
+      const Bytes slice(gb.begin() + static_cast<std::ptrdiff_t>(b * n),
+                        gb.begin() + static_cast<std::ptrdiff_t>((b + 1) * n));
       if (std::string e = close(slice, host_bytes(loop[static_cast<std::size_t>(b)][k]), one.dtype(), one.shape(), tol);
           !e.empty())
         return what + ", example " + std::to_string(b) + " against the eager program on it: " + e;
@@ -490,8 +494,8 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
     primals.push_back(x);
     // A perturbation of 2^-20 is lost on values of 1e3 and more (their
     // ulp is comparable): such inputs get a zero tangent when differencing.
-    tangents.push_back(random_like(
-        x, rng, fd && (x.dtype() != DType::f64 || p.steps[static_cast<std::size_t>(i)].maxabs > 1e3)));
+    tangents.push_back(
+        random_like(x, rng, fd && (x.dtype() != DType::f64 || p.steps[static_cast<std::size_t>(i)].maxabs > 1e3)));
   }
   const detail::TraceFn fn = replay_fn(p, eager, inputs);
   std::vector<Array> tout;
@@ -529,8 +533,7 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
     // (JAX's, which split ties) do not enter.
     std::vector<Array> base;
     for (std::size_t k = 0; k < primals.size(); ++k) {
-      const bool moves = primals[k].dtype() == DType::f64 &&
-                         p.steps[static_cast<std::size_t>(inputs[k])].maxabs <= 1e3;
+      const bool moves = primals[k].dtype() == DType::f64 && p.steps[static_cast<std::size_t>(inputs[k])].maxabs <= 1e3;
       base.push_back(moves ? shifted(primals[k], random_like(primals[k], rng, false), std::ldexp(1.0, -10))
                            : primals[k]);
     }
@@ -603,9 +606,9 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
           continue;
         }
         // Rounding of F near x, magnified by 1/h in a difference.
-        const double noise = 64 * unit_roundoff(DType::f64) *
-                             std::max({std::abs(f0[e]), std::abs(f1[e]), std::abs(f2[e]), std::abs(g1[e]),
-                                       std::abs(g2[e])}) / h;
+        const double noise =
+            64 * unit_roundoff(DType::f64) *
+            std::max({std::abs(f0[e]), std::abs(f1[e]), std::abs(f2[e]), std::abs(g1[e]), std::abs(g2[e])}) / h;
         // F must change by more than its rounding over the step: where it
         // does not (log1p(expm1(-40)) is flat in floats, its derivative is
         // 1), central differences cannot judge the tangent.
@@ -629,9 +632,9 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
         if (std::abs(d[e] - c) > 1e-3 * scale + 2 * noise) {
           std::ostringstream os;
           os.precision(17);
-          os << "jvp tangent (at x + 2^-10 w) at element " << index_text(r.outs[k].shape(), static_cast<std::int64_t>(e)) << " is "
-             << d[e] << ", central differences give " << c << " (one-sided: " << fw << ", " << bw << "; h = " << h
-             << ")";
+          os << "jvp tangent (at x + 2^-10 w) at element "
+             << index_text(r.outs[k].shape(), static_cast<std::int64_t>(e)) << " is " << d[e]
+             << ", central differences give " << c << " (one-sided: " << fw << ", " << bw << "; h = " << h << ")";
           return os.str();
         }
       }
@@ -733,7 +736,8 @@ std::string check_transforms(const Program& p, const std::vector<Outcome>& eager
     which = c.name;
     // Each check draws from its own generator, so that what one draws does
     // not depend on which others ran.
-    Rng rng{std::mt19937_64(p.seed * 0x9E3779B97F4A7C15ull + 0x7f4a7c15ull * static_cast<std::uint64_t>(&c - checks + 1))};
+    Rng rng{
+        std::mt19937_64(p.seed * 0x9E3779B97F4A7C15ull + 0x7f4a7c15ull * static_cast<std::uint64_t>(&c - checks + 1))};
     const bool selected = only.empty() || ("," + only + ",").find("," + which + ",") != std::string::npos;
     std::string why;
     try {

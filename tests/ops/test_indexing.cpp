@@ -760,10 +760,10 @@ TEST(ScatterTranspose, DroppedRowsHaveZeroGradient) {
     const auto u = ts::device_put(u0, {k}, ts::NamedSharding(mesh, P("x")));
     const auto base = ts::zeros({n}, ts::DType::f64, ts::NamedSharding(mesh, P()));
 
-    const auto gs = ts::grad([&](ts::Array upd) { return ts::sum(wts * ts::scatter_add(base, ids, upd)); })(u)
-                        .to_vector<double>();
-    const auto gg = ts::grad([&](ts::Array upd) { return ts::sum(wts * ts::segment_sum(upd, ids, n)); })(u)
-                        .to_vector<double>();
+    const auto gs =
+        ts::grad([&](ts::Array upd) { return ts::sum(wts * ts::scatter_add(base, ids, upd)); })(u).to_vector<double>();
+    const auto gg =
+        ts::grad([&](ts::Array upd) { return ts::sum(wts * ts::segment_sum(upd, ids, n)); })(u).to_vector<double>();
     for (std::int64_t i = 0; i < k; ++i) {
       const std::int64_t r = idx[static_cast<std::size_t>(i)];
       const std::int64_t wrapped = r < 0 ? r + n : r;

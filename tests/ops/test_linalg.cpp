@@ -926,10 +926,13 @@ TEST(LinalgExplicit, OneSidedExplicitContractionNextToAutoAxes) {
   std::vector<double> a(14 * 9), b(9 * 14);
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.25 * static_cast<double>(i % 11) - 1;
   for (size_t i = 0; i < b.size(); ++i) b[i] = 0.5 - 0.125 * static_cast<double>(i % 7);
-  const auto A = tessera::device_put(a, {14, 9}, tessera::NamedSharding(mesh, tessera::P(std::vector<std::string>{"z", "y"})));
-  const auto B = tessera::device_put(b, {9, 14}, tessera::NamedSharding(mesh, tessera::P(tessera::none, std::vector<std::string>{"x", "y"})));
+  const auto A =
+      tessera::device_put(a, {14, 9}, tessera::NamedSharding(mesh, tessera::P(std::vector<std::string>{"z", "y"})));
+  const auto B = tessera::device_put(
+      b, {9, 14}, tessera::NamedSharding(mesh, tessera::P(tessera::none, std::vector<std::string>{"x", "y"})));
   // Contract both dims: A's dim 0 (z, y: Auto) with B's dim 1 (x: Explicit, y).
-  const auto got = tessera::dot_general(A, B, {.lhs_contracting = {0, 1}, .rhs_contracting = {1, 0}}).to_vector<double>();
+  const auto got =
+      tessera::dot_general(A, B, {.lhs_contracting = {0, 1}, .rhs_contracting = {1, 0}}).to_vector<double>();
   double want = 0;
   for (int i = 0; i < 14; ++i)
     for (int j = 0; j < 9; ++j) want += a[static_cast<size_t>(i * 9 + j)] * b[static_cast<size_t>(j * 14 + i)];

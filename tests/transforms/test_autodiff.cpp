@@ -112,11 +112,13 @@ FdCount expect_matches_finite_differences(const Fn& f, const ts::Array& x, const
       const double tol = std::abs(c2 - c1) + 100 * eps * fmax / h + 1e-9 * mag;
       ++count.checked;
       if (!(std::abs(jac[k * n + i] - c1) <= tol) && wrong++ == 0)
-        first = "d out[" + std::to_string(k) + "] / d x[" + std::to_string(i) + "] is " + std::to_string(jac[k * n + i]) +
-                ", finite differences give " + std::to_string(c1) + " (tolerance " + std::to_string(tol) + ")";
+        first = "d out[" + std::to_string(k) + "] / d x[" + std::to_string(i) + "] is " +
+                std::to_string(jac[k * n + i]) + ", finite differences give " + std::to_string(c1) + " (tolerance " +
+                std::to_string(tol) + ")";
     }
   }
-  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << count.checked << " checked elements differ; first: " << first;
+  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << count.checked
+                      << " checked elements differ; first: " << first;
   return count;
 }
 
@@ -505,12 +507,14 @@ ts::Array example_of(const ts::Array& x, int axis, std::int64_t i) {
   return ts::squeeze(ts::slice(x, sl), {axis});
 }
 
-void expect_each_near(const ts::Array& got, const std::vector<ts::Array>& per_example, double tol, const std::string& what) {
+void expect_each_near(const ts::Array& got, const std::vector<ts::Array>& per_example, double tol,
+                      const std::string& what) {
   ASSERT_EQ(got.shape()[0], static_cast<std::int64_t>(per_example.size())) << what;
   for (size_t i = 0; i < per_example.size(); ++i) {
     const ts::Array gi = example_of(got, 0, static_cast<std::int64_t>(i));
     ASSERT_EQ(gi.shape(), per_example[i].shape()) << what << " example " << i;
-    expect_near(gi.to_vector<double>(), per_example[i].to_vector<double>(), tol, what + " example " + std::to_string(i));
+    expect_near(gi.to_vector<double>(), per_example[i].to_vector<double>(), tol,
+                what + " example " + std::to_string(i));
   }
 }
 
@@ -549,8 +553,8 @@ TEST(Autodiff, PerExampleGradientsEqualALoopOfGrad) {
     expect_each_near(px, want_x, 1e-13, "vmap(grad) both args, in_axes 1, x" + where);
     // Per-example weights too: the weights batched along their last dim.
     const ts::Array ws = input({6, 4, 13}, ts::NamedSharding(m, ts::P(ts::none, ts::none, batch_axis)), 4);
-    const ts::Array pw2 = ts::vmap([&](ts::Array wi, ts::Array xi) { return ts::grad(loss)(wi, xi); },
-                                   {.in_axes = {2, 0}})(ws, x);
+    const ts::Array pw2 =
+        ts::vmap([&](ts::Array wi, ts::Array xi) { return ts::grad(loss)(wi, xi); }, {.in_axes = {2, 0}})(ws, x);
     std::vector<ts::Array> want_w2;
     for (std::int64_t i = 0; i < 13; ++i) want_w2.push_back(ts::grad(loss)(example_of(ws, 2, i), example_of(x, 0, i)));
     expect_each_near(pw2, want_w2, 1e-13, "vmap(grad) per-example weights" + where);
@@ -566,31 +570,33 @@ TEST(Autodiff, PerExampleGradientsEqualALoopOfGrad) {
 TEST(Autodiff, F32GradientsAgainstF64) {
   using F = std::function<ts::Array(const ts::Array&)>;
   const std::vector<std::pair<std::string, F>> fs = {
-      {"tanh(matmul)^2", [](const ts::Array& a) {
+      {"tanh(matmul)^2",
+       [](const ts::Array& a) {
          ts::Array h = ts::tanh(ts::matmul(a, ts::transpose(ts::cos(a))));
          return ts::sum(h * h);
        }},
-      {"softmax cross-entropy", [](const ts::Array& a) {
+      {"softmax cross-entropy",
+       [](const ts::Array& a) {
          ts::Array z = a - ts::max(a, {1}, {.keepdims = true});
          ts::Array lse = ts::log(ts::sum(ts::exp(z), {1}));
          return ts::mean(lse - ts::sum(z * ts::sin(a), {1}));
        }},
-      {"mean/prod/sqrt", [](const ts::Array& a) {
-         return ts::mean(ts::sqrt(a * a + 1.0)) + ts::sum(ts::prod(a * 0.5 + 1.0, {0}));
-       }},
-      {"cumsum/diff/roll", [](const ts::Array& a) {
+      {"mean/prod/sqrt",
+       [](const ts::Array& a) { return ts::mean(ts::sqrt(a * a + 1.0)) + ts::sum(ts::prod(a * 0.5 + 1.0, {0})); }},
+      {"cumsum/diff/roll",
+       [](const ts::Array& a) {
          return ts::sum(ts::cumsum(ts::sin(a), 1) * ts::roll(a, 1, 0)) + ts::sum(ts::diff(a * a, 1, 1));
        }},
-      {"take/scatter_add/segment_sum", [](const ts::Array& a) {
+      {"take/scatter_add/segment_sum",
+       [](const ts::Array& a) {
          const ts::NamedSharding r(a.sharding().mesh(), ts::P());
          const ts::Array idx = ts::device_put(std::vector<std::int32_t>{3, 0, 3, 1}, {4}, r);
          ts::Array t = ts::take(ts::exp(a * 0.5), idx, 0);
          ts::Array s = ts::scatter_add(a, idx, t * t);
          return ts::sum(ts::segment_sum(s * a, ts::device_put(std::vector<std::int32_t>{1, 0, 1, 1}, {4}, r), 2));
        }},
-      {"pow/div/sigmoid", [](const ts::Array& a) {
-         return ts::sum(ts::pow(a * a + 1.0, ts::sigmoid(a)) / (a * a + 2.0));
-       }},
+      {"pow/div/sigmoid",
+       [](const ts::Array& a) { return ts::sum(ts::pow(a * a + 1.0, ts::sigmoid(a)) / (a * a + 2.0)); }},
   };
   const std::vector<ts::Mesh> meshes{line(1), line(3), ts::Mesh(ts::testing::first_devices(4), {2, 2}, {"x", "y"})};
   for (const ts::Mesh& m : meshes)
@@ -680,8 +686,14 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t c = 0; c < C; ++c)
         for (std::int64_t d = 0; d < k; ++d) t.emplace_back(r * C + c, (d * R + r) * C + c, 1.0);
-    cases.push_back({"psum_scatter tiled, uneven", m3, {k * R, C}, {R, C}, ts::P("x"), ts::P("x"),
-                     [](ts::Array v) { return ts::psum_scatter(v, "x", 0, true); }, t});
+    cases.push_back({"psum_scatter tiled, uneven",
+                     m3,
+                     {k * R, C},
+                     {R, C},
+                     ts::P("x"),
+                     ts::P("x"),
+                     [](ts::Array v) { return ts::psum_scatter(v, "x", 0, true); },
+                     t});
   }
   {
     // The same over "y" of a 2x3 mesh, the columns split over "x": 5 rows over 3.
@@ -690,8 +702,14 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t c = 0; c < C; ++c)
         for (std::int64_t d = 0; d < k; ++d) t.emplace_back(r * C + c, (d * R + r) * C + c, 1.0);
-    cases.push_back({"psum_scatter tiled over y, uneven", m23, {k * R, C}, {R, C}, ts::P("y", "x"), ts::P("y", "x"),
-                     [](ts::Array v) { return ts::psum_scatter(v, "y", 0, true); }, t});
+    cases.push_back({"psum_scatter tiled over y, uneven",
+                     m23,
+                     {k * R, C},
+                     {R, C},
+                     ts::P("y", "x"),
+                     ts::P("y", "x"),
+                     [](ts::Array v) { return ts::psum_scatter(v, "y", 0, true); },
+                     t});
   }
   {
     // Untiled: each device's block is [4, C]; device d keeps the sum of
@@ -701,8 +719,14 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
     for (std::int64_t d = 0; d < k; ++d)
       for (std::int64_t c = 0; c < C; ++c)
         for (std::int64_t s = 0; s < k; ++s) t.emplace_back(d * C + c, (s * k + d) * C + c, 1.0);
-    cases.push_back({"psum_scatter untiled", m4, {k * k, C}, {k * C}, ts::P("x"), ts::P("x"),
-                     [](ts::Array v) { return ts::psum_scatter(v, "x", 0, false); }, t});
+    cases.push_back({"psum_scatter untiled",
+                     m4,
+                     {k * k, C},
+                     {k * C},
+                     ts::P("x"),
+                     ts::P("x"),
+                     [](ts::Array v) { return ts::psum_scatter(v, "x", 0, false); },
+                     t});
   }
   {
     // pmean: y[r, c] = (1/4) sum over d of sin(x[d*R + r, c]), invariant.
@@ -711,8 +735,8 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t c = 0; c < C; ++c)
         for (std::int64_t d = 0; d < k; ++d) t.emplace_back(r * C + c, (d * R + r) * C + c, 1.0 / k);
-    cases.push_back({"pmean", m4, {k * R, C}, {R, C}, ts::P("x"), ts::P(),
-                     [](ts::Array v) { return ts::pmean(v, "x"); }, t});
+    cases.push_back(
+        {"pmean", m4, {k * R, C}, {R, C}, ts::P("x"), ts::P(), [](ts::Array v) { return ts::pmean(v, "x"); }, t});
   }
   {
     // pmean over both axes of the 2x3 mesh: blocks [R, C] at (dx, dy),
@@ -722,9 +746,18 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t c = 0; c < C; ++c)
         for (std::int64_t dx = 0; dx < 2; ++dx)
-          for (std::int64_t dy = 0; dy < 3; ++dy) t.emplace_back(r * C + c, (dx * R + r) * (3 * C) + dy * C + c, 1.0 / 6);
-    cases.push_back({"pmean over x and y", m23, {2 * R, 3 * C}, {R, C}, ts::P("x", "y"), ts::P(),
-                     [](ts::Array v) { return ts::pmean(v, ts::AxisNames({"x", "y"})); }, t});
+          for (std::int64_t dy = 0; dy < 3; ++dy)
+            t.emplace_back(r * C + c, (dx * R + r) * (3 * C) + dy * C + c, 1.0 / 6);
+    cases.push_back({"pmean over x and y",
+                     m23,
+                     {2 * R, 3 * C},
+                     {R, C},
+                     ts::P("x", "y"),
+                     ts::P(),
+                     [](ts::Array v) {
+                       return ts::pmean(v, ts::AxisNames({"x", "y"}));
+                     },
+                     t});
   }
   {
     // Untiled all_gather on a new middle dim: y[r, d, c] = sin(x[d*R + r, c]).
@@ -733,8 +766,14 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t d = 0; d < k; ++d)
         for (std::int64_t c = 0; c < C; ++c) t.emplace_back((r * k + d) * C + c, (d * R + r) * C + c, 1.0);
-    cases.push_back({"all_gather untiled, axis 1", m4, {k * R, C}, {R, k, C}, ts::P("x"), ts::P(),
-                     [](ts::Array v) { return ts::all_gather(v, "x", 1, false); }, t});
+    cases.push_back({"all_gather untiled, axis 1",
+                     m4,
+                     {k * R, C},
+                     {R, k, C},
+                     ts::P("x"),
+                     ts::P(),
+                     [](ts::Array v) { return ts::all_gather(v, "x", 1, false); },
+                     t});
   }
   {
     // Over "y" of the 2x3 mesh, on a new leading dim; the result still
@@ -746,8 +785,14 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
         for (std::int64_t r = 0; r < R; ++r)
           for (std::int64_t c = 0; c < C; ++c)
             t.emplace_back((dy * 2 * R + dx * R + r) * C + c, (dx * R + r) * (3 * C) + dy * C + c, 1.0);
-    cases.push_back({"all_gather untiled over y", m23, {2 * R, 3 * C}, {3, 2 * R, C}, ts::P("x", "y"),
-                     ts::P(ts::none, "x"), [](ts::Array v) { return ts::all_gather(v, "y", 0, false); }, t});
+    cases.push_back({"all_gather untiled over y",
+                     m23,
+                     {2 * R, 3 * C},
+                     {3, 2 * R, C},
+                     ts::P("x", "y"),
+                     ts::P(ts::none, "x"),
+                     [](ts::Array v) { return ts::all_gather(v, "y", 0, false); },
+                     t});
   }
   {
     // Tiled all_to_all, columns split, rows concatenated: device d gets
@@ -758,9 +803,16 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
     for (std::int64_t d = 0; d < k; ++d)
       for (std::int64_t s = 0; s < k; ++s)
         for (std::int64_t r = 0; r < R; ++r)
-          for (std::int64_t c = 0; c < C; ++c) t.emplace_back((d * k * R + s * R + r) * C + c, (s * R + r) * (k * C) + d * C + c, 1.0);
-    cases.push_back({"all_to_all tiled", m3, {k * R, k * C}, {k * k * R, C}, ts::P("x"), ts::P("x"),
-                     [](ts::Array v) { return ts::all_to_all(v, "x", 1, 0, true); }, t});
+          for (std::int64_t c = 0; c < C; ++c)
+            t.emplace_back((d * k * R + s * R + r) * C + c, (s * R + r) * (k * C) + d * C + c, 1.0);
+    cases.push_back({"all_to_all tiled",
+                     m3,
+                     {k * R, k * C},
+                     {k * k * R, C},
+                     ts::P("x"),
+                     ts::P("x"),
+                     [](ts::Array v) { return ts::all_to_all(v, "x", 1, 0, true); },
+                     t});
   }
   {
     // Untiled over "y" of the 2x3 mesh: blocks [3, C] at (dx, dy); device
@@ -771,15 +823,23 @@ TEST(Autodiff, GradThroughCollectivesAgainstHandDerivedTransposes) {
     for (std::int64_t dx = 0; dx < 2; ++dx)
       for (std::int64_t dy = 0; dy < 3; ++dy)
         for (std::int64_t c = 0; c < C; ++c)
-          for (std::int64_t s = 0; s < 3; ++s) t.emplace_back((dx * C + c) * 9 + dy * 3 + s, (dx * 3 + dy) * (3 * C) + s * C + c, 1.0);
-    cases.push_back({"all_to_all untiled over y", m23, {6, 3 * C}, {2 * C, 9}, ts::P("x", "y"), ts::P("x", "y"),
-                     [](ts::Array v) { return ts::all_to_all(v, "y", 0, 1, false); }, t});
+          for (std::int64_t s = 0; s < 3; ++s)
+            t.emplace_back((dx * C + c) * 9 + dy * 3 + s, (dx * 3 + dy) * (3 * C) + s * C + c, 1.0);
+    cases.push_back({"all_to_all untiled over y",
+                     m23,
+                     {6, 3 * C},
+                     {2 * C, 9},
+                     ts::P("x", "y"),
+                     ts::P("x", "y"),
+                     [](ts::Array v) { return ts::all_to_all(v, "y", 0, 1, false); },
+                     t});
   }
   for (const auto& c : cases) check_collective_grad(c);
   // A tiled all_to_all of unequal split blocks runs forward, but the exchange
   // back cannot reassemble them: reverse mode says so.
   const ts::Array x = input({21, 2}, ts::NamedSharding(m3, ts::P("x")));
-  auto uneven = ts::shard_map([](ts::Array v) { return ts::all_to_all(v, "x", 0, 1, true); }, m3, {ts::P("x")}, ts::P("x"));
+  auto uneven =
+      ts::shard_map([](ts::Array v) { return ts::all_to_all(v, "x", 0, 1, true); }, m3, {ts::P("x")}, ts::P("x"));
   EXPECT_EQ(uneven(x).shape(), (ts::Shape{7, 6}));
   expect_error<ts::Error>([&] { ts::grad([&](ts::Array a) { return ts::sum(uneven(a)); })(x); }, "[all_to_all]",
                           {"differentiating a tiled all_to_all", "split axis (7)", "3 equal blocks"});
@@ -840,7 +900,8 @@ TEST(AutodiffLayouts, RulesMeetValuesLaidOutAlike) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.0 + static_cast<double>(i));
     const auto X = ts::device_put(x, {4, 6}, ts::NamedSharding(mesh, ts::P("x", "y")));
     const auto gm = host_of(ts::grad([&](ts::Array u) {
-      return ts::sum(ts::max(u, {0}, {.out_sharding = ts::P("y")}) * ts::arange(1, 7, 1, ts::DType::f64, ts::NamedSharding(mesh, ts::P("y"))));
+      return ts::sum(ts::max(u, {0}, {.out_sharding = ts::P("y")}) *
+                     ts::arange(1, 7, 1, ts::DType::f64, ts::NamedSharding(mesh, ts::P("y"))));
     })(X));
     std::vector<double> want_m(x.size(), 0.0);
     for (int c = 0; c < 6; ++c) {
@@ -853,12 +914,15 @@ TEST(AutodiffLayouts, RulesMeetValuesLaidOutAlike) {
 
     // reshape, expand_dims and a strided slice of dims split over devices:
     // the gradient of sum(w * f(x)) is w laid back where f took each element.
-    const auto X3 = ts::device_put(std::vector<double>(12, 1.0), {3, 2, 2}, ts::NamedSharding(mesh, ts::P(ts::none, "y")));
+    const auto X3 =
+        ts::device_put(std::vector<double>(12, 1.0), {3, 2, 2}, ts::NamedSharding(mesh, ts::P(ts::none, "y")));
     std::vector<double> w(12);
     for (size_t i = 0; i < 12; ++i) w[i] = 0.5 * static_cast<double>(i) - 2;
     const auto W = ts::device_put(w, {3, 4}, ts::NamedSharding(mesh, ts::P()));
-    expect_near_all(host_of(ts::grad([&](ts::Array u) { return ts::sum(W * ts::reshape(u, {3, 4})); })(X3)), w,
-                    "reshape on " + m);
+    expect_near_all(host_of(ts::grad([&](ts::Array u) {
+                      return ts::sum(W * ts::reshape(u, {3, 4}));
+                    })(X3)),
+                    w, "reshape on " + m);
     const auto X1 = ts::device_put(std::vector<double>{2.0}, {1}, ts::NamedSharding(mesh, ts::P("y")));
     expect_near_all(host_of(ts::grad([&](ts::Array u) { return ts::sum(ts::expand_dims(u, 0) * 3.0); })(X1)), {3.0},
                     "expand_dims on " + m);
@@ -882,7 +946,9 @@ TEST(AutodiffLayouts, ShardMapWithoutCheckVmaGivesEachReplicaItsShare) {
     return ts::ppermute(ts::ppermute(v, {"x"}, {{0, 1}, {1, 2}, {2, 0}}), {"x"}, {{1, 0}, {2, 1}, {0, 2}});
   };
   auto f = ts::shard_map(body, mesh, {ts::P()}, ts::P(), ts::ShardMapOptions{.check_vma = false});
-  const auto g = host_of(ts::grad([&](ts::Array v) { return ts::sum(f(v) * ts::arange(1, 3, 1, ts::DType::f64, ts::NamedSharding(mesh, ts::P()))); })(x));
+  const auto g = host_of(ts::grad([&](ts::Array v) {
+    return ts::sum(f(v) * ts::arange(1, 3, 1, ts::DType::f64, ts::NamedSharding(mesh, ts::P())));
+  })(x));
   expect_near_all(g, {1.0, 2.0}, "grad through ppermute there and back");
 }
 
@@ -896,7 +962,8 @@ TEST(AutodiffLayouts, AutoAxisDisagreementNextToExplicitAxes) {
   for (size_t i = 0; i < b.size(); ++i) b[i] = 1.5 - 0.5 * static_cast<double>(i);
   const auto As = ts::device_put(a, {3, 3, 2}, ts::NamedSharding(mesh, ts::P(ts::none, "x")));
   const auto B = ts::device_put(b, {2, 4}, ts::NamedSharding(mesh, ts::P(ts::none, "x")));
-  const auto got = ts::vmap([&](ts::Array r) { return ts::dot(r, B); })(ts::reshard(As, ts::P("y", "x"))).to_vector<double>();
+  const auto got =
+      ts::vmap([&](ts::Array r) { return ts::dot(r, B); })(ts::reshard(As, ts::P("y", "x"))).to_vector<double>();
   std::vector<double> want;
   for (int e = 0; e < 3; ++e)
     for (int i = 0; i < 3; ++i)

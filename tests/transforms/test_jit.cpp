@@ -716,7 +716,7 @@ TEST(Jit, DevicePutToAnotherMeshInsideRaises) {
   expect_error<ts::ShardingError>([&] { ts::jit(move)(x); }, "[device_put]",
                                   {"traced by jit", "another mesh", "before calling"});
   expect_error<ts::ShardingError>([&] { ts::vmap(move)(x); }, "[device_put]", {"traced by vmap"});
-  EXPECT_EQ(ts::device_put(ts::jit([](ts::Array v) { return v * 2.0; })(x), ts::NamedSharding(b, ts::P()))
-                .to_vector<float>(),
-            (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_EQ(
+      ts::device_put(ts::jit([](ts::Array v) { return v * 2.0; })(x), ts::NamedSharding(b, ts::P())).to_vector<float>(),
+      (std::vector<float>{2, 4, 6, 8}));
 }

@@ -310,7 +310,8 @@ Arg floats(const ts::Shape& shape, int salt) {
 // lo < 0.
 Arg indices(const ts::Shape& shape, std::int64_t lo, std::int64_t hi, int salt = 0) {
   std::vector<double> d;
-  for (std::int64_t i = 0; i < ts::testing::numel(shape); ++i) d.push_back(static_cast<double>(lo + (i * 7 + salt) % (hi - lo)));
+  for (std::int64_t i = 0; i < ts::testing::numel(shape); ++i)
+    d.push_back(static_cast<double>(lo + (i * 7 + salt) % (hi - lo)));
   return {shape, d, true};
 }
 
@@ -348,14 +349,24 @@ void check_batched(const std::string& what, const Fn& f, const std::vector<Arg>&
       // An error names the case and leaves the other cases to run.
       try {
         switch (xs.size()) {
-          case 1: got = ts::vmap([&](A a) { return f({a}); }, opt)(xs[0]); break;
-          case 2: got = ts::vmap([&](A a, A b) { return f({a, b}); }, opt)(xs[0], xs[1]); break;
-          case 3: got = ts::vmap([&](A a, A b, A c) { return f({a, b, c}); }, opt)(xs[0], xs[1], xs[2]); break;
-          case 5:
-            got = ts::vmap([&](A a, A b, A c, A d, A e) { return f({a, b, c, d, e}); }, opt)(xs[0], xs[1], xs[2], xs[3],
-                                                                                           xs[4]);
+          case 1:
+            got = ts::vmap([&](A a) { return f({a}); }, opt)(xs[0]);
             break;
-          default: FAIL() << "check_batched takes 1, 2, 3 or 5 arguments";
+          case 2:
+            got = ts::vmap([&](A a, A b) { return f({a, b}); }, opt)(xs[0], xs[1]);
+            break;
+          case 3:
+            got = ts::vmap([&](A a, A b, A c) { return f({a, b, c}); }, opt)(xs[0], xs[1], xs[2]);
+            break;
+          case 5:
+            got = ts::vmap(
+                [&](A a, A b, A c, A d, A e) {
+                  return f({a, b, c, d, e});
+                },
+                opt)(xs[0], xs[1], xs[2], xs[3], xs[4]);
+            break;
+          default:
+            FAIL() << "check_batched takes 1, 2, 3 or 5 arguments";
         }
         want = loop(f, xs, axes);
       } catch (const std::exception& e) {
@@ -393,7 +404,8 @@ TEST(Vmap, TakeWithBatchedOperandAndOrIndices) {
                 {floats({6, 5, 3}, 3), indices({4, 5}, -3, 3, 2)}, {1, 1});
   check_batched("take, operand batched along dim 2, shared indices, gather axis 1", take1,
                 {floats({3, 6, 5}, 4), indices({4}, -6, 6, 3)}, {2, nm});
-  check_batched("take, operand batched, shared indices", take0, {floats({5, 6, 3}, 5), indices({7}, -6, 6, 4)}, {0, nm});
+  check_batched("take, operand batched, shared indices", take0, {floats({5, 6, 3}, 5), indices({7}, -6, 6, 4)},
+                {0, nm});
 }
 
 // scatter_add: the rule (rows stay dim 0, the batch goes second) for the
@@ -411,7 +423,8 @@ TEST(Vmap, ScatterAdd) {
   check_batched("scatter_add, indices batched too", sa,
                 {floats({5, 6, 3}, 7), indices({5, 4}, -6, 6, 3), floats({5, 4, 3}, 8)}, {0, 0, 0});
   // A 1-d target: the batch becomes its second dim.
-  check_batched("scatter_add, 1-d target", sa, {floats({6, 5}, 9), indices({4}, 0, 6, 1), floats({4, 5}, 1)}, {1, nm, 1});
+  check_batched("scatter_add, 1-d target", sa, {floats({6, 5}, 9), indices({4}, 0, 6, 1), floats({4, 5}, 1)},
+                {1, nm, 1});
 }
 
 // segment_sum: data batched (the rule: the batch goes second), ids per
@@ -473,17 +486,18 @@ TEST(Vmap, ConstraintStopGradientInterp2dSearchsortedMedian) {
     const std::string name = std::string("interp2d ") + method;
     auto f2 = [method](auto a) { return ts::interp2d(a[0], a[1], a[2], a[3], a[4], {.method = method}); };
     check_batched(name + ", queries batched", f2, {qx, qy, gx, gy, floats({4, 5, 2}, 5)}, {0, 0, nm, nm, nm}, 1e-6);
-    check_batched(name + ", the table batched along dim 2", f2,
-                  {qx, qy, gx, gy, floats({4, 5, 3, 2}, 6)}, {nm, nm, nm, nm, 2}, 1e-6);
+    check_batched(name + ", the table batched along dim 2", f2, {qx, qy, gx, gy, floats({4, 5, 3, 2}, 6)},
+                  {nm, nm, nm, nm, 2}, 1e-6);
   }
   check_batched("searchsorted, values batched", [](auto a) { return ts::searchsorted(a[0], a[1]); },
                 {Arg{{7}, {-2, -1, -1, 0, 0.5, 1, 3}}, floats({4, 5}, 6)}, {nm, 1});
-  check_batched("searchsorted right, sequences batched", [](auto a) { return ts::searchsorted(a[0], a[1], ts::Side::right); },
+  check_batched("searchsorted right, sequences batched",
+                [](auto a) { return ts::searchsorted(a[0], a[1], ts::Side::right); },
                 {Arg{{3, 4}, {-1, 0, 0, 2, -2, -1, 0.5, 1, 0, 0, 0, 0}}, floats({6}, 7)}, {0, nm});
   check_batched("median", [](auto a) { return ts::median(a[0], {0}); }, {floats({5, 6, 3}, 8)}, {0});
-  check_batched("median with a mask, batched along dim 1", [](auto a) {
-    return ts::median(a[0], {1}, {.where = a[1] > 0.0f});
-  }, {floats({3, 5, 4}, 9), floats({3, 5, 4}, 1)}, {1, 1});
+  check_batched("median with a mask, batched along dim 1",
+                [](auto a) { return ts::median(a[0], {1}, {.where = a[1] > 0.0f}); },
+                {floats({3, 5, 4}, 9), floats({3, 5, 4}, 1)}, {1, 1});
   check_batched("argmin along dim 1", [](auto a) { return ts::astype(ts::argmin(a[0], 1), ts::f32); },
                 {floats({4, 5, 6}, 2)}, {2});
 }
@@ -503,20 +517,49 @@ TEST(Vmap, CollectivesInShardMapBodies) {
     std::function<ts::Array(ts::Array)> body;
   };
   const std::vector<Case> cases = {
-      {"psum_scatter tiled, uneven", &m3, {21, 2}, ts::P("x"), ts::P("x"),
+      {"psum_scatter tiled, uneven",
+       &m3,
+       {21, 2},
+       ts::P("x"),
+       ts::P("x"),
        [](ts::Array v) { return ts::psum_scatter(v, "x", 0, true); }},
-      {"psum_scatter tiled over y, dim 1", &m23, {4, 15}, ts::P("x", "y"), ts::P("x", "y"),
+      {"psum_scatter tiled over y, dim 1",
+       &m23,
+       {4, 15},
+       ts::P("x", "y"),
+       ts::P("x", "y"),
        [](ts::Array v) { return ts::psum_scatter(v, "y", 1, true); }},
-      {"psum_scatter untiled", &m3, {9, 2}, ts::P("x"), ts::P("x"),
+      {"psum_scatter untiled",
+       &m3,
+       {9, 2},
+       ts::P("x"),
+       ts::P("x"),
        [](ts::Array v) { return ts::psum_scatter(v, "x", 0, false); }},
       {"pmean", &m23, {4, 6}, ts::P("x", "y"), ts::P(ts::none, "y"), [](ts::Array v) { return ts::pmean(v, "x"); }},
       {"pmin", &m3, {6, 2}, ts::P("x"), ts::P(), [](ts::Array v) { return ts::pmin(v, "x"); }},
-      {"all_gather untiled, axis 1", &m3, {6, 2}, ts::P("x"), ts::P(), [](ts::Array v) { return ts::all_gather(v, "x", 1); }},
-      {"all_gather tiled over y, axis -1", &m23, {4, 6}, ts::P("x", "y"), ts::P("x"),
+      {"all_gather untiled, axis 1",
+       &m3,
+       {6, 2},
+       ts::P("x"),
+       ts::P(),
+       [](ts::Array v) { return ts::all_gather(v, "x", 1); }},
+      {"all_gather tiled over y, axis -1",
+       &m23,
+       {4, 6},
+       ts::P("x", "y"),
+       ts::P("x"),
        [](ts::Array v) { return ts::all_gather(v, "y", -1, true); }},
-      {"all_to_all tiled", &m3, {6, 9}, ts::P("x"), ts::P("x"),
+      {"all_to_all tiled",
+       &m3,
+       {6, 9},
+       ts::P("x"),
+       ts::P("x"),
        [](ts::Array v) { return ts::all_to_all(v, "x", 1, 0, true); }},
-      {"all_to_all untiled over y", &m23, {6, 6}, ts::P("x", "y"), ts::P("x", "y"),
+      {"all_to_all untiled over y",
+       &m23,
+       {6, 6},
+       ts::P("x", "y"),
+       ts::P("x", "y"),
        [](ts::Array v) { return ts::all_to_all(v, "y", 0, 1, false); }},
   };
   for (const auto& c : cases) {
@@ -550,7 +593,8 @@ TEST(Vmap, FallbackRuleOverNoExamples) {
   const auto got = ts::vmap(f, {.chunk_size = 1})(xs).to_vector<double>();
   std::vector<double> want;
   for (std::int64_t b = 0; b < 3; ++b) {
-    const auto one = ts::convolve2d(ts::squeeze(ts::slice(xs, {ts::SliceSpec{b, b + 1, 1}}), {0}), k).to_vector<double>();
+    const auto one =
+        ts::convolve2d(ts::squeeze(ts::slice(xs, {ts::SliceSpec{b, b + 1, 1}}), {0}), k).to_vector<double>();
     want.insert(want.end(), one.begin(), one.end());
   }
   EXPECT_EQ(got, want);
