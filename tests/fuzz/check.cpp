@@ -154,8 +154,6 @@ std::vector<unsigned char> host_bytes(const Array& a) {
   return b;
 }
 
-namespace {
-
 std::vector<double> as_doubles(const std::vector<unsigned char>& bytes, DType t, std::int64_t n) {
   std::vector<double> out(static_cast<std::size_t>(n));
   detail::convert(bytes.data(), t, out.data(), DType::f64, n);
@@ -177,6 +175,8 @@ std::string index_text(const Shape& shape, std::int64_t flat) {
   }
   return t + "]";
 }
+
+namespace {
 
 template <class U>
 std::vector<unsigned char> block_bytes(const std::vector<unsigned char>& host, const Shape& shape,

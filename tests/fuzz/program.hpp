@@ -132,6 +132,10 @@ std::string spec_text(const PartitionSpec& s);
 
 /// The bytes of an array this process holds whole, row-major in its dtype.
 std::vector<unsigned char> host_bytes(const Array& a);
+/// The first `n` elements of `bytes` (in dtype `t`) as doubles.
+std::vector<double> as_doubles(const std::vector<unsigned char>& bytes, DType t, std::int64_t n);
+/// "[i,j,k]": the index of row-major element `flat` of `shape`.
+std::string index_text(const Shape& shape, std::int64_t flat);
 /// "" when every shard this process holds is its block of `host` (the
 /// array's global bytes); else which shard differs.
 std::string check_shards(const Array& a, const std::vector<unsigned char>& host);

@@ -85,6 +85,14 @@ std::string error_text(const char* what, const std::exception& e) {
   return std::string(what) + (ours ? " raised " : " raised a non-tessera exception ") + e.what();
 }
 
+// What a transformation raised: a documented limitation is counted in
+// `count` and the check skipped (""); anything else is a failure.
+std::string raised(const char* what, const std::exception& e, bool documented, long& count) {
+  if (!documented) return error_text(what, e);
+  ++count;
+  return "";
+}
+
 // The steps in `inputs` take the given values, every other step that gave
 // a value eagerly is run again on `m`; returns those steps' values in order.
 std::vector<Array> replay(const Program& p, const std::vector<Outcome>& eager, const std::vector<int>& inputs,
@@ -124,26 +132,8 @@ detail::TraceFn replay_fn(const Program& p, const std::vector<Outcome>& eager, c
   };
 }
 
-std::string index_text(const Shape& shape, std::int64_t flat) {
-  std::vector<std::int64_t> idx(shape.size());
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d)
-    if (shape[d] > 0) {
-      idx[d] = flat % shape[d];
-      flat /= shape[d];
-    }
-  std::string t = "[";
-  for (std::size_t d = 0; d < idx.size(); ++d) {
-    if (d) t += ',';
-    t += std::to_string(idx[d]);
-  }
-  return t + "]";
-}
-
 std::vector<double> doubles(const Bytes& b, DType t) {
-  const std::int64_t n = static_cast<std::int64_t>(b.size() / itemsize(t));
-  std::vector<double> out(static_cast<std::size_t>(n));
-  detail::convert(b.data(), t, out.data(), DType::f64, n);
-  return out;
+  return as_doubles(b, t, static_cast<std::int64_t>(b.size() / itemsize(t)));
 }
 
 // "" when `got` holds the same bits as `want` (of shape `shape`); else the
@@ -370,11 +360,7 @@ std::string check_vmap(const Program& p, const std::vector<Outcome>& eager, Rng&
     batched = detail::vmap_call(args, axes, VmapOptions{}, fn, "vmap").outs;
     for (Array& a : batched) a.block_until_ready();
   } catch (const std::exception& e) {
-    if (unsupported_batching(e)) {
-      ++stats.vmap_unsupported;
-      return "";
-    }
-    return error_text(what.c_str(), e);
+    return raised(what.c_str(), e, unsupported_batching(e), stats.vmap_unsupported);
   }
   ++stats.vmap;
   if (batched.size() != outs.size())
@@ -504,11 +490,7 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
     r = detail::jvp_call(fn, primals, tangents, tout);
     for (Array& a : tout) a.block_until_ready();
   } catch (const std::exception& e) {
-    if (unsupported_derivative(e)) {
-      ++stats.ad_unsupported;
-      return "";
-    }
-    return error_text("jvp", e);
+    return raised("jvp", e, unsupported_derivative(e), stats.ad_unsupported);
   }
   if (r.outs.size() != outs.size() || tout.size() != outs.size())
     return "jvp gave " + std::to_string(r.outs.size()) + " results and " + std::to_string(tout.size()) +
@@ -671,11 +653,7 @@ std::string check_autodiff(const Program& p, const std::vector<Outcome>& eager, 
     ct_in = back(cts);
     for (Array& a : ct_in) a.block_until_ready();
   } catch (const std::exception& e) {
-    if (unsupported_derivative(e)) {
-      ++stats.ad_unsupported;
-      return "";
-    }
-    return error_text("vjp", e);
+    return raised("vjp", e, unsupported_derivative(e), stats.ad_unsupported);
   }
   step = -1;
   if (ct_in.size() != primals.size())
