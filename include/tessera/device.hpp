@@ -65,6 +65,10 @@ namespace config {
 /// starts (the first call that needs devices); later calls with a different
 /// number raise DeviceError.
 void set_num_cpu_devices(int n);
+/// Seconds a collective waits for the rest of its group before raising
+/// CollectiveError (default: TESSERA_COLLECTIVE_TIMEOUT, else 60).
+void set_collective_timeout(double seconds);
+double collective_timeout();
 }  // namespace config
 
 }  // namespace tessera

@@ -178,11 +178,5 @@ Array axis_index(const std::string& axis);
 /// Number of devices along the axis.
 int axis_size(const std::string& axis);
 
-namespace config {
-/// Seconds a collective waits for the rest of its group before raising
-/// CollectiveError (default: TESSERA_COLLECTIVE_TIMEOUT, else 60).
-void set_collective_timeout(double seconds);
-double collective_timeout();
-}  // namespace config
 
 }  // namespace tessera

@@ -5,8 +5,6 @@
 
 #include "core/array_impl.hpp"
 #include "core/checked.hpp"
-#include "tessera/distributed.hpp"
-#include "tessera/explain.hpp"
 
 namespace tessera {
 namespace detail {
@@ -194,26 +192,6 @@ Array device_put(const std::vector<bool>& data, const Shape& shape, const NamedS
                      shape_str(shape) + " needs " + std::to_string(n));
   std::vector<std::uint8_t> bytes(data.begin(), data.end());
   return device_put_raw(bytes.data(), DType::bool_, shape, sharding);
-}
-
-Array device_put(const Array& array, const NamedSharding& sharding) {
-  sharding.check_rank(array.ndim(), "device_put");
-  const auto& src = array.sharding();
-  if (src.mesh() == sharding.mesh()) return reshard(array, sharding);
-  // A traced value has no contents to carry over (as in JAX, a transformed
-  // function runs on one set of devices).
-  if (const ArrayImpl& a = *array.impl(); a.trace)
-    throw ShardingError("[device_put] cannot move " + typeof(array) + ", a value traced by " + a.traced_by +
-                        ", to another mesh (" + sharding.str() + ") inside the transformed function; move it " +
-                        "before calling the " + a.traced_by + "-transformed function, or after");
-  // Different meshes (possibly different devices): go through the host,
-  // gathering from every process when this one does not hold it all.
-  std::vector<unsigned char> host(static_cast<std::size_t>(array.nbytes()));
-  if (detail::Runtime::get().process_count() > 1)
-    detail::process_allgather_raw(array, host.data(), array.dtype());
-  else
-    array.copy_to_host(host.data(), array.dtype());
-  return device_put_raw(host.data(), array.dtype(), array.shape(), sharding);
 }
 
 namespace detail {

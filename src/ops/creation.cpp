@@ -12,7 +12,10 @@
 #include <string>
 
 #include "core/convert.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/creation.hpp"
 
 namespace tessera {

@@ -15,7 +15,10 @@
 #include <algorithm>
 #include <set>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera {
 

@@ -30,7 +30,11 @@
 //   segment_sum: ids outside [0, num_segments) are dropped.
 #include <algorithm>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "primitives/elementwise.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/indexing.hpp"
 
 namespace tessera {

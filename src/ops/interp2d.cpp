@@ -2,7 +2,11 @@
 // "cubic"). The front end checks the operands, brings f to its inexact
 // dtype and binds one primitive (src/primitives/interp2d), elementwise over
 // the queries with the grid and table whole on every device.
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "primitives/elementwise.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/interp2d.hpp"
 #include "tessera/interpolate.hpp"
 

@@ -35,7 +35,11 @@
 #include <utility>
 #include <vector>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "primitives/elementwise.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/linalg.hpp"
 
 namespace tessera {

@@ -26,7 +26,10 @@
 #include <string>
 
 #include "backend/cpu/random.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "ops/random.hpp"
 #include "primitives/random.hpp"
 

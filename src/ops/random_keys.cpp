@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "ops/random.hpp"
 #include "primitives/elementwise.hpp"
 #include "primitives/random.hpp"

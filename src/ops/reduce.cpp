@@ -13,7 +13,11 @@
 // by a reshard afterwards. (The sharding rule and the engine do this; see
 // primitives/reduce.cpp.) argmax/argmin all-reduce, then reshard to
 // out_sharding.
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "primitives/elementwise.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/reduce.hpp"
 
 namespace tessera {

@@ -9,7 +9,11 @@
 #include <cstdint>
 #include <limits>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "primitives/elementwise.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/search.hpp"
 
 namespace tessera {

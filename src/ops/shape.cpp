@@ -6,7 +6,10 @@
 #include <algorithm>
 
 #include "backend/cpu/shape.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/shape.hpp"
 
 namespace tessera {

@@ -6,7 +6,10 @@
 #include <cstdio>
 
 #include "backend/cpu/spectra.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/spectra.hpp"
 #include "tessera/spectra.hpp"
 

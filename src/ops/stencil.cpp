@@ -7,7 +7,11 @@
 // Every result keeps x's sharding.
 #include <algorithm>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "primitives/elementwise.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/stencil.hpp"
 
 namespace tessera {

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/ops.hpp"
 
@@ -444,6 +447,11 @@ PrimitivePtr make_select_scalar(DType t, const cpu::Operand& scalar, bool scalar
 PrimitivePtr make_convert(DType from, DType to) { return std::make_shared<Convert>(from, to); }
 PrimitivePtr make_constraint(const char* name, const NamedSharding& target) {
   return std::make_shared<Constraint>(name, target);
+}
+
+Array cast(const Array& a, DType dtype) {
+  if (a.dtype() == dtype) return a;
+  return bind1(make_convert(a.dtype(), dtype), {a});
 }
 
 }  // namespace tessera::detail

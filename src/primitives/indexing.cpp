@@ -26,7 +26,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/ops.hpp"
 

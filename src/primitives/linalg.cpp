@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <utility>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/ops.hpp"
 #include "runtime/runtime.hpp"

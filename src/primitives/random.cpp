@@ -2,7 +2,10 @@
 #include "primitives/random.hpp"
 
 #include "backend/cpu/random.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/creation.hpp"
 
 namespace tessera::detail {

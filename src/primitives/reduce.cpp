@@ -21,7 +21,10 @@
 #include <utility>
 
 #include "backend/cpu/reduce.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/ops.hpp"
 

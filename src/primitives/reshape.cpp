@@ -22,7 +22,10 @@
 
 #include "backend/cpu/shape.hpp"
 #include "core/nd_index.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "primitives/shape.hpp"
 #include "tessera/ops.hpp"

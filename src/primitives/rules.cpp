@@ -3,7 +3,10 @@
 
 #include <numeric>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/ops.hpp"
 
 namespace tessera::detail {

@@ -26,7 +26,10 @@
 #include <utility>
 
 #include "backend/cpu/search.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/reduce.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/ops.hpp"

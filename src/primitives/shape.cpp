@@ -29,7 +29,11 @@
 #include <cstring>
 
 #include "backend/cpu/shape.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "primitives/elementwise.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/ops.hpp"
 #include "transforms/trace.hpp"

@@ -7,7 +7,10 @@
 #include <cstdio>
 
 #include "backend/cpu/spectra.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 

@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "comm/process.hpp"
+#include "runtime/processes.hpp"
 #include "runtime/timeline.hpp"
 #include "tessera/error.hpp"
 

@@ -153,7 +153,7 @@ void fail_worker_start_at(int device_id);
 /// every task still finishes, then the exception of the lowest i is rethrown
 /// as its original type. On a thread in member mode (set_member_device) it
 /// runs, inline, only the entries of that device: the other devices' members
-/// run theirs (comm/member.hpp).
+/// run theirs (spmd/member.hpp).
 void run_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn);
 
 /// Puts this thread in member mode for `device_id` (-1: leaves it); returns

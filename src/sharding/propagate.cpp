@@ -40,7 +40,9 @@
 #include <algorithm>
 #include <set>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 
@@ -111,7 +113,7 @@ double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from,
   return elems * (1.0 - local) * static_cast<double>(itemsize(dtype));
 }
 
-Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out,
+Partition partition(const Partitionable& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out,
                     const std::optional<NamedSharding>& result_layout) {
   if (auto fixed = prim.layouts(in, out)) {
     // The primitive lays its results out itself; operands stay as they are.

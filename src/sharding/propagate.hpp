@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "primitives/primitive.hpp"
+#include "sharding/rule.hpp"
 
 namespace tessera::detail {
 
@@ -41,7 +41,7 @@ struct Partition {
 /// result in (jit's backward pass): the engine then treats it as the
 /// primitive's out_spec, choosing the cheapest way to produce it, which may
 /// be computing the natural layout and resharding afterwards.
-Partition partition(const Primitive& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out,
+Partition partition(const Partitionable& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out,
                     const std::optional<NamedSharding>& result_layout = std::nullopt);
 
 /// Estimated bytes one device receives to go from layout `from` to `to`.

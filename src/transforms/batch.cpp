@@ -20,7 +20,10 @@
 #include <algorithm>
 #include <mutex>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"

@@ -14,7 +14,10 @@
 // Batching runs the function once per example (the default rule).
 #include <mutex>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "tessera/autodiff.hpp"
 #include "transforms/trace.hpp"

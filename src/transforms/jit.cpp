@@ -15,13 +15,13 @@
 //   - reduce: partial results combined over the reduction axes;
 //   - global: a primitive that partitions itself (a halo exchange, a
 //     reshape across sharded dims, a shard_map, ...), run as each device's
-//     share of its whole-array algorithm (comm/member.hpp);
+//     share of its whole-array algorithm (spmd/member.hpp);
 //   - fused: a run of fusable kernels whose operands and results all share
 //     one shape and layout, executed tile by tile (kTile elements) so the
 //     intermediates stay in cache: one pass over memory for the chain.
 // Values used only inside a fused run are never materialised.
 //
-// Running: a call is one SPMD task per device (transforms/spmd.hpp) that
+// Running: a call is one SPMD task per device (spmd/program.hpp) that
 // walks the steps in order: kernels and fused loops on the device's blocks,
 // reshards as the device's share of the planned exchange, reductions as an
 // all-reduce within the device's group over the reduction axes (a
@@ -40,13 +40,16 @@
 #include <optional>
 
 #include "backend/cpu/stream.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "comm/group.hpp"
-#include "comm/member.hpp"
+#include "spmd/member.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/timeline.hpp"
 #include "transforms/shard_map.hpp"
-#include "transforms/spmd.hpp"
+#include "spmd/program.hpp"
 #include "transforms/trace.hpp"
 
 namespace tessera {
@@ -690,7 +693,7 @@ void run_comm(const Compiled& c, const Step& st, int pos, Buffers& bufs, MemberC
 }
 
 // A primitive that partitions itself, run as member `pos`'s share
-// (comm/member.hpp): the arrays it sees hold only this member's blocks.
+// (spmd/member.hpp): the arrays it sees hold only this member's blocks.
 void run_global_member(const Compiled& c, const Step& st, int pos, Buffers& bufs, MemberContext& m,
                        std::vector<CommRecord>* records) {
   const Eqn& q = c.prog.eqns[st.eqns[0]];

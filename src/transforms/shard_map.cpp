@@ -3,7 +3,7 @@
 // axes each local value varies over.
 //
 // A call reshards the inputs to in_specs and runs the body on every device's
-// worker at once as one SPMD program (transforms/spmd.hpp: one session,
+// worker at once as one SPMD program (spmd/program.hpp: one session,
 // calls one at a time, a failing body wakes the others and the caller gets
 // the first real error). Collectives reach the other devices through the
 // communicator's per-member Group, built for each call from the named axes.
@@ -29,15 +29,18 @@
 #include <unordered_map>
 
 #include "comm/communicator.hpp"
-#include "comm/member.hpp"
+#include "spmd/member.hpp"
 #include "comm/process.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "primitives/rules.hpp"
 #include "runtime/timeline.hpp"
-#include "sharding/check.hpp"
+#include "core/check_spec.hpp"
 #include "sharding/propagate.hpp"
 #include "tessera/autodiff.hpp"
-#include "transforms/spmd.hpp"
+#include "spmd/program.hpp"
 #include "transforms/trace.hpp"
 
 namespace tessera {
@@ -90,19 +93,6 @@ std::vector<std::string> merged(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-double timeout_from_env() {
-  if (const char* env = std::getenv("TESSERA_COLLECTIVE_TIMEOUT")) {
-    char* end = nullptr;
-    double v = std::strtod(env, &end);
-    if (end != env && *end == '\0' && v > 0) return v;
-    throw CollectiveError(std::string("[shard_map] TESSERA_COLLECTIVE_TIMEOUT must be a positive number of seconds, "
-                                      "got '") + env + "'");
-  }
-  return 60.0;
-}
-
-double g_timeout = -1;  // < 0: not set yet
-std::mutex g_timeout_mu;
 
 // With a mesh over several processes, the outputs of other processes'
 // devices are known here only by their types: every process learns every
@@ -1159,19 +1149,5 @@ int axis_size(const std::string& axis) {
   return c.mesh.shape()[i];
 }
 
-namespace config {
-void set_collective_timeout(double seconds) {
-  if (!(seconds > 0))
-    throw CollectiveError("[set_collective_timeout] expected a positive number of seconds, got " +
-                          std::to_string(seconds));
-  std::lock_guard<std::mutex> lock(detail::g_timeout_mu);
-  detail::g_timeout = seconds;
-}
-double collective_timeout() {
-  std::lock_guard<std::mutex> lock(detail::g_timeout_mu);
-  if (detail::g_timeout < 0) detail::g_timeout = detail::timeout_from_env();
-  return detail::g_timeout;
-}
-}  // namespace config
 
 }  // namespace tessera

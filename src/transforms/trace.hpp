@@ -8,6 +8,7 @@
 #include "core/array_impl.hpp"
 #include "primitives/primitive.hpp"
 #include "sharding/propagate.hpp"
+#include "spmd/engine.hpp"
 
 namespace tessera::detail {
 
@@ -59,15 +60,5 @@ const P& payload_of(const Array& a) {
 /// is jit's).
 bool tracing_jit();
 
-/// Abstract values of concrete or traced arrays.
-std::vector<AbstractArray> abstract_of(const std::vector<Array>& args);
-
-/// Eager evaluation: partition, move operands, run the kernel on every
-/// device, combine partial results.
-std::vector<Array> eval_eager(const Primitive& prim, const std::vector<Array>& args);
-
-/// The same with the partition already chosen (jit's fallback per op).
-std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Array>& args,
-                                    const std::vector<TypeInfo>& types, const Partition& part);
 
 }  // namespace tessera::detail

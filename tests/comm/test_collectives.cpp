@@ -26,7 +26,10 @@
 
 #include "comm/communicator.hpp"
 #include "comm/tree.hpp"
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "test_util.hpp"
 #include "transforms/shard_map.hpp"
 

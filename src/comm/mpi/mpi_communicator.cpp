@@ -37,13 +37,13 @@
 #include <optional>
 
 #include "comm/mpi/transport.hpp"
-#include "comm/member.hpp"
+#include "spmd/member.hpp"
 #include "comm/process.hpp"
 #include "comm/threads/threads.hpp"
 #include "comm/tree.hpp"
 #include "core/array_impl.hpp"
 #include "runtime/timeline.hpp"
-#include "tessera/shard_map.hpp"
+#include "tessera/device.hpp"
 
 namespace tessera::detail {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <set>
 
-#include "sharding/check.hpp"
+#include "core/check_spec.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {

@@ -1,5 +1,5 @@
 // Member mode (see member.hpp).
-#include "comm/member.hpp"
+#include "spmd/member.hpp"
 
 #include <algorithm>
 

@@ -1,9 +1,12 @@
-#include "transforms/spmd.hpp"
+#include "spmd/program.hpp"
 
 #include <exception>
 #include <mutex>
 
-#include "ops/common.hpp"
+#include "core/promote.hpp"
+#include "sharding/spec.hpp"
+#include "spmd/exchange.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"
 
 namespace tessera::detail {

@@ -1,0 +1,22 @@
+// The partitioning engine (engine.cpp): one primitive on concrete arrays.
+#pragma once
+
+#include <vector>
+
+#include "primitives/primitive.hpp"
+#include "sharding/propagate.hpp"
+
+namespace tessera::detail {
+
+/// Abstract values of concrete or traced arrays.
+std::vector<AbstractArray> abstract_of(const std::vector<Array>& args);
+
+/// Eager evaluation: partition, move operands, run the kernel on every
+/// device, combine partial results.
+std::vector<Array> eval_eager(const Primitive& prim, const std::vector<Array>& args);
+
+/// The same with the partition already chosen (jit's fallback per op).
+std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Array>& args,
+                                    const std::vector<TypeInfo>& types, const Partition& part);
+
+}  // namespace tessera::detail
