@@ -232,6 +232,17 @@ Array cumsum(const Array& x, int axis, std::source_location loc = std::source_lo
 Array convolve(const Array& x, const Array& kernel, int axis = -1, std::source_location loc = std::source_location::current());
 /// 2-d convolution over the last two dims, "same" mode, zero boundary.
 Array convolve2d(const Array& x, const Array& kernel, std::source_location loc = std::source_location::current());
+/// jnp.gradient(f, spacing, axis=axis) with edge_order 1: central differences
+/// ((f[i+1] - f[i-1]) * 0.5) / spacing inside, one-sided (f[1] - f[0]) /
+/// spacing and (f[n-1] - f[n-2]) / spacing at the ends. Differences are taken
+/// in f's dtype (integers wrap), the result is inexact (f32 for integers);
+/// bool f, or fewer than 2 elements along `axis`, raise. Keeps f's sharding:
+/// along a sharded axis only one row per block boundary moves.
+Array gradient(const Array& f, int axis, double spacing = 1.0,
+               std::source_location loc = std::source_location::current());
+/// The gradient along every axis, in axis order (jnp.gradient(f) as a list,
+/// one array also for a 1-d f), with spacing 1.
+std::vector<Array> gradient(const Array& f, std::source_location loc = std::source_location::current());
 /// 1-d linear interpolation (jnp.interp): xp increasing; values outside take
 /// the end values.
 Array interp(const Array& x, const Array& xp, const Array& fp, std::source_location loc = std::source_location::current());

@@ -25,7 +25,7 @@ const std::shared_ptr<const detail::ArrayImpl>& Array::impl() const {
 const ArrayImpl& Array::concrete(const char* op) const {
   const ArrayImpl& a = checked(op);
   if (a.trace)
-    throw Error(std::string("[") + op + "] cannot read " + typeof(*this) +
+    throw Error(std::string("[") + op + "] cannot read " + detail::typeof_varying(*this, {}) +
                 ": it is a value traced by " + a.traced_by +
                 " (its contents exist only when the transformed function runs); return it from the " + a.traced_by +
                 "-transformed function instead");
@@ -213,11 +213,6 @@ std::string type_text(const Shape& shape, DType dtype, const NamedSharding& shar
   return s + "]";
 }
 }  // namespace detail
-
-std::string typeof(const Array& array) {
-  return detail::typeof_varying(
-      array, detail::in_manual_body() ? detail::varying_axes(array.peek()) : std::vector<std::string>{});
-}
 
 std::string detail::typeof_varying(const Array& array, const std::vector<std::string>& vma) {
   std::string s = type_text(array.shape(), array.dtype(), array.sharding());

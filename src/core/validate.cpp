@@ -84,7 +84,7 @@ void check_same_mesh(const std::vector<const Array*>& arrays, const char* op) {
                                       "; move one with device_put first"));
 }
 
-std::string describe(const Array& a) { return typeof(a); }
+std::string describe(const Array& a) { return typeof_varying(a, {}); }
 
 std::string number_str(double v) {
   char buf[64];

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/convert.hpp"
+#include "core/creation_op.hpp"
 #include "core/promote.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
@@ -151,10 +152,10 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, const N
   if (num < 0) throw ShapeError(msg(op, "num must be >= 0, got num=" + std::to_string(num)));
   const Shape shape{num};
   check_output(shape, dtype, sharding, op);
-  const cpu::LinspaceParams params{start, stop, num, endpoint};
+  const detail::LinspaceParams params{start, stop, num, endpoint};
   if (num > 0) {
-    const double first = std::floor(cpu::linspace_value(params, 0));
-    const double last = std::floor(cpu::linspace_value(params, num - 1));
+    const double first = std::floor(detail::linspace_value(params, 0));
+    const double last = std::floor(detail::linspace_value(params, num - 1));
     if (!fits_dtype(first, dtype) || !fits_dtype(last, dtype))
       throw DTypeError(
           msg(op, "values from " + detail::number_str(start) + " to " + detail::number_str(stop) + " do not fit dtype " + dtype_name(dtype)));

@@ -22,8 +22,8 @@
 
 namespace tessera {
 
-using cpu::BinaryOp;
-using cpu::UnaryOp;
+using detail::BinaryOp;
+using detail::UnaryOp;
 using detail::msg;
 
 namespace {
@@ -31,8 +31,8 @@ namespace {
 // The scalar in compute dtype `t`. A weak int scalar must fit an integer
 // dtype (JAX raises OverflowError for `u8 array + 300`); a u64 value above
 // the i64 range travels in `i` as its bits.
-cpu::Operand scalar_operand(const Scalar& s, DType t, const char* op) {
-  cpu::Operand o;
+detail::Operand scalar_operand(const Scalar& s, DType t, const char* op) {
+  detail::Operand o;
   o.is_scalar = true;
   if (t == DType::bool_) {
     o.i = s.as_double() != 0;
@@ -55,7 +55,7 @@ std::pair<DType, DType> binary_dtypes(BinaryOp op, DType promoted) {
     case BinaryOp::And: case BinaryOp::Or: case BinaryOp::Xor:
       return {promoted, DType::bool_};
     default:
-      return {promoted, cpu::returns_bool(op) ? DType::bool_ : promoted};
+      return {promoted, detail::returns_bool(op) ? DType::bool_ : promoted};
   }
 }
 
@@ -74,7 +74,7 @@ Array binary_op(BinaryOp op, const char* name, const Array& a, const Array& b, c
 Array binary_scalar(BinaryOp op, const char* name, const Array& a, const Scalar& b, bool scalar_left) {
   detail::check_operand(a, name);
   const auto [compute, result] = binary_dtypes(op, detail::promote_scalar(a.dtype(), b));
-  const cpu::Operand sc = scalar_operand(b, compute, name);
+  const detail::Operand sc = scalar_operand(b, compute, name);
   return detail::bind1(detail::make_binary_scalar(op, name, compute, result, sc, scalar_left, detail::scalar_str(b)),
                        {detail::cast(a, compute)});
 }
@@ -191,7 +191,7 @@ Array where_scalar(const Array& cond, const Array& arr, const Scalar& sc, bool s
   const Shape out = detail::broadcast_shapes(cond.shape(), arr.shape(), name);
   const DType t = detail::promote_scalar(arr.dtype(), sc);
   detail::checked_nbytes(out, t, name);
-  const cpu::Operand b = scalar_operand(sc, t, name);
+  const detail::Operand b = scalar_operand(sc, t, name);
   return detail::bind1(detail::make_select_scalar(t, b, scalar_is_x, detail::scalar_str(sc)),
                        {detail::cast(cond, DType::bool_), detail::cast(arr, t)});
 }

@@ -25,11 +25,11 @@ Array interp2d(const Array& xq, const Array& yq, const Array& x, const Array& y,
   detail::check_operand(f, op, "f");
   detail::check_same_mesh({&xq, &yq, &x, &y, &f}, op);
 
-  detail::cpu::Interp2dMethod method;
+  detail::Interp2dMethod method;
   if (opt.method == "cubic") {
-    method = detail::cpu::Interp2dMethod::Cubic;
+    method = detail::Interp2dMethod::Cubic;
   } else if (opt.method == "linear") {
-    method = detail::cpu::Interp2dMethod::Linear;
+    method = detail::Interp2dMethod::Linear;
   } else {
     std::string text = "unknown method \"";
     text += opt.method;

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/contraction.hpp"
 #include "core/promote.hpp"
 #include "primitives/elementwise.hpp"
 #include "sharding/spec.hpp"
@@ -46,8 +47,8 @@ namespace tessera {
 
 namespace {
 
-using Contraction = detail::cpu::Contraction;
-using Side = detail::cpu::DotSide;
+using Contraction = detail::Contraction;
+using Side = detail::DotSide;
 using detail::msg;
 
 // Casts both operands to the promoted dtype and binds the contraction.

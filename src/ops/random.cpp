@@ -20,13 +20,13 @@
 //
 // The samplers bind primitives/random's sampler with the key as a parameter
 // (kernels in backend/cpu/random); the host forms of split and fold_in call
-// the same key kernels as the key-array forms.
+// the same key functions (core/threefry.hpp) as the key-array forms' kernels.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
-#include "backend/cpu/random.hpp"
 #include "core/promote.hpp"
+#include "core/threefry.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
@@ -83,7 +83,7 @@ std::vector<Key> split(const Key& key, int num) {
   if (num < 0) throw ShapeError(msg("split", "num must be >= 0, got num=" + std::to_string(num)));
   const std::uint32_t in[2] = {key.k0, key.k1};
   std::vector<std::uint32_t> words(static_cast<std::size_t>(num) * 2);
-  cpu::split_keys(in, 1, num, words.data());
+  detail::split_keys(in, 1, num, words.data());
   std::vector<Key> out(static_cast<std::size_t>(num));
   for (int i = 0; i < num; ++i) out[i] = Key{words[2 * i], words[2 * i + 1]};
   return out;
@@ -92,7 +92,7 @@ std::vector<Key> split(const Key& key, int num) {
 Key fold_in(const Key& key, std::uint32_t data) {
   const std::uint32_t in[2] = {key.k0, key.k1};
   std::uint32_t w[2];
-  cpu::fold_in_keys(in, 1, &data, 0, w);
+  detail::fold_in_keys(in, 1, &data, 0, w);
   return Key{w[0], w[1]};
 }
 
@@ -101,13 +101,15 @@ Array uniform(const Key& key, const Shape& shape, DType dtype, const NamedShardi
   const char* op = "uniform";
   check_sample(shape, dtype, sharding, op);
   const auto [l, h] = detail::uniform_bounds(dtype, lo, hi, op);
-  return detail::bind1(detail::make_sampler(detail::Sampler::Uniform, shape, dtype, sharding, key, l, h), {});
+  const detail::KeyWords k{key.k0, key.k1};
+  return detail::bind1(detail::make_sampler(detail::Sampler::Uniform, shape, dtype, sharding, k, l, h), {});
 }
 
 Array normal(const Key& key, const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc) {
   detail::CallSite site(loc);
   check_sample(shape, dtype, sharding, "normal");
-  return detail::bind1(detail::make_sampler(detail::Sampler::Normal, shape, dtype, sharding, key), {});
+  const detail::KeyWords k{key.k0, key.k1};
+  return detail::bind1(detail::make_sampler(detail::Sampler::Normal, shape, dtype, sharding, k), {});
 }
 
 }  // namespace random

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/array_impl.hpp"
 #include "core/promote.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
@@ -15,7 +16,6 @@
 #include "ops/random.hpp"
 #include "primitives/elementwise.hpp"
 #include "primitives/random.hpp"
-#include "transforms/trace.hpp"
 
 namespace tessera {
 namespace {
@@ -49,18 +49,14 @@ Array key_dim_whole(const Array& keys, const char* op) {
   return laid_out(keys, NamedSharding(keys.sharding().mesh(), detail::make_spec(axes)), op);
 }
 
-/// The spec of keys (*B, 2) for the batch dims B followed by `extra` unsharded dims.
-PartitionSpec batch_spec(const Array& keys, int extra) {
-  auto axes = detail::spec_axes(keys.sharding(), keys.ndim());
-  axes.pop_back();
-  for (int i = 0; i < extra; ++i) axes.emplace_back();
-  return detail::make_spec(axes);
-}
-
 /// Eager key ops list themselves in explain() as moving nothing beyond the
-/// gathers of the key dim; under jit the program's steps show that instead.
-void record_local(const Mesh& mesh, const char* op) {
-  if (!detail::current_trace()) detail::record_none(mesh, op);
+/// gathers of the key dim. A result that is a traced value (jit's, or a
+/// transformation's) was only recorded, not computed: under jit the
+/// program's steps show what it moves instead. (Inside a shard_map body the
+/// result is a local block; a body's records are dropped, its collectives
+/// report for it.)
+void record_local(const Array& out, const Mesh& mesh, const char* op) {
+  if (!out.impl()->trace) detail::record_none(mesh, op);
 }
 
 }  // namespace
@@ -70,7 +66,7 @@ namespace random {
 Array key_data(const Key& key, const NamedSharding& sharding, std::source_location loc) {
   detail::CallSite site(loc);
   sharding.check_rank(1, "key_data");
-  return detail::bind1(detail::make_key_data({key}, {2}, sharding), {});
+  return detail::bind1(detail::make_key_data({detail::KeyWords{key.k0, key.k1}}, {2}, sharding), {});
 }
 
 Array key_data(std::span<const Key> keys, const NamedSharding& sharding, std::source_location loc) {
@@ -78,7 +74,10 @@ Array key_data(std::span<const Key> keys, const NamedSharding& sharding, std::so
   sharding.check_rank(2, "key_data");
   const Shape shape{static_cast<std::int64_t>(keys.size()), 2};
   detail::checked_nbytes(shape, DType::u32, "device_put");
-  return detail::bind1(detail::make_key_data(std::vector<Key>(keys.begin(), keys.end()), shape, sharding), {});
+  std::vector<detail::KeyWords> words;
+  words.reserve(keys.size());
+  for (const Key& k : keys) words.push_back(detail::KeyWords{k.k0, k.k1});
+  return detail::bind1(detail::make_key_data(words, shape, sharding), {});
 }
 
 Key wrap_key_data(const Array& data) {
@@ -100,7 +99,7 @@ Array split(const Array& keys, int num, std::source_location loc) {
   if (num < 0) throw ShapeError(msg(op, "num must be >= 0, got num=" + std::to_string(num)));
   const Array k = key_dim_whole(keys, op);
   Array out = detail::bind1(detail::make_split(num), {k});
-  record_local(k.sharding().mesh(), op);
+  record_local(out, k.sharding().mesh(), op);
   return out;
 }
 
@@ -110,7 +109,7 @@ Array fold_in(const Array& keys, std::uint32_t data, std::source_location loc) {
   check_keys(keys, op);
   const Array k = key_dim_whole(keys, op);
   Array out = detail::bind1(detail::make_fold_in(data), {k});
-  record_local(k.sharding().mesh(), op);
+  record_local(out, k.sharding().mesh(), op);
   return out;
 }
 
@@ -132,10 +131,10 @@ Array fold_in(const Array& keys, const Array& data, std::source_location loc) {
   // Per key, the data word where the key is: a scalar as it is (replicated),
   // else laid out like the keys' batch dims. Values wrap modulo 2^32.
   const Mesh& mesh = k.sharding().mesh();
-  const NamedSharding ds(mesh, scalar ? P() : batch_spec(k, 0));
+  const NamedSharding ds = scalar ? NamedSharding(mesh, P()) : detail::key_batch_layout(k.sharding(), k.ndim(), 0);
   const Array d = detail::cast(laid_out(data, ds, op), DType::u32);
   Array out = detail::bind1(detail::make_fold_in(std::nullopt), {k, d});
-  record_local(mesh, op);
+  record_local(out, mesh, op);
   return out;
 }
 
@@ -145,14 +144,14 @@ namespace {
 /// the key's. The words are read from a replicated copy through
 /// Array::impl(), not through a host copy, so inside a shard_map body the
 /// draws made next still count as varying wherever the key did.
-Key one_key_on_host(const Array& key, const char* op) {
+detail::KeyWords one_key_on_host(const Array& key, const char* op) {
   if (key.impl()->trace)
     throw ShardingError(msg(op, "the key array " + detail::describe(key) + " is on " + key.sharding().mesh().str() +
                                     " but the draw is laid out on another mesh; under jit both must be on the "
                                     "program's mesh"));
   const Array whole = detail::reshard_for(key, NamedSharding(key.sharding().mesh(), P()), op);
   const auto* w = static_cast<const std::uint32_t*>(detail::local_data(whole, 0));
-  return Key{w[0], w[1]};
+  return detail::KeyWords{w[0], w[1]};
 }
 
 NamedSharding replicated_on(const Array& key) { return NamedSharding(key.sharding().mesh(), P()); }

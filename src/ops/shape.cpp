@@ -5,12 +5,12 @@
 // the result layouts and the data movement are described).
 #include <algorithm>
 
-#include "backend/cpu/shape.hpp"
 #include "core/promote.hpp"
+#include "core/shape_ops.hpp"
+#include "primitives/shape.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
-#include "primitives/shape.hpp"
 
 namespace tessera {
 
@@ -98,11 +98,7 @@ Array concat_impl(const std::vector<Array>& xs, int axis, const char* op, bool s
     shardings.push_back(x.sharding());
     if (stack) {
       shapes.back().insert(shapes.back().begin() + axis, 1);
-      std::vector<PartitionSpec::Entry> e(static_cast<std::size_t>(x.ndim()));
-      for (int d = 0; d < x.ndim(); ++d) e[d] = x.sharding().spec()[d];
-      e.insert(e.begin() + axis, PartitionSpec::Entry(none));
-      while (!e.empty() && e.back().is_none()) e.pop_back();
-      shardings.back() = NamedSharding(x.sharding().mesh(), PartitionSpec(std::move(e), x.sharding().spec().unreduced()));
+      shardings.back() = detail::stacked_sharding(x.sharding(), x.ndim(), axis);
     }
   }
   const int r = static_cast<int>(shapes[0].size());
@@ -323,7 +319,7 @@ Array pad(const Array& x, const std::vector<std::pair<std::int64_t, std::int64_t
   if (none_added) return x;
   detail::check_scalar_fits(value, x.dtype(), "pad");  // a weak scalar, as in elementwise ops
   return detail::bind1(
-      detail::make_pad(std::move(w), detail::cpu::scalar_bytes(value, x.dtype()), detail::scalar_str(value)), {x});
+      detail::make_pad(std::move(w), detail::scalar_bytes(value, x.dtype()), detail::scalar_str(value)), {x});
 }
 
 Array roll(const Array& x, std::int64_t shift, int axis, std::source_location loc) {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "backend/cpu/spectra.hpp"
+#include "core/exact_limbs.hpp"
 #include "core/promote.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
@@ -134,7 +134,7 @@ Array exact_limbs(const Array& x, double max_abs, std::source_location loc) {
   detail::check_operand(x, op, "x");
   check_bound(max_abs, op);
   if (x.dtype() == DType::bool_) throw DTypeError(msg(op, "x must be numeric, got bool"));
-  const cpu::ExactLimbs l(max_abs);
+  const detail::ExactLimbs l(max_abs);
   // Each rounding is two ops, so nothing can fuse x + sigma - sigma away.
   const Array v = astype(x, DType::f64, {});
   const Array h = subtract(add(v, l.sigma[0], {}), l.sigma[0], {});

@@ -1,18 +1,18 @@
-// Stencils and scans: diff, cumsum, convolve, convolve2d, interp.
+// Stencils and scans: diff, cumsum, convolve, convolve2d, gradient, interp.
 //
 // The front ends check their arguments and bind one primitive each
-// (src/primitives/stencil): diff, cumsum and the convolutions partition
-// themselves with halo exchanges and carried totals, so none of them gathers
-// a sharded operand; interp is elementwise in x with its tables replicated.
-// Every result keeps x's sharding.
+// (src/primitives/stencil). The engine partitions them from their rules:
+// diff, gradient and the convolutions exchange halos with their neighbours
+// and cumsum carries the totals of the blocks before each one, so none of
+// them gathers a sharded operand; interp is elementwise in x with its tables
+// replicated. Every result keeps x's sharding.
+#include "primitives/stencil.hpp"
+
 #include <algorithm>
 
 #include "core/promote.hpp"
 #include "primitives/elementwise.hpp"
-#include "sharding/spec.hpp"
-#include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
-#include "primitives/stencil.hpp"
 
 namespace tessera {
 
@@ -97,6 +97,34 @@ Array convolve2d(const Array& x, const Array& kernel, std::source_location loc) 
   if (kernel.size() == 0) throw ShapeError(msg(op, "kernel must not be empty, got shape " + shape_str(kernel.shape())));
   if (x.ndim() < 2) throw ShapeError(msg(op, "x must be at least 2-d, got shape " + shape_str(x.shape())));
   return detail::bind1(detail::make_convolve2d(), {x, kernel});
+}
+
+// ================================================================= gradient
+
+Array gradient(const Array& f, int axis, double spacing, std::source_location loc) {
+  detail::CallSite site(loc);
+  const char* op = "gradient";
+  detail::check_operand(f, op, "f");
+  if (f.ndim() == 0) throw ShapeError(msg(op, "f must be at least 1-d, got shape " + shape_str(f.shape())));
+  axis = detail::normalize_axis(axis, f.ndim(), op);
+  if (f.dtype() == bool_)
+    throw DTypeError(msg(op,
+                         "f must be numeric, got bool (differences of booleans are not defined, as in "
+                         "numpy.gradient); cast it with astype first"));
+  if (f.shape()[axis] < 2)
+    throw ShapeError(msg(op, "f is too small to calculate a numerical gradient along axis " + std::to_string(axis) +
+                                 ": at least 2 elements are required (edge_order 1), got shape " +
+                                 shape_str(f.shape())));
+  return detail::bind1(detail::make_gradient(axis, spacing), {f});
+}
+
+std::vector<Array> gradient(const Array& f, std::source_location loc) {
+  detail::CallSite site(loc);
+  detail::check_operand(f, "gradient", "f");
+  std::vector<Array> out;
+  for (int axis = 0; axis < f.ndim(); ++axis) out.push_back(gradient(f, axis, 1.0, loc));
+  if (out.empty()) throw ShapeError(msg("gradient", "f must be at least 1-d, got shape " + shape_str(f.shape())));
+  return out;
 }
 
 // =================================================================== interp

@@ -1,12 +1,10 @@
-// Creation primitives (see creation.hpp).
+// Creation primitives (see creation.hpp): the rule, parameters and the
+// factories. The kernels are in backend/cpu/eval_creation.cpp.
 #include "primitives/creation.hpp"
 
 #include <cstring>
 
-#include "core/promote.hpp"
-#include "sharding/spec.hpp"
-#include "spmd/exchange.hpp"
-#include "tessera/ops.hpp"
+#include "core/validate.hpp"
 
 namespace tessera::detail {
 
@@ -20,99 +18,29 @@ ShardingRule creation_rule(const Shape& shape) {
   return r;
 }
 
-namespace {
+Fill::Fill(const char* name, Shape shape, DType dtype, NamedSharding sharding, const void* value, std::string text)
+    : Creation(name, std::move(shape), dtype, std::move(sharding)), text_(std::move(text)) {
+  std::memcpy(value_, value, itemsize(dtype));
+}
 
-// Base: no operands, the result's type and layout are parameters.
-class Creation : public Primitive {
- public:
-  Creation(const char* name, Shape shape, DType dtype, NamedSharding sharding)
-      : name_(name), shape_(std::move(shape)), dtype_(dtype), sharding_(std::move(sharding)) {}
-  std::string_view name() const override { return name_; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray>) const override { return {TypeInfo{shape_, dtype_}}; }
-  ShardingRule rule(std::span<const AbstractArray>) const override { return creation_rule(shape_); }
-  std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray>,
-                                                    const std::vector<TypeInfo>&) const override {
-    return std::vector<NamedSharding>{sharding_};
-  }
+std::string Arange::params() const {
+  std::string s = "start=";
+  s += number_str(start_);
+  s += " step=";
+  s += number_str(step_);
+  return s;
+}
 
- protected:
-  const char* name_;
-  Shape shape_;
-  DType dtype_;
-  NamedSharding sharding_;
-};
-
-class Fill final : public Creation {
- public:
-  Fill(const char* name, Shape shape, DType dtype, NamedSharding sharding, const void* value, std::string text)
-      : Creation(name, std::move(shape), dtype, std::move(sharding)), text_(std::move(text)) {
-    std::memcpy(value_, value, itemsize(dtype));
-  }
-  void eval_cpu(const LocalArgs&, LocalOuts& out) const override {
-    cpu::fill(dtype_, out[0].data, num_elements(out[0].shape), value_);
-  }
-  std::string params() const override { return "value=" + text_; }
-
- private:
-  alignas(8) unsigned char value_[8] = {};
-  std::string text_;
-};
-
-class Arange final : public Creation {
- public:
-  Arange(std::int64_t n, double start, double step, DType dtype, NamedSharding sharding)
-      : Creation("arange", Shape{n}, dtype, std::move(sharding)), start_(start), step_(step) {}
-  void eval_cpu(const LocalArgs&, LocalOuts& out) const override {
-    cpu::arange(dtype_, out[0].data, out[0].box[0], start_, step_);
-  }
-  std::string params() const override {
-    std::string s = "start=";
-    s += number_str(start_);
-    s += " step=";
-    s += number_str(step_);
-    return s;
-  }
-
- private:
-  double start_, step_;
-};
-
-class Linspace final : public Creation {
- public:
-  Linspace(const cpu::LinspaceParams& p, DType dtype, NamedSharding sharding)
-      : Creation("linspace", Shape{p.num}, dtype, std::move(sharding)), p_(p) {}
-  void eval_cpu(const LocalArgs&, LocalOuts& out) const override {
-    cpu::linspace(dtype_, out[0].data, out[0].box[0], p_);
-  }
-  std::string params() const override {
-    std::string s = "start=";
-    s += number_str(p_.start);
-    s += " stop=";
-    s += number_str(p_.stop);
-    s += " num=";
-    s += std::to_string(p_.num);
-    s += p_.endpoint ? " endpoint=true" : " endpoint=false";
-    return s;
-  }
-
- private:
-  cpu::LinspaceParams p_;
-};
-
-class Eye final : public Creation {
- public:
-  Eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, NamedSharding sharding)
-      : Creation("eye", Shape{n, m}, dtype, std::move(sharding)), k_(k) {}
-  void eval_cpu(const LocalArgs&, LocalOuts& out) const override {
-    cpu::eye(dtype_, out[0].data, out[0].box[0], out[0].box[1], k_);
-  }
-  std::string params() const override { return "k=" + std::to_string(k_); }
-
- private:
-  std::int64_t k_;
-};
-
-}  // namespace
+std::string Linspace::params() const {
+  std::string s = "start=";
+  s += number_str(p_.start);
+  s += " stop=";
+  s += number_str(p_.stop);
+  s += " num=";
+  s += std::to_string(p_.num);
+  s += p_.endpoint ? " endpoint=true" : " endpoint=false";
+  return s;
+}
 
 PrimitivePtr make_fill(const char* name, const Shape& shape, DType dtype, const NamedSharding& sharding,
                        const void* value, std::string text) {
@@ -121,7 +49,7 @@ PrimitivePtr make_fill(const char* name, const Shape& shape, DType dtype, const 
 PrimitivePtr make_arange(std::int64_t n, double start, double step, DType dtype, const NamedSharding& sharding) {
   return std::make_shared<Arange>(n, start, step, dtype, sharding);
 }
-PrimitivePtr make_linspace(const cpu::LinspaceParams& p, DType dtype, const NamedSharding& sharding) {
+PrimitivePtr make_linspace(const LinspaceParams& p, DType dtype, const NamedSharding& sharding) {
   return std::make_shared<Linspace>(p, dtype, sharding);
 }
 PrimitivePtr make_eye(std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, const NamedSharding& sharding) {

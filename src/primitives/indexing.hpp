@@ -4,13 +4,137 @@
 // All three partition themselves: take drops index axes that x's other dims
 // already use instead of letting a cost model pick a side, and the scatters
 // reduce partial blocks that cover only part of the output (see
-// indexing.cpp).
+// spmd/lower_indexing.cpp).
+//
+// The classes are defined in parts, one per layer:
+//   primitives/indexing.cpp          types, rules, layouts, parameters, factories
+//   spmd/lower_indexing.cpp          eval_global (the partitioning)
+//   backend/cpu/eval_indexing.cpp    the per-block kernels eval_global runs
+//   transforms/rules/indexing.cpp    batching, JVP and transposition rules
 #pragma once
 
-#include "backend/cpu/indexing.hpp"
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "primitives/primitive.hpp"
 
 namespace tessera::detail {
+
+/// An indexing primitive: it partitions itself; its per-device kernels run
+/// from eval_global (eval_cpu raises).
+class IndexingGlobal : public Primitive {
+ public:
+  bool lowers_itself() const override { return true; }
+  void eval_cpu(const LocalArgs&, LocalOuts&) const override;
+
+ protected:
+  using AxisList = std::vector<std::string>;
+  static bool disjoint(const AxisList& a, const AxisList& b);
+  /// x's dims with `axis` whole: the layout take reads x in.
+  static std::vector<AxisList> whole_along(const NamedSharding& x, int rank, int axis);
+  /// The axes of `indices` that none of `xdims` uses.
+  static AxisList free_index_axes(const std::vector<AxisList>& xdims, const NamedSharding& indices);
+};
+
+class Take final : public IndexingGlobal {
+ public:
+  explicit Take(int axis) : axis_(axis) {}
+  std::string_view name() const override { return "take"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
+                                                    const std::vector<TypeInfo>& out) const override;
+  std::string params() const override;
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override;
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& to) const override;
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+                                 const std::vector<NamedSharding>& layouts) const override;
+
+  /// Per block: the n index values at `data` (integer dtype `dtype`) as
+  /// i64; u64 values past the i64 range become the i64 maximum.
+  virtual std::vector<std::int64_t> load_indices(const void* data, DType dtype, std::int64_t n) const;
+  /// Per block: `out` = x's block (whole along the axis) at the indices
+  /// `idx`, already checked and made non-negative.
+  virtual void take_block(const LocalIn& x, const std::vector<std::int64_t>& idx, void* out) const;
+
+ private:
+  int axis_;
+};
+
+/// scatter_add and segment_sum: rows of updates summed into the rows their
+/// ids name (scatter_rows, spmd/lower_indexing.cpp).
+class IndexingScatter : public IndexingGlobal {
+ public:
+  /// Per block: `partial` (a block of an output with n rows, rows
+  /// partial.box[0]) set to zero, then every row i of `updates` (dtype =
+  /// partial's) added, in order, at row ids[i] (plus n when negative and
+  /// `wrap_negative`) where that row lies in the block.
+  virtual void scatter_block(const LocalIn& updates, const LocalIn& ids, const LocalOut& partial, std::int64_t n,
+                             bool wrap_negative) const;
+  /// Per block: out = a + b over n elements of dtype t (integers wrap,
+  /// bools or).
+  virtual void add_block(DType t, const void* a, const void* b, void* out, std::int64_t n) const;
+
+ protected:
+  /// The shared body of scatter_add and segment_sum: accumulate the rows of
+  /// `updates` (dtype = output dtype) at rows `ids` of a zero array of
+  /// `out_shape`, combine over the mesh axes sharding the rows, and add
+  /// `base` when given (laid out as `out_s` then).
+  Array scatter_rows(const char* op, const Array* base, const Array& ids, const Array& updates,
+                     const Shape& out_shape, const NamedSharding& out_s, bool wrap_negative) const;
+};
+
+class ScatterAdd final : public IndexingScatter {
+ public:
+  explicit ScatterAdd(std::optional<PartitionSpec> out_spec) : out_spec_(std::move(out_spec)) {}
+  std::string_view name() const override { return "scatter_add"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
+                                                    const std::vector<TypeInfo>& out) const override;
+  std::string params() const override;
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override;
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& to) const override;
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+                                 const std::vector<NamedSharding>& layouts) const override;
+
+ private:
+  std::optional<PartitionSpec> out_spec_;
+};
+
+class SegmentSum final : public IndexingScatter {
+ public:
+  SegmentSum(std::int64_t num_segments, std::optional<PartitionSpec> out_spec)
+      : num_segments_(num_segments), out_spec_(std::move(out_spec)) {}
+  std::string_view name() const override { return "segment_sum"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
+                                                    const std::vector<TypeInfo>& out) const override;
+  std::string params() const override;
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
+                           std::vector<int>& ob) const override;
+  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                         std::vector<Array>& to) const override;
+  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+                                 const std::vector<NamedSharding>& layouts) const override;
+
+ private:
+  std::int64_t num_segments_;
+  std::optional<PartitionSpec> out_spec_;
+};
 
 /// take(x, indices, axis): operands x and a 1-d integer indices array.
 PrimitivePtr make_take(int axis);

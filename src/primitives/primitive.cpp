@@ -1,11 +1,8 @@
-// Shared parts of the Primitive surface: rule text, the elementwise rule,
-// defaults.
+// Defaults of the Primitive surface (the rule-side defaults are
+// Partitionable's, sharding/rule.cpp).
 #include "primitives/primitive.hpp"
 
-#include "core/promote.hpp"
-#include "sharding/spec.hpp"
-#include "spmd/exchange.hpp"
-#include "tessera/ops.hpp"
+#include "core/validate.hpp"
 
 namespace tessera::detail {
 

@@ -58,6 +58,33 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
   virtual std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const = 0;
   /// Per-device kernel over local blocks (mesh-agnostic).
   virtual void eval_cpu(const LocalArgs& in, LocalOuts& out) const = 0;
+  /// Stencils whose kernels read an operand's rows from several buffers
+  /// return true: the engine (spmd/engine.cpp) then leaves each device's
+  /// own block in place, gathers only the rows of its halo before and after
+  /// it (one halo dim per operand), and calls eval_halo. False: eval_cpu
+  /// gets each widened block in one buffer, the own rows copied into it.
+  virtual bool reads_halo_pieces() const { return false; }
+  /// eval_cpu of a primitive that reads_halo_pieces: in[i].box is operand
+  /// i's widened block; where pieces[i] is not empty, in[i].data is null and
+  /// pieces[i] holds that block in row order along its halo dim (the rows
+  /// before the own block, the own block, the rows after it; empty ones
+  /// left out). They cover the box; the own block may reach past it.
+  virtual void eval_halo(const LocalArgs&, const std::vector<LocalArgs>&, LocalOuts&) const {
+    throw Error("[" + std::string(name()) + "] internal: eval_halo called on a primitive that reads no halo pieces");
+  }
+  /// A scan (its rule has a Halo factor marked `scan`) along a sharded dim
+  /// runs in two per-block passes (spmd/engine.cpp). scan_totals: the
+  /// totals of the operands' blocks along the scanned dim, into `totals`
+  /// (the result block's shape with that dim 1, the result's dtype).
+  virtual void scan_totals(const LocalArgs&, LocalOut&) const {
+    throw Error("[" + std::string(name()) + "] internal: scan_totals called on a primitive that does not scan");
+  }
+  /// eval_scan: eval_cpu with every line starting from the sum, in part
+  /// order, of `before`: the totals of the parts before this block along
+  /// the scanned dim (one row per part there; none for the first part).
+  virtual void eval_scan(const LocalArgs&, const LocalIn&, LocalOuts&) const {
+    throw Error("[" + std::string(name()) + "] internal: eval_scan called on a primitive that does not scan");
+  }
   /// True when eval_tile works: results are elementwise in operands of the
   /// result's shape, so a chain can run tile by tile.
   virtual bool fusable() const { return false; }

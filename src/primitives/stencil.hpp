@@ -1,29 +1,167 @@
-// Stencil and scan primitives: diff, cumsum, convolve, convolve2d, interp.
+// Stencil and scan primitives: diff, cumsum, convolve, convolve2d, gradient,
+// interp.
 //
-// diff, cumsum, convolve and convolve2d partition themselves (their
-// communication is a halo exchange or a carry of per-device totals, which
-// the factor engine cannot express): their results keep the layout of x,
-// and their rules describe them with Halo factors. interp is elementwise in
-// x with its tables whole on every device, which the engine expresses.
+// Each primitive is its parts, one per layer:
+//   - here and in stencil.cpp: the class, its types (infer), its sharding
+//     rule and its parameters;
+//   - backend/cpu/eval_stencil.cpp: the per-block kernel calls (eval_cpu,
+//     and cumsum's two scan passes);
+//   - transforms/rules/stencil.cpp: batching, JVP and transposition rules.
+// The partitioning is the engine's (spmd/engine.cpp), read from the rule:
+// diff, convolve, convolve2d and gradient have Halo factors (each device
+// reads its block widened by the rows around it, its neighbours' edges
+// received), cumsum a scanned Halo factor (each device starts its block
+// from the carried totals of the parts before it). Their results keep x's
+// layout (keeps_layout_of). interp is elementwise in x with its tables
+// whole on every device.
 #pragma once
 
-#include "backend/cpu/stencil.hpp"
+#include <cstdint>
+
+#include "core/promote.hpp"
 #include "primitives/primitive.hpp"
 
 namespace tessera::detail {
 
+/// JAX's promote_dtypes_inexact: integer and bool results become f32.
+inline DType inexact(DType t) { return is_float(t) ? t : DType::f32; }
+
 /// The n-th difference along `axis` (n >= 1) of the sequence prepend | x |
 /// append. Operands: x, then prepend and append when present, all of the
 /// result dtype; a rank-0 prepend or append is one row.
-PrimitivePtr make_diff(int n, int axis, bool prepend, bool append);
+class Diff final : public Primitive {
+ public:
+  Diff(int n, int axis, bool prepend, bool append) : n_(n), axis_(axis), pre_(prepend), app_(append) {}
+  std::string_view name() const override { return "diff"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  int keeps_layout_of() const override { return 0; }
+  std::string params() const override;
+  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  bool reads_halo_pieces() const override { return true; }
+  void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
+                           std::vector<int>& out_bdims) const override;
+  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
+                         std::vector<Array>& tangents_out) const override;
+  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+
+ private:
+  // Operand indices of prepend and append (-1 when absent).
+  int prepend_index() const { return pre_ ? 1 : -1; }
+  int append_index() const { return app_ ? (pre_ ? 2 : 1) : -1; }
+  // Rows operand i adds to the sequence (0 when absent, 1 for a scalar).
+  std::int64_t rows(std::span<const AbstractArray> in, int i) const {
+    if (i < 0) return 0;
+    return in[i].shape.empty() ? 1 : in[i].shape[axis_];
+  }
+  int n_, axis_;
+  bool pre_, app_;
+};
+
 /// The inclusive sum along `axis`, in sum_dtype(x).
-PrimitivePtr make_cumsum(int axis);
+class Cumsum final : public Primitive {
+ public:
+  explicit Cumsum(int axis) : axis_(axis) {}
+  std::string_view name() const override { return "cumsum"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  int keeps_layout_of() const override { return 0; }
+  std::string params() const override;
+  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  void scan_totals(const LocalArgs& in, LocalOut& totals) const override;
+  void eval_scan(const LocalArgs& in, const LocalIn& before, LocalOuts& out) const override;
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
+                           std::vector<int>& out_bdims) const override;
+  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
+                         std::vector<Array>& tangents_out) const override;
+  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+
+ private:
+  int axis_;
+};
+
 /// 'same' convolution of x with the 1-d kernel (operands x, kernel) along
 /// `axis`, in the inexact promoted dtype.
-PrimitivePtr make_convolve(int axis);
+class Convolve final : public Primitive {
+ public:
+  explicit Convolve(int axis) : axis_(axis) {}
+  std::string_view name() const override { return "convolve"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  int keeps_layout_of() const override { return 0; }
+  std::string params() const override;
+  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  bool reads_halo_pieces() const override { return true; }
+  void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
+                           std::vector<int>& out_bdims) const override;
+  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
+                         std::vector<Array>& tangents_out) const override;
+  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+
+ private:
+  int axis_;
+};
+
 /// 'same' convolution of x's last two dims with the 2-d kernel.
+class Convolve2d final : public Primitive {
+ public:
+  std::string_view name() const override { return "convolve2d"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  int keeps_layout_of() const override { return 0; }
+  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+};
+
+/// jnp.gradient along `axis` with uniform `spacing` (edge_order 1): central
+/// differences inside, one-sided ones at the ends; the dim has >= 2 rows.
+/// Result dtype inexact(x).
+class Gradient final : public Primitive {
+ public:
+  Gradient(int axis, double spacing) : axis_(axis), spacing_(spacing) {}
+  std::string_view name() const override { return "gradient"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  int keeps_layout_of() const override { return 0; }
+  std::string params() const override;
+  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  bool reads_halo_pieces() const override { return true; }
+  void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
+                           std::vector<int>& out_bdims) const override;
+  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
+                         std::vector<Array>& tangents_out) const override;
+  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+
+ private:
+  int axis_;
+  double spacing_;
+};
+
+/// jnp.interp(x, xp, fp) (operands x, xp, fp). Elementwise in x; xp and fp
+/// share one factor that must be whole on every device, so the engine
+/// replicates them and keeps x's layout.
+class Interp final : public Primitive {
+ public:
+  std::string_view name() const override { return "interp"; }
+  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+
+  /// As jnp.interp: x and xp promoted together to inexact (fp on its own).
+  static DType x_type(DType x, DType xp);
+};
+
+PrimitivePtr make_diff(int n, int axis, bool prepend, bool append);
+PrimitivePtr make_cumsum(int axis);
+PrimitivePtr make_convolve(int axis);
 PrimitivePtr make_convolve2d();
-/// jnp.interp(x, xp, fp) (operands x, xp, fp).
+PrimitivePtr make_gradient(int axis, double spacing);
 PrimitivePtr make_interp();
 
 }  // namespace tessera::detail

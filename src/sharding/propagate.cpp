@@ -32,17 +32,22 @@
 // the primitive's conflict message is raised.
 // A primitive whose operands must stay where they lie (reductions: see
 // Primitive::keeps_operand_layouts) gets that natural assignment too, with
-// or without out_spec.
+// or without out_spec. One that keeps one operand's layout (a stencil's or
+// a scan's result is x's layout: Partitionable::keeps_layout_of) gets that
+// operand's axes for every factor of its dims; the others are brought to it.
+//
+// Halo factors are assigned axes like pass-through ones. The partition then
+// lists the operand dims on them: halos each device reads around its result
+// block, or a scan whose parts' totals are carried between devices. The
+// engine (spmd/engine.cpp) executes both.
 #include "sharding/propagate.hpp"
-
-#include "core/nd_index.hpp"
 
 #include <algorithm>
 #include <set>
 
+#include "core/nd_index.hpp"
 #include "core/promote.hpp"
 #include "sharding/spec.hpp"
-#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 
@@ -90,6 +95,84 @@ bool blocks_inside(const Shape& shape, const NamedSharding& inner, const NamedSh
       if (a[d].size() > 0 && (a[d].start < b[d].start || a[d].stop > b[d].stop)) return false;
   }
   return true;
+}
+
+// The partition that `assign` gives: operand and result layouts, the
+// reduction still to do, the bytes one device receives and the cost. `kept`
+// gets, per operand, the sharded dims it leaves as they are (ties go to the
+// assignment keeping the earliest operands).
+Partition evaluate(const ShardingRule& rule, const Mesh& mesh, std::span<const AbstractArray> in,
+                   const std::vector<TypeInfo>& out, const std::vector<AxisList>& assign,
+                   const std::optional<NamedSharding>& want_s, double work, std::vector<int>& kept) {
+  const int nf = static_cast<int>(rule.factors.size());
+  Partition p;
+  double bytes = 0;
+  kept.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    p.operands.push_back(layout(mesh, rule.operands[i], assign, rule.factors, true));
+    bytes += reshard_bytes(in[i].shape, in[i].dtype, in[i].sharding, p.operands.back());
+    int k = 0;
+    for (int d = 0; d < static_cast<int>(in[i].shape.size()); ++d)
+      k += !in[i].sharding.spec()[d].axes().empty() &&
+           in[i].sharding.spec()[d].axes() == p.operands.back().spec()[d].axes();
+    kept.push_back(k);
+  }
+  AxisList red;
+  for (const auto& axis : mesh.axis_names())
+    for (int f = 0; f < nf; ++f)
+      if (rule.factors[f].kind == FactorKind::Reduction &&
+          std::find(assign[f].begin(), assign[f].end(), axis) != assign[f].end())
+        red.push_back(axis);
+  const double group = static_cast<double>(axes_size(mesh, red));
+  for (size_t r = 0; r < out.size(); ++r) {
+    p.local.push_back(layout(mesh, rule.results[r], assign, rule.factors, false));
+    p.results.push_back(r == 0 && want_s ? *want_s : p.local.back());
+    // Partial results are reduced straight into the final blocks when
+    // those lie inside the local ones (a reduce-scatter: each device
+    // receives only its final block from each peer; over size-1 axes,
+    // a local copy of those blocks), else into the local blocks and
+    // then resharded.
+    const bool scatter = !red.empty() && !(p.results.back() == p.local.back()) &&
+                         blocks_inside(out[r].shape, p.results.back(), p.local.back());
+    p.combined.push_back(scatter ? p.results.back() : p.local.back());
+    const NamedSharding& into = p.combined.back();
+    double into_bytes = static_cast<double>(itemsize(out[r].dtype));
+    for (size_t d = 0; d < out[r].shape.size(); ++d)
+      into_bytes *= static_cast<double>(out[r].shape[d]) / static_cast<double>(into.num_parts(static_cast<int>(d)));
+    bytes += into_bytes * (group - 1);
+    if (!scatter) bytes += reshard_bytes(out[r].shape, out[r].dtype, p.local.back(), p.results.back());
+  }
+  p.reduce_axes = red;
+  double par = 1;
+  for (int f = 0; f < nf; ++f) par *= static_cast<double>(axes_size(mesh, assign[f]));
+  p.bytes = bytes;
+  p.cost = bytes * kWorkPerByte + work / par;
+  return p;
+}
+
+// The engine's own steps for the rule's Halo factors (Partition::halos and
+// scan): every operand dim on such a factor, with the result dim that
+// shares it. A factor no result has is read as pass-through.
+void add_engine_steps(Partition& p, const ShardingRule& rule, const char* op) {
+  for (int f = 0; f < static_cast<int>(rule.factors.size()); ++f) {
+    const Factor& fac = rule.factors[f];
+    if (fac.kind != FactorKind::Halo) continue;
+    int r = -1, rd = -1;
+    for (int i = 0; i < static_cast<int>(rule.results.size()) && r < 0; ++i)
+      for (int d = 0; d < static_cast<int>(rule.results[i].size()) && r < 0; ++d)
+        if (rule.results[i][d] == f) r = i, rd = d;
+    if (r < 0) continue;
+    for (int i = 0; i < static_cast<int>(rule.operands.size()); ++i)
+      for (int d = 0; d < static_cast<int>(rule.operands[i].size()); ++d) {
+        if (rule.operands[i][d] != f) continue;
+        if (!fac.scan) {
+          p.halos.push_back(Partition::HaloDim{i, d, r, rd, fac.halo_lo, fac.halo_hi});
+          continue;
+        }
+        if (p.scan) throw Error(msg(op, "internal: a rule may scan one operand dim only"));
+        p.scan = Partition::ScanDim{i, d, r};
+      }
+  }
 }
 
 }  // namespace
@@ -165,6 +248,19 @@ Partition partition(const Partitionable& prim, std::span<const AbstractArray> in
     is_explicit = is_explicit || has_explicit_axes(*want_s);
     for (size_t d = 0; d < rule.results.front().size(); ++d)
       add(rule.results.front()[d], (*want)[static_cast<int>(d)].axes());
+  }
+  // A primitive that keeps an operand's layout: that operand's axes, as
+  // they lie, for every factor of its dims (Partitionable::keeps_layout_of).
+  if (const int k = prim.keeps_layout_of(); k >= 0) {
+    std::vector<AxisList> assign(nf);
+    for (size_t d = 0; d < rule.operands[k].size(); ++d) {
+      const int f = rule.operands[k][d];
+      if (f >= 0 && shardable(f)) assign[f] = in[k].sharding.spec()[static_cast<int>(d)].axes();
+    }
+    std::vector<int> kept;
+    Partition p = evaluate(rule, mesh, in, out, assign, want_s, prim.work(in, out), kept);
+    add_engine_steps(p, rule, std::string(prim.name()).c_str());
+    return p;
   }
   // Operands that disagree only on Auto axes (on a mesh that also has
   // Explicit ones) are the cost search's to reconcile, as on an all-Auto
@@ -266,48 +362,8 @@ Partition partition(const Partitionable& prim, std::span<const AbstractArray> in
       for (const auto& a : assign[f]) valid = valid && used.insert(a).second;
     }
     if (valid) {
-      Partition p;
-      double bytes = 0;
       std::vector<int> kept;  // per operand: sharded dims left as they are
-      for (size_t i = 0; i < in.size(); ++i) {
-        p.operands.push_back(layout(mesh, rule.operands[i], assign, rule.factors, true));
-        bytes += reshard_bytes(in[i].shape, in[i].dtype, in[i].sharding, p.operands.back());
-        int k = 0;
-        for (int d = 0; d < static_cast<int>(in[i].shape.size()); ++d)
-          k += !in[i].sharding.spec()[d].axes().empty() &&
-               in[i].sharding.spec()[d].axes() == p.operands.back().spec()[d].axes();
-        kept.push_back(k);
-      }
-      AxisList red;
-      for (const auto& axis : mesh.axis_names())
-        for (int f = 0; f < nf; ++f)
-          if (rule.factors[f].kind == FactorKind::Reduction &&
-              std::find(assign[f].begin(), assign[f].end(), axis) != assign[f].end())
-            red.push_back(axis);
-      const double group = static_cast<double>(axes_size(mesh, red));
-      for (size_t r = 0; r < out.size(); ++r) {
-        p.local.push_back(layout(mesh, rule.results[r], assign, rule.factors, false));
-        p.results.push_back(r == 0 && want_s ? *want_s : p.local.back());
-        // Partial results are reduced straight into the final blocks when
-        // those lie inside the local ones (a reduce-scatter: each device
-        // receives only its final block from each peer; over size-1 axes,
-        // a local copy of those blocks), else into the local blocks and
-        // then resharded.
-        const bool scatter = !red.empty() && !(p.results.back() == p.local.back()) &&
-                             blocks_inside(out[r].shape, p.results.back(), p.local.back());
-        p.combined.push_back(scatter ? p.results.back() : p.local.back());
-        const NamedSharding& into = p.combined.back();
-        double into_bytes = static_cast<double>(itemsize(out[r].dtype));
-        for (size_t d = 0; d < out[r].shape.size(); ++d)
-          into_bytes *= static_cast<double>(out[r].shape[d]) / static_cast<double>(into.num_parts(static_cast<int>(d)));
-        bytes += into_bytes * (group - 1);
-        if (!scatter) bytes += reshard_bytes(out[r].shape, out[r].dtype, p.local.back(), p.results.back());
-      }
-      p.reduce_axes = red;
-      double par = 1;
-      for (int f = 0; f < nf; ++f) par *= static_cast<double>(axes_size(mesh, assign[f]));
-      p.bytes = bytes;
-      p.cost = bytes * kWorkPerByte + work / par;
+      Partition p = evaluate(rule, mesh, in, out, assign, want_s, work, kept);
       // Ties go to the layout that keeps the earliest operands as they are.
       const double eps = 1e-9 * std::max(1.0, best.cost);
       if (!have || p.cost < best.cost - eps || (p.cost <= best.cost + eps && kept > best_kept)) {
@@ -318,6 +374,7 @@ Partition partition(const Partitionable& prim, std::span<const AbstractArray> in
     }
   }
   if (!have) throw ShardingError("[" + std::string(prim.name()) + "] no valid sharding for " + rule.str());
+  add_engine_steps(best, rule, std::string(prim.name()).c_str());
   return best;
 }
 

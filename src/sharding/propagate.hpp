@@ -3,6 +3,7 @@
 // every result, and the reduction the results still need.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +31,28 @@ struct Partition {
   /// Estimated cost, and the bytes moved per device (for `explain`-like text).
   double cost = 0;
   double bytes = 0;
+
+  /// An operand dim mapped to a Halo factor (stencils): each device reads
+  /// the operand rows [a - lo, b + hi) of that dim, clipped to the array,
+  /// for its block [a, b) of the result dim on the same factor (laid out
+  /// as `local`); spmd/engine.cpp gathers them.
+  struct HaloDim {
+    int operand = 0, dim = 0;
+    int result = 0, result_dim = 0;
+    std::int64_t lo = 0, hi = 0;
+  };
+  std::vector<HaloDim> halos;
+  /// An operand dim mapped to a scanned Halo factor (Factor::scan): along
+  /// it the engine carries the totals of the parts before each block.
+  struct ScanDim {
+    int operand = 0, dim = 0;
+    int result = 0;
+  };
+  std::optional<ScanDim> scan;
+  /// True when the rule has Halo factors, sharded or not: the engine runs
+  /// steps of its own around the kernel (halo exchanges, carried totals),
+  /// so a compiled program runs this application through eval_partitioned.
+  bool has_engine_steps() const { return !halos.empty() || scan.has_value(); }
 };
 
 /// Chooses the factor-to-axes assignment for `prim` over `in` (see

@@ -104,4 +104,19 @@ std::optional<std::vector<NamedSharding>> Partitionable::layouts(std::span<const
   return std::nullopt;
 }
 
+ShardingRule own_factor_rule(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) {
+  ShardingRule r;
+  auto dims = [&](const Shape& shape) {
+    std::vector<int> f;
+    for (auto n : shape) {
+      f.push_back(static_cast<int>(r.factors.size()));
+      r.factors.push_back(Factor{n, FactorKind::PassThrough});
+    }
+    return f;
+  };
+  for (const auto& a : in) r.operands.push_back(dims(a.shape));
+  for (const auto& t : out) r.results.push_back(dims(t.shape));
+  return r;
+}
+
 }  // namespace tessera::detail

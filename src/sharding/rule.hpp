@@ -46,6 +46,10 @@ struct Factor {
   std::int64_t size = 0;
   FactorKind kind = FactorKind::PassThrough;
   std::int64_t halo_lo = 0, halo_hi = 0;  // Halo: elements needed before / after each block
+  /// Halo over everything before each block (a scan: halo_lo = size - 1,
+  /// halo_hi = 0) that is not moved: the engine carries the totals of the
+  /// parts before each block instead (Primitive::scan_totals, eval_scan).
+  bool scan = false;
 };
 
 /// Operand and result dims mapped to factors; -1 marks a dim outside every
@@ -63,6 +67,10 @@ struct ShardingRule {
 /// The elementwise rule over `operands` broadcast to `out` (right-aligned;
 /// a size-1 dim against a larger one maps to no factor).
 ShardingRule elementwise_rule(const std::vector<Shape>& operands, const Shape& out, int num_results = 1);
+
+/// A rule for the text forms only: every operand and result dim its own
+/// factor (primitives that lower themselves from a user function).
+ShardingRule own_factor_rule(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out);
 
 /// What propagation reads from an operation: its rule and the constraints
 /// around it. primitives/primitive.hpp's Primitive is one.
@@ -100,6 +108,14 @@ class Partitionable {
   /// operands in, results laid out exactly as layouts() said. Their rule()
   /// describes them for the text forms only.
   virtual bool lowers_itself() const { return false; }
+  /// The operand whose layout the primitive keeps (-1: none, the engine
+  /// chooses): every factor of its dims takes the mesh axes that dim
+  /// carries, every other factor none, whatever the cost model would
+  /// prefer; the other operands are brought to it and the results are laid
+  /// out by those factors (a stencil's or a scan's result keeps x's layout,
+  /// and a scan's float bits its blocks). A result layout asked for
+  /// (out_spec) is reached from there.
+  virtual int keeps_layout_of() const { return -1; }
 };
 
 }  // namespace tessera::detail

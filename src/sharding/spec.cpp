@@ -46,4 +46,11 @@ PartitionSpec make_spec(const std::vector<std::vector<std::string>>& dims) {
   return PartitionSpec(entries);
 }
 
+std::vector<std::string> in_mesh_order(const Mesh& mesh, const std::vector<std::string>& axes) {
+  std::vector<std::string> out;
+  for (const auto& a : mesh.axis_names())
+    if (std::find(axes.begin(), axes.end(), a) != axes.end()) out.push_back(a);
+  return out;
+}
+
 }  // namespace tessera::detail

@@ -24,4 +24,8 @@ PartitionSpec::Entry entry_of(const std::vector<std::string>& axes);
 PartitionSpec make_spec(const std::vector<std::vector<std::string>>& dims);
 
 
+/// `axes` in mesh order: a group over them ranks members in mesh order, the
+/// order the whole-mesh reduction combines in (bitwise the same results).
+std::vector<std::string> in_mesh_order(const Mesh& mesh, const std::vector<std::string>& axes);
+
 }  // namespace tessera::detail

@@ -11,11 +11,14 @@ namespace tessera::detail {
 /// Abstract values of concrete or traced arrays.
 std::vector<AbstractArray> abstract_of(const std::vector<Array>& args);
 
-/// Eager evaluation: partition, move operands, run the kernel on every
-/// device, combine partial results.
+/// Eager evaluation: partition, move operands, exchange halos and carry
+/// scan totals (stencils and scans), run the kernel on every device,
+/// combine partial results.
 std::vector<Array> eval_eager(const Primitive& prim, const std::vector<Array>& args);
 
-/// The same with the partition already chosen (jit's fallback per op).
+/// The same with the partition already chosen (shard_map bodies; a compiled
+/// program's applications whose partition has engine steps, run as each
+/// member's share).
 std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Array>& args,
                                     const std::vector<TypeInfo>& types, const Partition& part);
 

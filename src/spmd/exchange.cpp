@@ -9,6 +9,7 @@
 #include "core/validate.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/timeline.hpp"
+#include "sharding/spec.hpp"
 #include "spmd/member.hpp"
 
 namespace tessera::detail {

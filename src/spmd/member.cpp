@@ -49,11 +49,5 @@ Buffer reduce_member(Group& g, const Buffer& partial, const std::vector<Slice>& 
   return out;
 }
 
-std::vector<std::string> in_mesh_order(const Mesh& mesh, const std::vector<std::string>& axes) {
-  std::vector<std::string> out;
-  for (const auto& a : mesh.axis_names())
-    if (std::find(axes.begin(), axes.end(), a) != axes.end()) out.push_back(a);
-  return out;
-}
 
 }  // namespace tessera::detail

@@ -83,8 +83,5 @@ class MemberPause {
 Buffer reduce_member(Group& g, const Buffer& partial, const std::vector<Slice>& partial_box,
                      const std::vector<Slice>& out_box, DType dtype, ReduceOp op, int device_id);
 
-/// `axes` in mesh order: a group over them ranks members in mesh order, the
-/// order the whole-mesh reduction combines in (bitwise the same results).
-std::vector<std::string> in_mesh_order(const Mesh& mesh, const std::vector<std::string>& axes);
 
 }  // namespace tessera::detail

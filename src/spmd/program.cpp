@@ -3,11 +3,9 @@
 #include <exception>
 #include <mutex>
 
-#include "core/promote.hpp"
-#include "sharding/spec.hpp"
-#include "spmd/exchange.hpp"
-#include "tessera/ops.hpp"
-#include "tessera/shard_map.hpp"
+#include "comm/communicator.hpp"
+#include "core/validate.hpp"
+#include "tessera/device.hpp"
 
 namespace tessera::detail {
 

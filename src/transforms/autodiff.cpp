@@ -26,7 +26,7 @@
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
 #include "primitives/elementwise.hpp"
-#include "primitives/rules.hpp"
+#include "transforms/rules/rules.hpp"
 #include "sharding/propagate.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"

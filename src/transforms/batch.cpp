@@ -24,7 +24,7 @@
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
-#include "primitives/rules.hpp"
+#include "transforms/rules/rules.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"
 #include "tessera/vmap.hpp"

@@ -18,7 +18,7 @@
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
-#include "primitives/rules.hpp"
+#include "transforms/rules/rules.hpp"
 #include "tessera/autodiff.hpp"
 #include "transforms/trace.hpp"
 

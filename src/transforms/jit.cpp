@@ -13,9 +13,11 @@
 //   - reshard: an operand brought to the layout the engine chose (through
 //     the one planner), or a result to its final layout;
 //   - reduce: partial results combined over the reduction axes;
-//   - global: a primitive that partitions itself (a halo exchange, a
-//     reshape across sharded dims, a shard_map, ...), run as each device's
-//     share of its whole-array algorithm (spmd/member.hpp);
+//   - global: a primitive that partitions itself (a reshape across sharded
+//     dims, a shard_map, ...), or one whose partition has engine steps (the
+//     halo exchanges of stencils, the carried totals of scans: the engine's
+//     eval_partitioned), run as each device's share of its whole-array
+//     algorithm (spmd/member.hpp);
 //   - fused: a run of fusable kernels whose operands and results all share
 //     one shape and layout, executed tile by tile (kTile elements) so the
 //     intermediates stay in cache: one pass over memory for the chain.
@@ -39,7 +41,7 @@
 #include <mutex>
 #include <optional>
 
-#include "backend/cpu/stream.hpp"
+#include "backend/cpu/compiled.hpp"
 #include "core/promote.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
@@ -57,16 +59,6 @@ namespace detail {
 
 namespace {
 
-// Elements per tile of a fused loop: 2 KiB of f32. Small tiles keep the
-// loop's reads of its operands and writes of its results finely interleaved,
-// close to the access pattern of one hand-fused loop, and a chain of dozens
-// of intermediates stays in L1. Measured on 2^24 f32 over 2 devices:
-// 2*sin(x)+1 took 4.2-4.4 ms with 512-element tiles, 6.7 ms with 1024 and
-// 10 ms with 2048; 256 was no better than 512.
-constexpr std::int64_t kTile = 512;
-// Tiles ahead a fused loop prefetches its operands: 2*x+1 on 2^24 f32 over
-// 2 devices went from 3.9-4.2 ms without to 2.3-2.9 ms with 8 (16 KiB).
-constexpr std::int64_t kPrefetchTiles = 8;
 
 struct Eqn {
   PrimitivePtr prim;
@@ -373,7 +365,7 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
       c->eqn_out[e] = {dst};
       continue;
     }
-    if (q.prim->lowers_itself()) {
+    if (q.prim->lowers_itself() || q.part.has_engine_steps()) {
       Step g;
       g.kind = Step::Global;
       g.eqns = {static_cast<int>(e)};
@@ -472,44 +464,6 @@ void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   q.prim->eval_cpu(in, out);
 }
 
-// Writes the values a broadcast operand (row-major block at `src`, element
-// strides `strides` per result dim, 0 where repeated) takes at the result
-// elements [t0, t0 + len) of a block of shape `shape` into `dst`. Walks the
-// tile row by row: a row is a contiguous copy, or one value repeated.
-void broadcast_tile(const unsigned char* src, const std::vector<std::int64_t>& strides, const Shape& shape,
-                    std::int64_t t0, std::int64_t len, std::size_t isz, unsigned char* dst) {
-  const size_t rank = shape.size();
-  const std::int64_t inner = rank ? shape[rank - 1] : 1;
-  const std::int64_t inner_stride = rank ? strides[rank - 1] : 0;
-  for (std::int64_t f = t0, end = t0 + len; f < end;) {
-    const std::int64_t col = f % inner, count = std::min(inner - col, end - f);
-    std::int64_t off = 0, row = f / inner;
-    for (size_t d = rank > 0 ? rank - 1 : 0; d-- > 0;) {
-      off += (row % shape[d]) * strides[d];
-      row /= shape[d];
-    }
-    const unsigned char* p = src + (off + col * inner_stride) * static_cast<std::int64_t>(isz);
-    if (inner_stride == 0) {
-      auto repeat = [&](auto tag) {
-        using T = decltype(tag);
-        T v;
-        std::memcpy(&v, p, sizeof v);
-        std::fill_n(reinterpret_cast<T*>(dst), count, v);
-      };
-      switch (isz) {
-        case 1: repeat(std::uint8_t{}); break;
-        case 2: repeat(std::uint16_t{}); break;
-        case 4: repeat(std::uint32_t{}); break;
-        default: repeat(std::uint64_t{}); break;
-      }
-    } else {
-      std::memcpy(dst, p, static_cast<std::size_t>(count) * isz);
-    }
-    dst += count * static_cast<std::int64_t>(isz);
-    f += count;
-  }
-}
-
 void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   const int dev = c.mesh.devices()[pos].id();
   const Shape& shape = c.slots[c.eqn_out[st.eqns[0]][0]].local[pos];  // every member's result block
@@ -543,111 +497,35 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     for (size_t k = 0; k < st.eqns.size(); ++k)
       if (c.eqn_out[st.eqns[k]][0] == si) sink_from = static_cast<int>(k);
   }
-  if (n == 0) {
-    if (sink) sink->finish();
-    return;
-  }
-  // Per member: where its operands and result live (a base pointer into a
-  // full buffer, advanced per tile, or a scratch tile).
-  struct Ref {
-    unsigned char* base = nullptr;  // full buffer, or nullptr for scratch
-    int scratch = -1;
-    std::size_t isz = 0;
-    std::vector<std::int64_t> strides;  // broadcast operand: element strides per result dim (0: repeated)
-    unsigned char* stream = nullptr;    // result: computed in scratch, then streamed here past the cache
-  };
-  const size_t m = st.eqns.size();
-  // Scratch tiles: one per member's result, then one per broadcast operand
-  // (kept between calls, grown only).
-  thread_local std::vector<std::vector<unsigned char>> scratch;
-  if (scratch.size() < m) scratch.resize(m);
-  auto tile = [&](size_t i, std::size_t isz) {
-    if (scratch.size() <= i) scratch.resize(i + 1);
-    if (scratch[i].size() < static_cast<std::size_t>(kTile) * isz) scratch[i].resize(static_cast<std::size_t>(kTile) * isz);
-  };
-  size_t broadcasts = 0;
-  std::vector<std::vector<Ref>> ins(m);
-  std::vector<Ref> outs(m);
-  std::vector<int> made;
-  for (size_t k = 0; k < m; ++k) {
+  // The loop itself is the backend's (backend/cpu/compiled.hpp).
+  FusedLoop loop;
+  loop.shape = shape;
+  loop.sink = sink.get();
+  loop.sink_from = sink_from;
+  loop.members.resize(st.eqns.size());
+  std::vector<int> made;  // slot each member writes, in member order
+  for (size_t k = 0; k < st.eqns.size(); ++k) {
     const int e = st.eqns[k];
-    const int so = c.eqn_out[e][0];
+    FusedLoop::Member& mem = loop.members[k];
+    mem.prim = c.prog.eqns[e].prim.get();
     for (int s : c.eqn_in[e]) {
-      Ref r;
-      r.isz = itemsize(c.slots[s].dtype);
-      auto it = std::find(made.begin(), made.end(), s);
-      if (it != made.end() && outs[it - made.begin()].base == nullptr)
-        r.scratch = static_cast<int>(it - made.begin());
-      else
-        r.base = static_cast<unsigned char*>(bufs[s][pos].data());
-      const Shape& ls = c.slots[s].local[pos];
-      if (it == made.end() && ls != shape) {
-        // Broadcast: strides of its block aligned to the result's dims.
-        r.strides.assign(shape.size(), 0);
-        std::int64_t stride = 1;
-        for (size_t d = ls.size(); d-- > 0;) {
-          if (ls[d] != 1) r.strides[d + shape.size() - ls.size()] = stride;
-          stride *= ls[d];
-        }
-        const size_t i = m + broadcasts++;
-        tile(i, r.isz);
-        r.scratch = static_cast<int>(i);
+      FusedLoop::Arg a;
+      a.isz = itemsize(c.slots[s].dtype);
+      if (auto it = std::find(made.begin(), made.end(), s); it != made.end()) {
+        a.member = static_cast<int>(it - made.begin());
+      } else {
+        a.data = static_cast<const unsigned char*>(bufs[s][pos].data());
+        a.shape = c.slots[s].local[pos];
       }
-      ins[k].push_back(std::move(r));
+      mem.args.push_back(std::move(a));
     }
-    Ref o;
-    o.isz = itemsize(c.slots[so].dtype);
-    if (std::find(st.out.begin(), st.out.end(), so) != st.out.end()) {
-      o.base = static_cast<unsigned char*>(bufs[so][pos].data());
-      // A large result is written once and read by a later step after the
-      // whole loop: storing it past the cache saves reading every line first.
-      if (static_cast<std::size_t>(n) * o.isz >= cpu::kStreamMinBytes) {
-        o.stream = o.base;
-        o.base = nullptr;
-        o.scratch = static_cast<int>(k);
-        tile(k, o.isz);
-      }
-    } else {
-      o.scratch = static_cast<int>(k);
-      tile(k, o.isz);
-    }
-    outs[k] = o;
+    const int so = c.eqn_out[e][0];
+    mem.isz = itemsize(c.slots[so].dtype);
+    if (std::find(st.out.begin(), st.out.end(), so) != st.out.end())
+      mem.out = static_cast<unsigned char*>(bufs[so][pos].data());
     made.push_back(so);
   }
-  std::vector<const void*> args;
-  for (std::int64_t t0 = 0; t0 < n; t0 += kTile) {
-    const std::int64_t len = std::min(kTile, n - t0);
-    // Operands read from memory: ask for the tile kPrefetchTiles ahead, so
-    // its loads are in flight while this tile computes.
-    if (const std::int64_t ahead = t0 + kPrefetchTiles * kTile; ahead < n)
-      for (size_t k = 0; k < m; ++k)
-        for (const Ref& r : ins[k])
-          if (r.base && r.strides.empty()) {
-            const unsigned char* p = r.base + ahead * static_cast<std::int64_t>(r.isz);
-            const std::int64_t bytes = std::min(kTile, n - ahead) * static_cast<std::int64_t>(r.isz);
-            for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
-          }
-    for (size_t k = 0; k < m; ++k) {
-      args.clear();
-      for (const Ref& r : ins[k]) {
-        if (!r.strides.empty()) {
-          broadcast_tile(r.base, r.strides, shape, t0, len, r.isz, scratch[r.scratch].data());
-          args.push_back(scratch[r.scratch].data());
-          continue;
-        }
-        args.push_back(r.base ? static_cast<const void*>(r.base + t0 * static_cast<std::int64_t>(r.isz))
-                              : static_cast<const void*>(scratch[r.scratch].data()));
-      }
-      void* o = outs[k].base ? static_cast<void*>(outs[k].base + t0 * static_cast<std::int64_t>(outs[k].isz))
-                             : static_cast<void*>(scratch[k].data());
-      c.prog.eqns[st.eqns[k]].prim->eval_tile(args, o, len);
-      if (outs[k].stream)
-        cpu::stream_copy(outs[k].stream + t0 * static_cast<std::int64_t>(outs[k].isz), o,
-                         static_cast<std::size_t>(len) * outs[k].isz);
-      if (static_cast<int>(k) == sink_from) sink->feed(o, len);
-    }
-  }
-  cpu::stream_fence();  // before the task reports done and another thread reads the results
+  run_fused_loop(loop);
   if (sink) sink->finish();
 }
 
@@ -664,11 +542,19 @@ std::vector<NamedSharding> result_layouts(const Compiled& c, const Step& st) {
   return layouts;
 }
 
-void run_global(const Compiled& c, const Step& st, Buffers& bufs) {
+// A global step's results: the primitive's own eval_global, or the engine
+// running the steps its partition plans around the kernel (halo exchanges,
+// carried scan totals).
+std::vector<Array> run_global_results(const Compiled& c, const Step& st, const std::vector<Array>& in) {
   const Eqn& q = c.prog.eqns[st.eqns[0]];
+  if (q.prim->lowers_itself()) return q.prim->eval_global(in, q.types, result_layouts(c, st));
+  return eval_partitioned(*q.prim, in, q.types, q.part);
+}
+
+void run_global(const Compiled& c, const Step& st, Buffers& bufs) {
   std::vector<Array> in;
   for (int s : st.in) in.push_back(slot_array(c, s, bufs));
-  auto res = q.prim->eval_global(in, q.types, result_layouts(c, st));
+  auto res = run_global_results(c, st, in);
   for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]] = res[r].impl()->buffers;
 }
 
@@ -706,7 +592,7 @@ void run_global_member(const Compiled& c, const Step& st, int pos, Buffers& bufs
   }
   TimelineScope scope(q.prim->name(), "kernel");
   MemberScope member(m, records);
-  auto res = q.prim->eval_global(in, q.types, result_layouts(c, st));
+  auto res = run_global_results(c, st, in);
   for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]][pos] = res[r].impl()->buffers[pos];
 }
 

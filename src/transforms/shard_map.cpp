@@ -35,7 +35,7 @@
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
-#include "primitives/rules.hpp"
+#include "transforms/rules/rules.hpp"
 #include "runtime/timeline.hpp"
 #include "core/check_spec.hpp"
 #include "sharding/propagate.hpp"
@@ -1149,5 +1149,12 @@ int axis_size(const std::string& axis) {
   return c.mesh.shape()[i];
 }
 
+
+// The type as the current trace sees it: inside a shard_map body, with the
+// manual axes the value varies over.
+std::string typeof(const Array& array) {
+  return detail::typeof_varying(
+      array, detail::in_manual_body() ? detail::varying_axes(array.peek()) : std::vector<std::string>{});
+}
 
 }  // namespace tessera

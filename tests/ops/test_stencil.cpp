@@ -10,6 +10,7 @@
 #include <random>
 #include <type_traits>
 
+#include "primitives/stencil.hpp"
 #include "tessera/tessera.hpp"
 #include "test_util.hpp"
 #include "trace_util.hpp"
@@ -953,4 +954,265 @@ TEST(StencilJit, InsideAProgram) {
   const std::string text = j.lower(u, k).as_text();
   for (const char* prim : {"global %", "= convolve[axis=0]", "= diff[n=1 axis=0 with=prepend]", "= cumsum[axis=0]"})
     EXPECT_NE(text.find(prim), std::string::npos) << prim << "\n" << text;
+}
+
+// =============================================================== gradient
+
+namespace {
+
+// jnp.gradient along `axis`, edge_order 1, spacing h: differences in x's own
+// type (integers wrap), converted to T, halved inside, over h.
+template <class T, class R>
+std::vector<T> ref_gradient(const std::vector<R>& x, const ts::Shape& shape, int axis, double h) {
+  const Lines l = lines(shape, axis);
+  std::vector<T> out(x.size());
+  for (std::int64_t o = 0; o < l.outer; ++o)
+    for (std::int64_t j = 0; j < l.inner; ++j)
+      for (std::int64_t i = 0; i < l.len; ++i) {
+        const std::int64_t lo = std::max<std::int64_t>(i - 1, 0), hi = std::min(i + 1, l.len - 1);
+        const T d = static_cast<T>(ref_sub(x[(o * l.len + hi) * l.inner + j], x[(o * l.len + lo) * l.inner + j]));
+        out[(o * l.len + i) * l.inner + j] = hi - lo == 2 ? d * T(0.5) / static_cast<T>(h) : d / static_cast<T>(h);
+      }
+  return out;
+}
+
+std::vector<double> random_doubles(std::int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-10, 10);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& e : v) e = u(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST(Gradient, Goldens) {
+  auto s = single();
+  // jnp.gradient(jnp.array([1., 2., 4., 7., 11.])) = [1., 1.5, 2.5, 3.5, 4.]
+  EXPECT_EQ(ts::gradient(f64({1, 2, 4, 7, 11}, {5}, s), 0).to_vector<double>(),
+            (std::vector<double>{1, 1.5, 2.5, 3.5, 4}));
+  // ... with spacing 2: [0.5, 0.75, 1.25, 1.75, 2.]
+  EXPECT_EQ(ts::gradient(f64({1, 2, 4, 7, 11}, {5}, s), 0, 2.0).to_vector<double>(),
+            (std::vector<double>{0.5, 0.75, 1.25, 1.75, 2}));
+  // jnp.gradient(jnp.array([[1., 2., 6.], [3., 4., 5.]])) = [[[2, 2, -1], [2, 2, -1]],
+  //                                                         [[1, 2.5, 4], [1, 1, 1]]]
+  auto m = f64({1, 2, 6, 3, 4, 5}, {2, 3}, s);
+  EXPECT_EQ(ts::gradient(m, 0).to_vector<double>(), (std::vector<double>{2, 2, -1, 2, 2, -1}));
+  EXPECT_EQ(ts::gradient(m, -1).to_vector<double>(), (std::vector<double>{1, 2.5, 4, 1, 1, 1}));
+  const auto both = ts::gradient(m);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0].to_vector<double>(), (std::vector<double>{2, 2, -1, 2, 2, -1}));
+  EXPECT_EQ(both[1].to_vector<double>(), (std::vector<double>{1, 2.5, 4, 1, 1, 1}));
+  // Two points: both ends one-sided.
+  EXPECT_EQ(ts::gradient(f64({3, 5}, {2}, s), 0).to_vector<double>(), (std::vector<double>{2, 2}));
+  EXPECT_EQ(ts::gradient(f64({3, 5}, {2}, s)).size(), 1u);
+  // Integers give f32 (jnp.gradient promotes to inexact); f32 stays f32.
+  auto i = ts::gradient(ts::device_put(std::vector<std::int32_t>{1, 4, 9, 16}, {4}, s), 0);
+  EXPECT_EQ(i.dtype(), ts::f32);
+  EXPECT_EQ(i.to_vector<float>(), (std::vector<float>{3, 4, 6, 7}));
+  EXPECT_EQ(ts::gradient(ts::device_put(std::vector<float>{1, 4}, {2}, s), 0).dtype(), ts::f32);
+  // Unsigned differences wrap before the conversion, as in jnp: [5, 3] -> 3 - 5 = 254 in u8.
+  auto u = ts::gradient(ts::device_put(std::vector<std::uint8_t>{5, 3}, {2}, s), 0);
+  EXPECT_EQ(u.to_vector<float>(), (std::vector<float>{254, 254}));
+}
+
+// Every layout of 1-d, 2-d and 3-d arrays on 1-d and 2-d meshes of 1..8
+// devices: uneven blocks, dims smaller than the number of parts, empty
+// arrays, the axis sharded and not; bitwise the reference.
+TEST(Gradient, SpmdMatchesReference) {
+  const std::vector<ts::Shape> shapes{{13, 6}, {3, 5}, {2, 9}, {9, 2}, {0, 4}, {5, 0}};
+  int checked = 0;
+  for (const auto& shape : shapes) {
+    const auto xv = random_doubles(numel(shape), 1);
+    const auto iv = data_of<std::int32_t>(numel(shape), 2);
+    for_each_layout(2, [&](const ts::NamedSharding& s) {
+      auto x = put(xv, shape, s);
+      auto xi = put(iv, shape, s);
+      for (int axis : {0, 1, -1}) {
+        const int ax = axis < 0 ? axis + 2 : axis;
+        if (shape[ax] < 2) continue;
+        for (double h : {1.0, 0.1, 3.0}) {
+          auto g = ts::gradient(x, axis, h);
+          ASSERT_EQ(g.sharding(), s);
+          ASSERT_EQ(g.to_vector<double>(), (ref_gradient<double>(xv, shape, ax, h))) << s.str() << " axis=" << axis;
+          ++checked;
+        }
+        auto gi = ts::gradient(xi, axis, 0.5);
+        ASSERT_EQ(gi.dtype(), ts::f32);
+        ASSERT_EQ(gi.sharding(), s);
+        ASSERT_EQ(gi.to_vector<float>(), (ref_gradient<float>(iv, shape, ax, 0.5))) << s.str() << " axis=" << axis;
+      }
+    });
+  }
+  for (std::int64_t len : {2, 3, 5, 8, 17}) {
+    const auto xv = random_doubles(len, 3);
+    const std::vector<float> xf(xv.begin(), xv.end());
+    for_each_layout(1, [&](const ts::NamedSharding& s) {
+      auto g = ts::gradient(put(xf, {len}, s), 0, 0.1);
+      ASSERT_EQ(g.sharding(), s);
+      ASSERT_EQ(g.to_vector<float>(), (ref_gradient<float>(xf, {len}, 0, 0.1))) << s.str();
+      ++checked;
+    });
+  }
+  const ts::Shape shape{3, 4, 5};
+  const auto xv = random_doubles(60, 4);
+  for_each_layout(3, [&](const ts::NamedSharding& s) {
+    auto x = put(xv, shape, s);
+    const auto all = ts::gradient(x);
+    ASSERT_EQ(all.size(), 3u);
+    for (int axis = 0; axis < 3; ++axis) {
+      ASSERT_EQ(all[axis].sharding(), s);
+      ASSERT_EQ(all[axis].to_vector<double>(), (ref_gradient<double>(xv, shape, axis, 1.0)))
+          << s.str() << " axis=" << axis;
+    }
+    ++checked;
+  });
+  EXPECT_GT(checked, 1000);
+}
+
+// Only one row per block boundary and direction crosses devices.
+TEST(Gradient, MovesOnlyHalos) {
+  const ts::Shape shape{64, 64};
+  const auto xv = random_doubles(64 * 64, 5);
+  const std::vector<float> xf(xv.begin(), xv.end());
+  auto x = put(xf, shape, rows8());
+  ts::Array g;
+  auto ex = ts::explain([&] { g = ts::gradient(x, 0); });
+  EXPECT_EQ(ex.bytes_moved(), 7 * 2 * 64 * 4) << ex.str();
+  ASSERT_FALSE(ex.records.empty());
+  for (const auto& r : ex.records) EXPECT_EQ(r.op, "gradient");
+  EXPECT_EQ(g.to_vector<float>(), (ref_gradient<float>(xf, shape, 0, 1.0)));
+  // Across the unsharded axis: nothing moves, and explain says so.
+  auto ex2 = ts::explain([&] { g = ts::gradient(x, 1); });
+  EXPECT_EQ(ex2.bytes_moved(), 0) << ex2.str();
+  ASSERT_EQ(ex2.records.size(), 1u) << ex2.str();
+  EXPECT_EQ(ex2.records[0].kind, "none");
+  // Blocks of 32 x 16 on a 2 x 4 mesh, along the columns: 3 boundaries per
+  // row of blocks, one column of 32 rows each way.
+  auto mesh = ts::make_mesh({2, 4}, {"x", "y"});
+  auto x2 = put(xf, shape, ts::NamedSharding(mesh, ts::P("x", "y")));
+  auto ex3 = ts::explain([&] { g = ts::gradient(x2, 1); });
+  EXPECT_EQ(ex3.bytes_moved(), 2 * 3 * 2 * 32 * 4) << ex3.str();
+  EXPECT_EQ(g.to_vector<float>(), (ref_gradient<float>(xf, shape, 1, 1.0)));
+}
+
+TEST(Gradient, Errors) {
+  auto s = single();
+  auto x = f64({1, 2, 3, 4, 5, 6}, {2, 3}, s);
+  expect_error<ts::ShapeError>([&] { ts::gradient(f64({1}, {1}, s), 0); }, "[gradient]",
+                               {"too small", "numerical gradient", "at least 2 elements", "(1,)"});
+  expect_error<ts::ShapeError>(
+      [&] {
+        ts::gradient(f64({1, 2, 3}, {3, 1}, s), 1);
+      },
+      "[gradient]", {"axis 1", "at least 2", "(3, 1)"});
+  expect_error<ts::ShapeError>([&] { ts::gradient(f64({1, 2, 3}, {3, 1}, s)); }, "[gradient]", {"axis 1"});
+  expect_error<ts::ShapeError>([&] { ts::gradient(f64({1}, {}, s), 0); }, "[gradient]", {"at least 1-d", "()"});
+  expect_error<ts::ShapeError>([&] { ts::gradient(f64({1}, {}, s)); }, "[gradient]", {"at least 1-d"});
+  expect_error<ts::ShapeError>([&] { ts::gradient(x, 2); }, "[gradient]", {"axis 2", "rank 2"});
+  expect_error<ts::DTypeError>(
+      [&] {
+        ts::gradient(ts::device_put(std::vector<bool>{true, false}, {2}, s), 0);
+      },
+      "[gradient]", {"bool"});
+  expect_error<ts::Error>([&] { ts::gradient(ts::Array{}, 0); }, "[gradient]", {"f"});
+}
+
+// jit equals eager bitwise on every layout; vmap equals a loop; the JVP of
+// a linear op is the op on the tangent; the transpose passes the dot-product
+// test.
+TEST(Gradient, Transformations) {
+  const auto fn = [](ts::Array x, int axis) { return ts::gradient(x, axis, 0.5); };
+  auto jfn = ts::jit(fn);
+  for (const ts::Shape& shape : {ts::Shape{13, 5}, ts::Shape{3, 2}, ts::Shape{2, 9}}) {
+    const auto xv = random_doubles(numel(shape), 6);
+    for_each_layout(2, [&](const ts::NamedSharding& s) {
+      const auto x = put(xv, shape, s);
+      for (int axis : {0, 1}) expect_jit_matches(jfn, fn, "gradient", ts::typeof(x), x, axis);
+    });
+  }
+  // vmap over a batch dim first or last, against the loop.
+  const ts::Shape bshape{4, 7, 5};
+  const auto bv = random_doubles(numel(bshape), 7);
+  const auto xs = put(bv, bshape, ts::NamedSharding(test_meshes()[1], ts::P(ts::none, "x")));
+  auto per = ts::vmap([](ts::Array a) { return ts::gradient(a, 0, 0.25); })(xs);
+  for (std::int64_t b = 0; b < 4; ++b) {
+    auto one = ts::gradient(ts::squeeze(ts::slice(xs, {{b, b + 1}}), {0}), 0, 0.25);
+    auto got = ts::squeeze(ts::slice(per, {{b, b + 1}}), {0});
+    EXPECT_EQ(got.to_vector<double>(), one.to_vector<double>()) << b;
+  }
+  auto last = ts::vmap([](ts::Array a) { return ts::gradient(a, 1); }, {.in_axes = {2}})(xs);
+  for (std::int64_t b = 0; b < 5; ++b) {
+    auto one = ts::gradient(ts::squeeze(ts::slice(xs, {{}, {}, {b, b + 1}}), {2}), 1);
+    auto got = ts::squeeze(ts::slice(last, {{b, b + 1}}), {0});
+    EXPECT_EQ(got.to_vector<double>(), one.to_vector<double>()) << b;
+  }
+  // JVP and VJP on a sharded layout.
+  const ts::Shape shape{11, 6};
+  const auto s = ts::NamedSharding(test_meshes()[3], ts::P("x"));
+  const auto x = put(random_doubles(66, 8), shape, s), t = put(random_doubles(66, 9), shape, s);
+  const auto f = [](const ts::Array& a) { return ts::gradient(a, 0, 0.3); };
+  auto [y, dy] = ts::jvp(f, {x}, {t});
+  expect_same(y, f(x), "primal");
+  expect_same(dy, f(t), "tangent");
+  const auto u = put(random_doubles(66, 10), shape, s);
+  auto [y2, pullback] = ts::vjp(f, x);
+  auto [ct] = pullback(u);
+  const double lhs = ts::sum(u * f(t)).item<double>(), rhs = ts::sum(ct * t).item<double>();
+  EXPECT_NEAR(lhs, rhs, 1e-9 * std::max(1.0, std::abs(lhs)));
+  // Along the other axis, and with two rows (both ends one-sided).
+  const auto g1 = [](const ts::Array& a) { return ts::gradient(a, 1, 2.0); };
+  auto [y3, pb1] = ts::vjp(g1, x);
+  auto [ct1] = pb1(u);
+  EXPECT_NEAR(ts::sum(u * g1(t)).item<double>(), ts::sum(ct1 * t).item<double>(), 1e-9);
+  const auto x2 = put(random_doubles(12, 11), {2, 6}, s), t2 = put(random_doubles(12, 12), {2, 6}, s);
+  const auto u2 = put(random_doubles(12, 13), {2, 6}, s);
+  auto [y4, pb2] = ts::vjp(f, x2);
+  auto [ct2] = pb2(u2);
+  EXPECT_NEAR(ts::sum(u2 * f(t2)).item<double>(), ts::sum(ct2 * t2).item<double>(), 1e-9);
+}
+
+// ============================================================ the engine
+
+// The stencils and the scan no longer partition themselves: the engine
+// reads their halos and scans from the rules.
+TEST(StencilRule, TheEnginePartitionsFromTheRule) {
+  namespace td = ts::detail;
+  for (const td::PrimitivePtr& p : {td::make_diff(1, 0, false, false), td::make_cumsum(0), td::make_convolve(0),
+                                    td::make_convolve2d(), td::make_gradient(0, 1.0)})
+    EXPECT_FALSE(p->lowers_itself()) << p->name();
+  const auto x = ts::zeros({16, 4}, ts::f32, rows8());
+  const auto in = td::abstract_of({x});
+  auto g = td::make_gradient(0, 1.0);
+  const auto gp = td::partition(*g, in, g->infer(in));
+  ASSERT_EQ(gp.halos.size(), 1u);
+  EXPECT_EQ(gp.halos[0].lo, 1);
+  EXPECT_EQ(gp.halos[0].hi, 1);
+  EXPECT_FALSE(gp.scan.has_value());
+  EXPECT_EQ(gp.results[0], x.sharding());
+  auto c = td::make_cumsum(0);
+  const auto cp = td::partition(*c, in, c->infer(in));
+  EXPECT_TRUE(cp.halos.empty());
+  ASSERT_TRUE(cp.scan.has_value());
+  EXPECT_EQ(cp.scan->dim, 0);
+  // Results keep x's layout even where a prepend's layout would shard more.
+  auto rep = ts::NamedSharding(rows8().mesh(), ts::P());
+  const auto xr = ts::zeros({16, 4}, ts::f32, rep),
+             pre = ts::zeros({1, 4}, ts::f32, ts::NamedSharding(rows8().mesh(), ts::P(ts::none, "x")));
+  auto d = td::make_diff(1, 0, true, false);
+  const auto din = td::abstract_of({xr, pre});
+  const auto dp = td::partition(*d, din, d->infer(din));
+  EXPECT_EQ(dp.results[0], rep);
+  EXPECT_EQ(dp.operands[1], rep);
+}
+
+TEST(StencilRule, GradientGoldenText) {
+  ts::NamedSharding rep(ts::make_mesh({8}, {"x"}), ts::P());
+  const auto x = ts::zeros({16, 4}, ts::f32, rep);
+  auto r = rule_of([&] { ts::gradient(x, 0); });
+  EXPECT_EQ(r.first, "([i,j])->([i,j]) {i=16,j=4} halo={i(1,1)}");
+  EXPECT_EQ(r.second, "gradient axis=0 spacing=1");
+  r = rule_of([&] { ts::gradient(x, 1, 0.1); });
+  EXPECT_EQ(r.first, "([i,j])->([i,j]) {i=16,j=4} halo={j(1,1)}");
+  EXPECT_EQ(r.second, "gradient axis=1 spacing=0.1");
 }

@@ -29,18 +29,6 @@ void arange(DType t, void* out, Slice index, double start, double step) {
   });
 }
 
-double linspace_value(const LinspaceParams& p, std::int64_t i) {
-  if (p.endpoint && p.num > 1 && i == p.num - 1) return p.stop;
-  const std::int64_t div = p.endpoint ? p.num - 1 : p.num;
-  const double delta = p.stop - p.start;
-  const double x = static_cast<double>(i);
-  if (div <= 0) return x * delta + p.start;
-  const double step = delta / static_cast<double>(div);
-  // A step that underflows to zero loses the spacing; numpy then scales last.
-  if (step == 0.0) return x / static_cast<double>(div) * delta + p.start;
-  return x * step + p.start;
-}
-
 void linspace(DType t, void* out, Slice index, const LinspaceParams& p) {
   detail::dispatch(t, [&](auto z) {
     using T = decltype(z);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/creation_op.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/sharding.hpp"
 
@@ -16,15 +17,10 @@ void fill(DType t, void* out, std::int64_t n, const void* value);
 /// out[j] = start + (index.start + j) * step, converted to t as astype does.
 void arange(DType t, void* out, Slice index, double start, double step);
 
-/// numpy.linspace's parameters.
-struct LinspaceParams {
-  double start = 0, stop = 0;
-  std::int64_t num = 0;
-  bool endpoint = true;
-};
-
-/// numpy.linspace's element i, in double.
-double linspace_value(const LinspaceParams& p, std::int64_t i);
+// linspace's parameters and values are a description shared with the
+// primitive and the front end (core/creation_op.hpp).
+using detail::linspace_value;
+using detail::LinspaceParams;
 
 /// The elements `index` of linspace in dtype t (integers floored first, as
 /// numpy >= 2 and JAX do).

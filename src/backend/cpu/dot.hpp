@@ -12,26 +12,16 @@
 
 #include <vector>
 
+#include "core/contraction.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/sharding.hpp"
 
 namespace tessera::detail::cpu {
 
-/// Roles of one operand's dims in a contraction.
-struct DotSide {
-  std::vector<int> batch;     // per batch pair: the dim, or -1 when the operand lacks it
-  std::vector<int> contract;  // per contracting pair
-  std::vector<int> free;      // in output order
-  std::vector<int> summed;    // in this operand only and not in the output: summed away
-};
-
-/// A contraction of two operands: canonical output (batch..., lhs free...,
-/// rhs free...), then permuted. A batch dim of size 1 on one side broadcasts
-/// against the other side's size.
-struct Contraction {
-  DotSide lhs, rhs;
-  std::vector<int> out_perm;  // output dim i is canonical dim out_perm[i]; empty: identity
-};
+// The contraction itself is a description shared with the primitive and
+// the front ends (core/contraction.hpp).
+using detail::Contraction;
+using detail::DotSide;
 
 /// Writes the result block `out` (shape `out_shape`, in output order) from
 /// the operand blocks `a` (shape `sa`) and `b` (shape `sb`), all of dtype

@@ -555,18 +555,6 @@ void binary_typed(BinaryOp op, void* out, Run run) {
 
 }  // namespace
 
-bool returns_bool(UnaryOp op) { return op == UnaryOp::IsNan || op == UnaryOp::IsFinite || op == UnaryOp::Not; }
-
-bool returns_bool(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt:
-    case BinaryOp::Ge: case BinaryOp::And: case BinaryOp::Or: case BinaryOp::Xor:
-      return true;
-    default:
-      return false;
-  }
-}
-
 void unary(UnaryOp op, DType t, const void* x, void* y, std::int64_t n) {
   detail::dispatch(t, [&](auto tag) { unary_typed<decltype(tag)>(op, static_cast<const decltype(tag)*>(x), y, n); });
 }

@@ -4,33 +4,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/elementwise_op.hpp"
 #include "tessera/dtype.hpp"
 
 namespace tessera::cpu {
 
-enum class UnaryOp {
-  Neg, Abs, Exp, Log, Log1p, Expm1, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Floor, Ceil, Round, Sign,
-  IsNan, IsFinite, Not
-};
-
-enum class BinaryOp { Add, Sub, Mul, Div, FloorDiv, Mod, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor };
-
-/// True for ops whose result is bool whatever the operand dtype.
-bool returns_bool(UnaryOp op);
-bool returns_bool(BinaryOp op);
+// The ops and the operand form are descriptions shared with the primitives
+// and the front ends (core/elementwise_op.hpp).
+using detail::BinaryOp;
+using detail::Operand;
+using detail::returns_bool;
+using detail::UnaryOp;
 
 /// y[i] = op(x[i]) for n elements of dtype t (y is bool for predicates).
 void unary(UnaryOp op, DType t, const void* x, void* y, std::int64_t n);
-
-/// One operand of a binary kernel: data plus per-dim strides in elements
-/// (0 where the operand is broadcast), or a scalar already in the op's dtype.
-struct Operand {
-  const void* data = nullptr;
-  std::vector<std::int64_t> strides;
-  bool is_scalar = false;
-  double f = 0;         // scalar value for float dtypes
-  std::int64_t i = 0;   // scalar value for integer and bool dtypes
-};
 
 /// out = op(a, b) over `shape` (row-major, contiguous out), operands in dtype t.
 void binary(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out, const std::vector<std::int64_t>& shape);

@@ -1,6 +1,8 @@
 // Per-device kernels of the indexing ops (take, scatter_add, segment_sum):
 // plain loops over row-major local blocks. Which rows and indices a device
-// holds is decided by the primitives (src/primitives/indexing).
+// holds is decided by the primitives' lowering (src/spmd/lower_indexing.cpp),
+// which runs these through the primitives' per-block methods
+// (backend/cpu/eval_indexing.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,15 +1,17 @@
 // The interp2d kernel: one device's block of queries against the whole grid
-// and table (see src/primitives/interp2d.cpp).
+// and table (see src/primitives/interp2d.cpp; the primitive calls it from
+// backend/cpu/eval_interp2d.cpp).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
+#include "core/interp2d.hpp"
 #include "tessera/dtype.hpp"
 
 namespace tessera::detail::cpu {
 
-enum class Interp2dMethod { Linear, Cubic };
+using detail::Interp2dMethod;
 
 /// Coordinates of one call: the knots and the queries, each with its own
 /// dtype (any real dtype; read as f64).

@@ -8,10 +8,10 @@
 #include <type_traits>
 
 #include "backend/cpu/erfinv.hpp"
-#include "backend/cpu/threefry.hpp"
 #include "core/array_impl.hpp"
 #include "core/dispatch.hpp"
 #include "core/nd_index.hpp"
+#include "core/threefry.hpp"
 
 namespace tessera::cpu {
 
@@ -102,24 +102,6 @@ void normal(DType t, void* out, const std::vector<std::int64_t>& shape, const st
         o[off] = sqrt2 * detail::erfinv_f64(u);
     });
   });
-}
-
-void split_keys(const std::uint32_t* keys, std::int64_t n, int num, std::uint32_t* out) {
-  for (std::int64_t j = 0; j < n; ++j)
-    for (int i = 0; i < num; ++i) {
-      const auto w = detail::threefry_at(keys[2 * j], keys[2 * j + 1], static_cast<std::uint64_t>(i));
-      out[(j * num + i) * 2] = w[0];
-      out[(j * num + i) * 2 + 1] = w[1];
-    }
-}
-
-void fold_in_keys(const std::uint32_t* keys, std::int64_t n, const std::uint32_t* data, std::int64_t data_stride,
-                  std::uint32_t* out) {
-  for (std::int64_t j = 0; j < n; ++j) {
-    const auto w = detail::threefry2x32(keys[2 * j], keys[2 * j + 1], 0u, data[j * data_stride]);
-    out[2 * j] = w[0];
-    out[2 * j + 1] = w[1];
-  }
 }
 
 }  // namespace tessera::cpu

@@ -1,5 +1,5 @@
 // Per-device kernels of the counter-based random numbers (threefry-2x32, see
-// threefry.hpp and ops/random.cpp for the definitions). Samplers fill one
+// core/threefry.hpp and ops/random.cpp for the definitions). Samplers fill one
 // block of a result from the block's global index slices; key kernels
 // transform the keys of one block. None of them knows the mesh.
 #pragma once
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/threefry.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/sharding.hpp"
 
@@ -21,11 +22,9 @@ void uniform(DType t, void* out, const std::vector<std::int64_t>& shape, const s
 void normal(DType t, void* out, const std::vector<std::int64_t>& shape, const std::vector<Slice>& box,
             std::uint32_t k0, std::uint32_t k1);
 
-/// n keys (word pairs) -> n * num keys: key j's i-th is at out[2 (j num + i)].
-void split_keys(const std::uint32_t* keys, std::int64_t n, int num, std::uint32_t* out);
-
-/// n keys each folded with data[j * data_stride] (stride 0: one word for all).
-void fold_in_keys(const std::uint32_t* keys, std::int64_t n, const std::uint32_t* data, std::int64_t data_stride,
-                  std::uint32_t* out);
+// The key kernels are host math too (the Key forms of split and fold_in
+// call them): core/threefry.hpp.
+using detail::fold_in_keys;
+using detail::split_keys;
 
 }  // namespace tessera::cpu

@@ -1,4 +1,5 @@
-// Per-device kernels of searchsorted and median (src/primitives/search).
+// Per-device kernels of searchsorted and median (src/primitives/search; the
+// primitives call them from backend/cpu/eval_search.cpp).
 //
 // The median kernels order floats by their bit patterns: key(v) maps an f32
 // (f64) to a u32 (u64) whose unsigned order is the total order of the

@@ -3,10 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "core/array_impl.hpp"
-#include "core/dispatch.hpp"
 #include "core/nd_index.hpp"
 
 namespace tessera::detail::cpu {
@@ -132,32 +130,6 @@ void fill_bytes(unsigned char* dst, std::int64_t n, const std::vector<unsigned c
     std::memcpy(dst + done * isz, dst, static_cast<std::size_t>(c) * isz);
     done += c;
   }
-}
-
-std::vector<std::int64_t> strides_of(const Shape& s) {
-  std::vector<std::int64_t> st(s.size());
-  std::int64_t acc = 1;
-  for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
-    st[d] = acc;
-    acc *= s[d];
-  }
-  return st;
-}
-
-std::vector<unsigned char> scalar_bytes(const Scalar& v, DType dtype) {
-  std::vector<unsigned char> b(itemsize(dtype));
-  detail::dispatch(dtype, [&](auto t) {
-    using T = decltype(t);
-    T x;
-    if (dtype == DType::bool_)
-      x = static_cast<T>(v.kind() == Scalar::Kind::Float ? v.as_double() != 0.0 : v.as_int() != 0);
-    else if constexpr (std::is_floating_point_v<T>)
-      x = static_cast<T>(v.as_double());
-    else
-      x = static_cast<T>(v.kind() == Scalar::Kind::Float ? static_cast<std::int64_t>(v.as_double()) : v.as_int());
-    std::memcpy(b.data(), &x, sizeof(T));
-  });
-  return b;
 }
 
 void copy_affine(const Affine& m, const void* src, const Box& sbox, void* dst, const Box& blk, const Box& r,

@@ -37,14 +37,6 @@
 
 namespace tessera::cpu {
 
-ExactLimbs::ExactLimbs(double max_abs) {
-  int p = 0;
-  std::frexp(max_abs, &p);  // max_abs = f * 2^p, f in [0.5, 1): 2^p >= max_abs
-  sigma[0] = std::ldexp(1.5, p - 22 + 52);
-  sigma[1] = std::ldexp(1.5, p - 46 + 52);
-  sigma[2] = std::ldexp(1.5, p - 70 + 52);
-}
-
 namespace {
 
 double load(const void* p, DType dt, std::int64_t i) {

@@ -4,16 +4,13 @@
 #include <cstdint>
 #include <string>
 
+#include "core/exact_limbs.hpp"
 #include "tessera/dtype.hpp"
 
 namespace tessera::cpu {
 
-/// The three quanta of an exact accumulator for the bound max_abs, and the
-/// constants that round a double to a multiple of each (tessera/spectra.hpp).
-struct ExactLimbs {
-  double sigma[3];      // 1.5 * quantum * 2^52
-  explicit ExactLimbs(double max_abs);
-};
+/// The limbs of an exact accumulator (core/exact_limbs.hpp).
+using detail::ExactLimbs;
 
 /// One device's rows of resample_accumulate. Arrays are local blocks,
 /// row-major; `out` is the f64 (3, S, T) accumulator, written whole.

@@ -253,6 +253,37 @@ void convolve2d_block(const void* in, DType in_dtype, const std::vector<Slice>& 
   }
 }
 
+// ---------------------------------------------------------- gradient kernel
+
+/// Row r of outer index o from the segment that holds it.
+template <class T>
+const T* row_in(const std::vector<Segment>& segs, std::int64_t o, std::int64_t r, std::int64_t inner) {
+  for (const Segment& s : segs)
+    if (r >= s.start && r < s.stop) return segment_row<T>(s, o, r, inner);
+  return nullptr;  // not reached: the segments cover every row read
+}
+
+/// One block of gradient (see stencil.hpp): input rows of In from `segs`,
+/// out (outer, l.len, inner) of T.
+template <class In, class T>
+void gradient_block(const std::vector<Segment>& segs, std::int64_t r0, std::int64_t r1, T* out, const Lines& l,
+                    std::int64_t first, T h) {
+  const std::int64_t m = l.len, inner = l.inner;
+  for (std::int64_t o = 0; o < l.outer; ++o) {
+    for (std::int64_t i = 0; i < m; ++i) {
+      const std::int64_t g = first + i;  // the global row
+      const std::int64_t lo = std::max(g - 1, r0), hi = std::min(g + 1, r1 - 1);
+      const In* __restrict up = row_in<In>(segs, o, hi, inner);
+      const In* __restrict down = row_in<In>(segs, o, lo, inner);
+      T* __restrict y = out + (o * m + i) * inner;
+      if (hi - lo == 2)
+        for (std::int64_t j = 0; j < inner; ++j) y[j] = static_cast<T>(sub(up[j], down[j])) * T(0.5) / h;
+      else
+        for (std::int64_t j = 0; j < inner; ++j) y[j] = static_cast<T>(sub(up[j], down[j])) / h;
+    }
+  }
+}
+
 // ------------------------------------------------------------ interp kernel
 
 /// jnp.interp for n values: Tx is x's and xp's computing type, Tf fp's, To
@@ -348,6 +379,18 @@ void convolve2d_block(DType t, const void* in, DType in_dtype, const std::vector
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
     convolve2d_block<T>(in, in_dtype, in_box, static_cast<T*>(out), out_box, values_as<T>(w, wdt, kr * kc), kr, kc);
+  });
+}
+
+void gradient_block(DType t, const std::vector<Segment>& segs, std::int64_t r0, std::int64_t r1, void* out,
+                    const Lines& l, std::int64_t first, double h) {
+  if (segs.empty()) return;
+  detail::dispatch(segs.front().dtype, [&](auto itag) {
+    using In = decltype(itag);
+    dispatch_float(t, [&](auto tag) {
+      using T = decltype(tag);
+      gradient_block<In, T>(segs, r0, r1, static_cast<T*>(out), l, first, static_cast<T>(h));
+    });
   });
 }
 

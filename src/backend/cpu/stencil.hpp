@@ -1,7 +1,9 @@
 // Per-device kernels of the stencils and scans: diff, cumsum, convolve,
-// convolve2d and interp. They see row-major local blocks, their shapes and
-// global boxes only; which rows a device holds and which it received from
-// its neighbours is decided by the primitives (src/primitives/stencil).
+// convolve2d, gradient and interp. They see row-major local blocks, their
+// shapes and global boxes only; which rows a device holds and which it
+// received from its neighbours is decided by the partitioning engine
+// (spmd/engine.cpp) from the primitives' rules, and eval_stencil.cpp hands
+// them over.
 //
 // Most of them work on the lines of a block along one axis, seen as
 // (outer, len, inner): `inner` elements make one "row" of the axis, so every
@@ -68,6 +70,18 @@ void convolve_block(DType t, const std::vector<Segment>& segs, const Segment& mi
 /// covers `out_box`; w is kr x kc of dtype `wdt`.
 void convolve2d_block(DType t, const void* in, DType in_dtype, const std::vector<Slice>& in_box, void* out,
                       const std::vector<Slice>& out_box, const void* w, DType wdt, std::int64_t kr, std::int64_t kc);
+
+/// One block of jnp.gradient (edge_order 1, uniform spacing h) along the len
+/// dim, in dtype t (f32 or f64): out (l.outer, l.len, l.inner) holds rows
+/// [first, first + l.len) of the result; `segs` (sorted, one dtype, global
+/// row numbers) cover the input rows [r0, r1) around them: the block widened
+/// by one row each side, cut at the array's ends. A row with rows on both
+/// sides takes ((x[i+1] - x[i-1]) * 0.5) / h, an end row the one-sided
+/// (x[1] - x[0]) / h or (x[n-1] - x[n-2]) / h, as jnp.gradient; differences
+/// are taken in the input dtype (integers wrap) and then converted. Every
+/// row has a neighbour (n >= 2).
+void gradient_block(DType t, const std::vector<Segment>& segs, std::int64_t r0, std::int64_t r1, void* out,
+                    const Lines& l, std::int64_t first, double h);
 
 /// jnp.interp of n values x (dtype xdt) into out (dtype `to`) on the table
 /// xp (len values of dtype xpdt, computed in tx) and fp (dtype fpdt,

@@ -37,10 +37,10 @@
 #include <optional>
 
 #include "comm/mpi/transport.hpp"
-#include "spmd/member.hpp"
 #include "comm/process.hpp"
 #include "comm/threads/threads.hpp"
 #include "comm/tree.hpp"
+#include "sharding/spec.hpp"
 #include "core/array_impl.hpp"
 #include "runtime/timeline.hpp"
 #include "tessera/device.hpp"

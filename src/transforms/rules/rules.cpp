@@ -1,5 +1,5 @@
 // Shared parts of the transformation rules, and the Primitive defaults.
-#include "primitives/rules.hpp"
+#include "transforms/rules/rules.hpp"
 
 #include <numeric>
 
@@ -97,20 +97,6 @@ std::optional<PartitionSpec> with_batch_dim(const std::optional<PartitionSpec>& 
   return PartitionSpec(std::move(e), spec->unreduced());
 }
 
-ShardingRule own_factor_rule(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) {
-  ShardingRule r;
-  auto dims = [&](const Shape& shape) {
-    std::vector<int> f;
-    for (auto n : shape) {
-      f.push_back(static_cast<int>(r.factors.size()));
-      r.factors.push_back(Factor{n, FactorKind::PassThrough});
-    }
-    return f;
-  };
-  for (const auto& a : in) r.operands.push_back(dims(a.shape));
-  for (const auto& t : out) r.results.push_back(dims(t.shape));
-  return r;
-}
 
 std::vector<Array> batch_unary_first(const Array& x, int bdim, std::vector<int>& out_bdims,
                                      const std::function<PrimitivePtr()>& rebuild) {

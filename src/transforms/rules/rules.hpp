@@ -47,9 +47,6 @@ std::vector<Array> bilinear_jvp(const Primitive& p, const std::vector<Array>& pr
 /// inserted at `at` (std::nullopt stays so).
 std::optional<PartitionSpec> with_batch_dim(const std::optional<PartitionSpec>& spec, int at);
 
-/// A rule for the text forms only: every operand and result dim its own
-/// factor (primitives that lower themselves from a user function).
-ShardingRule own_factor_rule(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out);
 
 /// Batching rule of a primitive that acts on one operand's dims and leaves
 /// the leading batch dim alone once it is first: `rebuild` makes the same

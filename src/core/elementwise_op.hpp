@@ -1,0 +1,44 @@
+// What an elementwise op computes: the unary and binary operations, which
+// of them give bool, and one operand of a binary or select (an array's data
+// with its broadcast strides, or a scalar already in the op's dtype). The
+// front ends (ops/elementwise) choose them, the primitives
+// (primitives/elementwise) carry them, the kernels (backend/cpu/elementwise)
+// run them: descriptions, not kernels.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tessera::detail {
+
+enum class UnaryOp {
+  Neg, Abs, Exp, Log, Log1p, Expm1, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Floor, Ceil, Round, Sign,
+  IsNan, IsFinite, Not
+};
+
+enum class BinaryOp { Add, Sub, Mul, Div, FloorDiv, Mod, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor };
+
+/// True for ops whose result is bool whatever the operand dtype.
+inline bool returns_bool(UnaryOp op) { return op == UnaryOp::IsNan || op == UnaryOp::IsFinite || op == UnaryOp::Not; }
+
+inline bool returns_bool(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt:
+    case BinaryOp::Ge: case BinaryOp::And: case BinaryOp::Or: case BinaryOp::Xor:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// One operand of a binary kernel: data plus per-dim strides in elements
+/// (0 where the operand is broadcast), or a scalar already in the op's dtype.
+struct Operand {
+  const void* data = nullptr;
+  std::vector<std::int64_t> strides;
+  bool is_scalar = false;
+  double f = 0;         // scalar value for float dtypes
+  std::int64_t i = 0;   // scalar value for integer and bool dtypes
+};
+
+}  // namespace tessera::detail

@@ -1,0 +1,37 @@
+// Host math of the shape ops (see shape_ops.hpp).
+#include "core/shape_ops.hpp"
+
+#include <cstring>
+#include <type_traits>
+
+#include "core/dispatch.hpp"
+
+namespace tessera::detail {
+
+std::vector<std::int64_t> strides_of(const Shape& s) {
+  std::vector<std::int64_t> st(s.size());
+  std::int64_t acc = 1;
+  for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+std::vector<unsigned char> scalar_bytes(const Scalar& v, DType dtype) {
+  std::vector<unsigned char> b(itemsize(dtype));
+  detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    T x;
+    if (dtype == DType::bool_)
+      x = static_cast<T>(v.kind() == Scalar::Kind::Float ? v.as_double() != 0.0 : v.as_int() != 0);
+    else if constexpr (std::is_floating_point_v<T>)
+      x = static_cast<T>(v.as_double());
+    else
+      x = static_cast<T>(v.kind() == Scalar::Kind::Float ? static_cast<std::int64_t>(v.as_double()) : v.as_int());
+    std::memcpy(b.data(), &x, sizeof(T));
+  });
+  return b;
+}
+
+}  // namespace tessera::detail
