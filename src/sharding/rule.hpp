@@ -99,14 +99,13 @@ class Partitionable {
   /// primitive that lowers itself. Operands are then used as they are.
   virtual std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                             const std::vector<TypeInfo>& out) const;
-  /// Ops whose communication is more than "bring the operands to a layout,
-  /// run the kernel, combine partial results" (halo exchanges, slices and
-  /// pads of sharded dims, reshapes across sharded dims, scans carrying
-  /// totals between devices, data-dependent gathers) partition themselves,
-  /// as XLA's SPMD partitioner has a handler per such op. They return true
-  /// here, override layouts(), and implement eval_global: the concrete
-  /// operands in, results laid out exactly as layouts() said. Their rule()
-  /// describes them for the text forms only.
+  /// Ops whose communication no factor rule says (slices and pads of
+  /// sharded dims, reshapes across sharded dims, data-dependent gathers;
+  /// halos and scans are Halo factors the engine runs) partition
+  /// themselves, as XLA's SPMD partitioner has a handler per such op. They
+  /// return true here, override layouts(), and implement eval_global (in
+  /// spmd/lower_*.cpp): the concrete operands in, results laid out exactly
+  /// as layouts() said. Their rule() describes them for the text forms only.
   virtual bool lowers_itself() const { return false; }
   /// The operand whose layout the primitive keeps (-1: none, the engine
   /// chooses): every factor of its dims takes the mesh axes that dim
