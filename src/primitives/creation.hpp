@@ -60,7 +60,7 @@ class Fill final : public Creation {
   Fill(const char* name, Shape shape, DType dtype, NamedSharding sharding, const void* value, std::string text);
   std::string params() const override { return "value=" + text_; }
   // backend/cpu/eval_creation.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   alignas(8) unsigned char value_[8] = {};
@@ -73,7 +73,7 @@ class Arange final : public Creation {
       : Creation("arange", Shape{n}, dtype, std::move(sharding)), start_(start), step_(step) {}
   std::string params() const override;
   // backend/cpu/eval_creation.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   double start_, step_;
@@ -85,7 +85,7 @@ class Linspace final : public Creation {
       : Creation("linspace", Shape{p.num}, dtype, std::move(sharding)), p_(p) {}
   std::string params() const override;
   // backend/cpu/eval_creation.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   LinspaceParams p_;
@@ -97,7 +97,7 @@ class Eye final : public Creation {
       : Creation("eye", Shape{n, m}, dtype, std::move(sharding)), k_(k) {}
   std::string params() const override { return "k=" + std::to_string(k_); }
   // backend/cpu/eval_creation.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   std::int64_t k_;

@@ -47,15 +47,14 @@ class Elementwise : public Primitive {
   Elementwise(const char* name, DType result, std::optional<PartitionSpec> out_spec = std::nullopt)
       : name_(name), result_(result), out_spec_(std::move(out_spec)) {}
   std::string_view name() const override { return name_; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<PartitionSpec> out_spec() const override { return out_spec_; }
   std::string conflict_message(std::span<const AbstractArray> in) const override;
   bool fusable() const override { return true; }
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
+  TESSERA_DECLARE_BATCH;
 
  protected:
   // The primitive for batch-first operands: an out_sharding gains an
@@ -75,14 +74,12 @@ class Unary final : public Elementwise {
       : Elementwise(name, returns_bool(op) ? DType::bool_ : t), op_(op), t_(t) {}
 
   // backend/cpu/eval_elementwise.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
-  void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override;
+  TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_TILE;
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& t_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   UnaryOp op_;
@@ -96,14 +93,12 @@ class Binary final : public Elementwise {
   std::string params() const override;
 
   // backend/cpu/eval_elementwise.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
-  void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override;
+  TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_TILE;
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& t_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   PrimitivePtr rebuilt(PartitionSpec s) const override;
@@ -119,14 +114,12 @@ class BinaryScalar final : public Elementwise {
   std::string params() const override;
 
   // backend/cpu/eval_elementwise.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
-  void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override;
+  TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_TILE;
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& t_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   BinaryOp op_;
@@ -141,14 +134,12 @@ class Select final : public Elementwise {
   Select(DType t, std::optional<PartitionSpec> out_spec) : Elementwise("where", t, std::move(out_spec)), t_(t) {}
 
   // backend/cpu/eval_elementwise.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
-  void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override;
+  TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_TILE;
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& t_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   PrimitivePtr rebuilt(PartitionSpec s) const override;
@@ -162,14 +153,12 @@ class SelectScalar final : public Elementwise {
   std::string params() const override;
 
   // backend/cpu/eval_elementwise.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
-  void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override;
+  TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_TILE;
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& t_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   DType t_;
@@ -184,14 +173,12 @@ class Convert final : public Elementwise {
   std::string params() const override;
 
   // backend/cpu/eval_elementwise.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
-  void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override;
+  TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_TILE;
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& t_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   DType from_;
@@ -200,22 +187,19 @@ class Convert final : public Elementwise {
 class Constraint final : public Elementwise {
  public:
   Constraint(const char* name, NamedSharding target) : Elementwise(name, DType::f32), target_(std::move(target)) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
   std::optional<PartitionSpec> out_spec() const override { return target_.spec(); }
   bool fusable() const override { return false; }
   bool identity() const override { return true; }
   std::string params() const override;
 
   // backend/cpu/eval_elementwise.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& t_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   NamedSharding target_;
@@ -225,18 +209,16 @@ class Constraint final : public Elementwise {
 class StopGradient final : public Elementwise {
  public:
   StopGradient() : Elementwise("stop_gradient", DType::f32) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
   bool fusable() const override { return false; }
   bool identity() const override { return true; }
 
   // backend/cpu/eval_elementwise.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
   // transforms/rules/elementwise.cpp
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& t_out) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
 };
 
 }  // namespace tessera::detail

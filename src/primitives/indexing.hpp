@@ -27,7 +27,7 @@ namespace tessera::detail {
 class IndexingGlobal : public Primitive {
  public:
   bool lowers_itself() const override { return true; }
-  void eval_cpu(const LocalArgs&, LocalOuts&) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  protected:
   using AxisList = std::vector<std::string>;
@@ -42,19 +42,15 @@ class Take final : public IndexingGlobal {
  public:
   explicit Take(int axis) : axis_(axis) {}
   std::string_view name() const override { return "take"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
+  TESSERA_DECLARE_EVAL_GLOBAL;
 
   /// Per block: the n index values at `data` (integer dtype `dtype`) as
   /// i64; u64 values past the i64 range become the i64 maximum.
@@ -86,27 +82,23 @@ class IndexingScatter : public IndexingGlobal {
   /// `updates` (dtype = output dtype) at rows `ids` of a zero array of
   /// `out_shape`, combine over the mesh axes sharding the rows, and add
   /// `base` when given (laid out as `out_s` then).
-  Array scatter_rows(const char* op, const Array* base, const Array& ids, const Array& updates,
-                     const Shape& out_shape, const NamedSharding& out_s, bool wrap_negative) const;
+  Array scatter_rows(const char* op, const Array* base, const Array& ids, const Array& updates, const Shape& out_shape,
+                     const NamedSharding& out_s, bool wrap_negative) const;
 };
 
 class ScatterAdd final : public IndexingScatter {
  public:
   explicit ScatterAdd(std::optional<PartitionSpec> out_spec) : out_spec_(std::move(out_spec)) {}
   std::string_view name() const override { return "scatter_add"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
+  TESSERA_DECLARE_EVAL_GLOBAL;
 
  private:
   std::optional<PartitionSpec> out_spec_;
@@ -117,19 +109,15 @@ class SegmentSum final : public IndexingScatter {
   SegmentSum(std::int64_t num_segments, std::optional<PartitionSpec> out_spec)
       : num_segments_(num_segments), out_spec_(std::move(out_spec)) {}
   std::string_view name() const override { return "segment_sum"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
+  TESSERA_DECLARE_EVAL_GLOBAL;
 
  private:
   std::int64_t num_segments_;

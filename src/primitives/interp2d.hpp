@@ -21,13 +21,12 @@ class Interp2d final : public Primitive {
   std::string_view name() const override { return "interp2d"; }
 
   // Q + rest, in f's dtype (the front end has made it f32 or f64).
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
+  TESSERA_DECLARE_BATCH;
 
  private:
   Interp2dMethod method_;

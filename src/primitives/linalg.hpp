@@ -39,23 +39,20 @@ class DotGeneral final : public Primitive {
   DotGeneral(const char* name, Contraction c, DType t, std::optional<PartitionSpec> out_spec)
       : name_(name), c_(std::move(c)), t_(t), out_spec_(std::move(out_spec)) {}
   std::string_view name() const override { return name_; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<PartitionSpec> out_spec() const override;
   std::string conflict_message(std::span<const AbstractArray> in) const override;
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
 
   // backend/cpu/eval_linalg.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
   // transforms/rules/linalg.cpp
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
-  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
-                         std::vector<Array>& tangents_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   // The cotangent of one operand (transforms/rules/linalg.cpp).

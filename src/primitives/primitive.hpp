@@ -136,9 +136,31 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
   /// zero). `in` holds the other operands (the linear ones are empty there);
   /// `types` has every operand's type.
   virtual std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
-                                       const std::vector<AbstractArray>& types,
-                                       const std::vector<bool>& linear) const;
+                                       const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const;
 };
+
+// Declarations of a primitive's parts, each defined in its layer (MLX's
+// shape): type and rule in primitives/<family>.cpp, a lowering in
+// spmd/lower_<family>.cpp, its kernel in backend/<name>/eval_<family>.cpp,
+// its transformation rules in transforms/rules/<family>.cpp.
+#define TESSERA_DECLARE_INFER std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override
+#define TESSERA_DECLARE_RULE ShardingRule rule(std::span<const AbstractArray> in) const override
+#define TESSERA_DECLARE_EVAL_GLOBAL                                                              \
+  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out, \
+                                 const std::vector<NamedSharding>& layouts) const override
+#define TESSERA_DECLARE_EVAL_CPU void eval_cpu(const LocalArgs& in, LocalOuts& out) const override
+#define TESSERA_DECLARE_EVAL_TILE \
+  void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override
+#define TESSERA_DECLARE_BATCH                                                                              \
+  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size, \
+                           std::vector<int>& out_bdims) const override
+#define TESSERA_DECLARE_JVP                                                                     \
+  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents, \
+                         std::vector<Array>& tangents_out) const override
+#define TESSERA_DECLARE_TRANSPOSE                                                                        \
+  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,              \
+                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) \
+      const override
 
 using PrimitivePtr = std::shared_ptr<const Primitive>;
 

@@ -58,11 +58,14 @@ class Sample final : public Creation {
   Sample(Sampler kind, Shape shape, DType dtype, NamedSharding sharding, std::optional<KeyWords> key, double lo,
          double hi)
       : Creation(kind == Sampler::Uniform ? "uniform" : "normal", std::move(shape), dtype, std::move(sharding)),
-        kind_(kind), key_(key), lo_(lo), hi_(hi) {}
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+        kind_(kind),
+        key_(key),
+        lo_(lo),
+        hi_(hi) {}
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
   // backend/cpu/eval_random.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   Sampler kind_;
@@ -76,7 +79,7 @@ class KeyData final : public Creation {
       : Creation("key_data", std::move(shape), DType::u32, std::move(sharding)), words_(std::move(words)) {}
   std::string params() const override;
   // backend/cpu/eval_random.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   std::vector<std::uint32_t> words_;
@@ -86,13 +89,13 @@ class Split final : public Primitive {
  public:
   explicit Split(int num) : num_(num) {}
   std::string_view name() const override { return "split"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   std::string params() const override { return "num=" + std::to_string(num_); }
   // backend/cpu/eval_random.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   int num_;
@@ -105,14 +108,14 @@ class FoldIn final : public Primitive {
   std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override {
     return {TypeInfo{in[0].shape, DType::u32}};
   }
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_RULE;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>&) const override {
     return std::vector<NamedSharding>{in[0].sharding};
   }
   std::string params() const override { return data_ ? "data=" + std::to_string(*data_) : std::string(); }
   // backend/cpu/eval_random.cpp
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   std::optional<std::uint32_t> data_;

@@ -46,8 +46,8 @@ class Reduce final : public Primitive {
          std::optional<PartitionSpec> out_spec)
       : name_(name), op_(op), t_(t), axes_(std::move(axes)), keepdims_(keepdims), out_spec_(std::move(out_spec)) {}
   std::string_view name() const override { return name_; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<PartitionSpec> out_spec() const override;
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
@@ -57,15 +57,12 @@ class Reduce final : public Primitive {
 
   // backend/cpu/eval_reduce.cpp
   std::unique_ptr<TileSink> sink(const LocalIn& in, const LocalOut& out) const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
   // transforms/rules/reduce.cpp
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
-  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
-                         std::vector<Array>& tangents_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   // A result with the reduced dims back as size-1 dims
@@ -98,20 +95,19 @@ class ArgReduce final : public Primitive {
   ArgReduce(const char* name, bool is_max, int axis, bool keepdims, std::optional<PartitionSpec> out_spec)
       : name_(name), is_max_(is_max), axis_(axis), keepdims_(keepdims), out_spec_(std::move(out_spec)) {}
   std::string_view name() const override { return name_; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
   bool lowers_itself() const override { return true; }
 
   // spmd/lower_reduce.cpp
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_EVAL_GLOBAL;
 
   // backend/cpu/eval_reduce.cpp: eval_cpu raises (the primitive runs on
   // whole arrays); the per-block steps of eval_global are these.
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
   /// The first best element of each line of the block `x` along the axis:
   /// per element of the block with the axis of size 1, the best value (x's
   /// dtype) to `value` and its global index (x.box places the block) to
@@ -126,8 +122,7 @@ class ArgReduce final : public Primitive {
   void block_indices(const std::int64_t* first, std::int64_t n, std::int32_t* out) const;
 
   // transforms/rules/reduce.cpp
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
+  TESSERA_DECLARE_BATCH;
 
  private:
   // The kept dims' axes; the reduced dim whole (size 1) in keepdims form

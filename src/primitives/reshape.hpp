@@ -60,21 +60,17 @@ class Reshape final : public Primitive {
  public:
   Reshape(Shape out, std::optional<NamedSharding> requested) : out_(std::move(out)), requested_(std::move(requested)) {}
   std::string_view name() const override { return "reshape"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
   bool lowers_itself() const override { return true; }
-  void eval_cpu(const LocalArgs&, LocalOuts&) const override;
+  TESSERA_DECLARE_EVAL_CPU;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>&) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_EVAL_GLOBAL;
   /// One device's output block `blk` (buffer `dst`, elements of `isz`
   /// bytes) of the reshape of an array of shape `in`: each of `copies`
   /// written at its flat positions.

@@ -20,13 +20,12 @@ class Searchsorted final : public Primitive {
  public:
   Searchsorted(bool right, DType out) : right_(right), out_(out) {}
   std::string_view name() const override { return "searchsorted"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
+  TESSERA_DECLARE_EVAL_CPU;
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
+  TESSERA_DECLARE_BATCH;
   // Integer results: Primitive::jvp gives them no tangent.
 
  private:
@@ -62,19 +61,16 @@ class MedianMiddle final : public Primitive {
   MedianMiddle(std::vector<int> axes, bool keepdims, bool masked)
       : axes_(std::move(axes)), keepdims_(keepdims), masked_(masked) {}
   std::string_view name() const override { return "median"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   bool lowers_itself() const override { return true; }
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_GLOBAL;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
 
   /// The share of a block of shape `block` of x (dtype t, f32 or f64);
   /// `reduced` marks x's reduced dims. `bits`: the key bits per radix pass

@@ -91,16 +91,13 @@ class Transpose final : public Primitive {
  public:
   Transpose(const char* name, std::vector<int> perm) : name_(name), perm_(std::move(perm)) {}
   std::string_view name() const override { return name_; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
+  TESSERA_DECLARE_EVAL_CPU;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   const char* name_;
@@ -112,16 +109,13 @@ class ExpandDims final : public Primitive {
  public:
   explicit ExpandDims(int axis) : axis_(axis) {}
   std::string_view name() const override { return "expand_dims"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
+  TESSERA_DECLARE_EVAL_CPU;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   int axis_;
@@ -156,15 +150,13 @@ class AffineOp : public Primitive {
   explicit AffineOp(const char* name) : name_(name) {}
   // Every affine op is linear in its operands (pad's fill aside: Pad
   // overrides this).
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
+  TESSERA_DECLARE_JVP;
   std::string_view name() const override { return name_; }
   bool lowers_itself() const override { return true; }
-  void eval_cpu(const LocalArgs&, LocalOuts&) const override;
+  TESSERA_DECLARE_EVAL_CPU;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_EVAL_GLOBAL;
   /// One device's output block `blk` (buffer `dst`, elements of `isz`
   /// bytes): fill() where set, then each of `copies` in order.
   virtual void write_block(void* dst, const std::vector<Slice>& blk, std::size_t isz,
@@ -184,15 +176,12 @@ class AffineOp : public Primitive {
 class Squeeze final : public AffineOp {
  public:
   explicit Squeeze(std::vector<bool> drop) : AffineOp("squeeze"), drop_(std::move(drop)) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_TRANSPOSE;
+  TESSERA_DECLARE_EVAL_GLOBAL;
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override;
@@ -208,15 +197,12 @@ class Squeeze final : public AffineOp {
 class BroadcastTo final : public AffineOp {
  public:
   explicit BroadcastTo(Shape shape) : AffineOp("broadcast_to"), shape_(std::move(shape)) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_TRANSPOSE;
+  TESSERA_DECLARE_EVAL_GLOBAL;
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override;
@@ -229,13 +215,11 @@ class BroadcastTo final : public AffineOp {
 class SliceOp final : public AffineOp {
  public:
   explicit SliceOp(std::vector<SliceDim> dims) : AffineOp("slice"), dims_(std::move(dims)) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_TRANSPOSE;
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override;
@@ -249,15 +233,12 @@ class Pad final : public AffineOp {
  public:
   Pad(std::vector<std::pair<std::int64_t, std::int64_t>> widths, std::vector<unsigned char> fill, std::string text)
       : AffineOp("pad"), widths_(std::move(widths)), fill_(std::move(fill)), text_(std::move(text)) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,
-                         std::vector<Array>& to) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override;
@@ -275,13 +256,11 @@ class Pad final : public AffineOp {
 class Roll final : public AffineOp {
  public:
   Roll(std::int64_t shift, int axis) : AffineOp("roll"), shift_(shift), axis_(axis) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>&) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_TRANSPOSE;
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override;
@@ -295,13 +274,11 @@ class Roll final : public AffineOp {
 class Flip final : public AffineOp {
  public:
   explicit Flip(int axis) : AffineOp("flip"), axis_(axis) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>&, const std::vector<bool>&) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_TRANSPOSE;
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override;
@@ -318,15 +295,12 @@ class Flip final : public AffineOp {
 class Concatenate final : public AffineOp {
  public:
   Concatenate(const char* name, int axis, bool stack, DType t) : AffineOp(name), axis_(axis), stack_(stack), t_(t) {}
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   std::string params() const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
-                           std::vector<int>& ob) const override;
-  std::vector<Array> transpose(const std::vector<Array>& ct, const std::vector<Array>&,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
-                                 const std::vector<NamedSharding>& layouts) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_TRANSPOSE;
+  TESSERA_DECLARE_EVAL_GLOBAL;
 
  protected:
   NamedSharding layout(std::span<const AbstractArray> in, const Shape&) const override;

@@ -20,13 +20,13 @@ class ResampleAccumulate final : public Primitive {
         has_scale_(has_scale),
         has_init_(has_init) {}
   std::string_view name() const override { return "resample_accumulate"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   // Partial accumulators are combined, never the rows gathered: the sum is
   // exact either way, but gathering would move n x K values.
   bool keeps_operand_layouts() const override { return true; }
   std::string params() const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 
  private:
   std::int64_t num_segments_;

@@ -33,19 +33,16 @@ class Diff final : public Primitive {
  public:
   Diff(int n, int axis, bool prepend, bool append) : n_(n), axis_(axis), pre_(prepend), app_(append) {}
   std::string_view name() const override { return "diff"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   int keeps_layout_of() const override { return 0; }
   std::string params() const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
   bool reads_halo_pieces() const override { return true; }
   void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
-  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
-                         std::vector<Array>& tangents_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   // Operand indices of prepend and append (-1 when absent).
@@ -65,19 +62,16 @@ class Cumsum final : public Primitive {
  public:
   explicit Cumsum(int axis) : axis_(axis) {}
   std::string_view name() const override { return "cumsum"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   int keeps_layout_of() const override { return 0; }
   std::string params() const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
   void scan_totals(const LocalArgs& in, LocalOut& totals) const override;
   void eval_scan(const LocalArgs& in, const LocalIn& before, LocalOuts& out) const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
-  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
-                         std::vector<Array>& tangents_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   int axis_;
@@ -89,19 +83,16 @@ class Convolve final : public Primitive {
  public:
   explicit Convolve(int axis) : axis_(axis) {}
   std::string_view name() const override { return "convolve"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   int keeps_layout_of() const override { return 0; }
   std::string params() const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
   bool reads_halo_pieces() const override { return true; }
   void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
-  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
-                         std::vector<Array>& tangents_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   int axis_;
@@ -111,10 +102,10 @@ class Convolve final : public Primitive {
 class Convolve2d final : public Primitive {
  public:
   std::string_view name() const override { return "convolve2d"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   int keeps_layout_of() const override { return 0; }
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
 };
 
 /// jnp.gradient along `axis` with uniform `spacing` (edge_order 1): central
@@ -124,19 +115,16 @@ class Gradient final : public Primitive {
  public:
   Gradient(int axis, double spacing) : axis_(axis), spacing_(spacing) {}
   std::string_view name() const override { return "gradient"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
   int keeps_layout_of() const override { return 0; }
   std::string params() const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CPU;
   bool reads_halo_pieces() const override { return true; }
   void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
-  std::vector<Array> batch(const std::vector<Array>& in, const std::vector<int>& bdims, std::int64_t size,
-                           std::vector<int>& out_bdims) const override;
-  std::vector<Array> jvp(const std::vector<Array>& primals, const std::vector<Array>& tangents,
-                         std::vector<Array>& tangents_out) const override;
-  std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
-                               const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const override;
+  TESSERA_DECLARE_BATCH;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 
  private:
   int axis_;
@@ -149,9 +137,9 @@ class Gradient final : public Primitive {
 class Interp final : public Primitive {
  public:
   std::string_view name() const override { return "interp"; }
-  std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override;
-  ShardingRule rule(std::span<const AbstractArray> in) const override;
-  void eval_cpu(const LocalArgs& in, LocalOuts& out) const override;
+  TESSERA_DECLARE_INFER;
+  TESSERA_DECLARE_RULE;
+  TESSERA_DECLARE_EVAL_CPU;
 
   /// As jnp.interp: x and xp promoted together to inexact (fp on its own).
   static DType x_type(DType x, DType xp);
