@@ -499,11 +499,12 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   }
   // The loop itself is the backend's (backend/cpu/compiled.hpp).
   FusedLoop loop;
-  loop.shape = shape;
+  loop.shape = &shape;
   loop.sink = sink.get();
   loop.sink_from = sink_from;
   loop.members.resize(st.eqns.size());
-  std::vector<int> made;  // slot each member writes, in member order
+  std::vector<int> made;
+  made.reserve(st.eqns.size());  // slot each member writes, in member order
   for (size_t k = 0; k < st.eqns.size(); ++k) {
     const int e = st.eqns[k];
     FusedLoop::Member& mem = loop.members[k];
@@ -515,7 +516,7 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
         a.member = static_cast<int>(it - made.begin());
       } else {
         a.data = static_cast<const unsigned char*>(bufs[s][pos].data());
-        a.shape = c.slots[s].local[pos];
+        a.shape = &c.slots[s].local[pos];
       }
       mem.args.push_back(std::move(a));
     }

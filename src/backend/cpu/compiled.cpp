@@ -64,7 +64,7 @@ void broadcast_tile(const unsigned char* src, const std::vector<std::int64_t>& s
 }  // namespace
 
 void run_fused_loop(const FusedLoop& loop) {
-  const Shape& shape = loop.shape;
+  const Shape& shape = *loop.shape;
   const std::int64_t n = num_elements(shape);
   if (n == 0) return;
   // Per member: where its operands and result live (a base pointer into a
@@ -101,9 +101,9 @@ void run_fused_loop(const FusedLoop& loop) {
           r.base = outs[a.member].base;
       } else {
         r.base = const_cast<unsigned char*>(a.data);
-        if (a.shape != shape) {
+        if (*a.shape != shape) {
           // Broadcast: strides of its block aligned to the result's dims.
-          const Shape& ls = a.shape;
+          const Shape& ls = *a.shape;
           r.strides.assign(shape.size(), 0);
           std::int64_t stride = 1;
           for (size_t d = ls.size(); d-- > 0;) {

@@ -18,7 +18,7 @@ struct FusedLoop {
   struct Arg {
     int member = -1;                     // >= 0: the result of this earlier member
     const unsigned char* data = nullptr;  // member < 0: the operand's block
-    Shape shape;                          // member < 0: the block's shape
+    const Shape* shape = nullptr;         // member < 0: the block's shape
     std::size_t isz = 0;
   };
   struct Member {
@@ -27,7 +27,7 @@ struct FusedLoop {
     unsigned char* out = nullptr;  // the result's block when materialised, else nullptr (kept in a tile)
     std::size_t isz = 0;
   };
-  Shape shape;  // every member's result block
+  const Shape* shape = nullptr;  // every member's result block
   std::vector<Member> members;
   TileSink* sink = nullptr;  // fed member sink_from's tiles; the caller finishes it
   int sink_from = -1;
