@@ -52,6 +52,15 @@ inline std::vector<Device> ids(std::initializer_list<int> list) {
   return out;
 }
 
+/// `n` values drawn uniformly from [lo, hi) by mt19937 seeded with `seed`.
+inline std::vector<double> uniform_doubles(std::int64_t n, unsigned seed, double lo, double hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& e : v) e = u(rng);
+  return v;
+}
+
 // A random spec of rank `rank` over the mesh's axes: each axis shards a random
 // dim or none, in random order; single axes sometimes written as a group
 // (`mixed_forms`); trailing none entries sometimes omitted.

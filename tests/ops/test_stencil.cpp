@@ -976,13 +976,7 @@ std::vector<T> ref_gradient(const std::vector<R>& x, const ts::Shape& shape, int
   return out;
 }
 
-std::vector<double> random_doubles(std::int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-10, 10);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (auto& e : v) e = u(rng);
-  return v;
-}
+std::vector<double> random_doubles(std::int64_t n, unsigned seed) { return tessera::testing::uniform_doubles(n, seed, -10, 10); }
 
 }  // namespace
 
