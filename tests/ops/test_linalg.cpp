@@ -101,7 +101,9 @@ std::vector<double> ref_matmul(ts::Shape sa, const std::vector<double>& a, ts::S
   return out;
 }
 
-std::vector<double> rand_data(std::int64_t n, unsigned seed) { return tessera::testing::uniform_doubles(n, seed, -1.0, 1.0); }
+std::vector<double> rand_data(std::int64_t n, unsigned seed) {
+  return tessera::testing::uniform_doubles(n, seed, -1.0, 1.0);
+}
 
 // Puts host doubles as dtype `t`; returns the values the array actually holds.
 ts::Array put(const std::vector<double>& host, const ts::Shape& shape, ts::DType t, const ts::NamedSharding& s,

@@ -976,7 +976,9 @@ std::vector<T> ref_gradient(const std::vector<R>& x, const ts::Shape& shape, int
   return out;
 }
 
-std::vector<double> random_doubles(std::int64_t n, unsigned seed) { return tessera::testing::uniform_doubles(n, seed, -10, 10); }
+std::vector<double> random_doubles(std::int64_t n, unsigned seed) {
+  return tessera::testing::uniform_doubles(n, seed, -10, 10);
+}
 
 }  // namespace
 
