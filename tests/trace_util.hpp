@@ -19,7 +19,7 @@ class RuleRecorder : public detail::Trace {
   std::vector<Array> process(const detail::PrimitivePtr& prim, const std::vector<Array>& args) override {
     rules.push_back(prim->rule(detail::abstract_of(args)).str());
     params.push_back(std::string(prim->name()) + " " + prim->params());
-    return detail::eval_eager(*prim, args);
+    return detail::eval_eager(detail::ExecContext::whole(), *prim, args);
   }
 };
 

@@ -27,7 +27,8 @@ namespace ts = tessera;
 namespace tessera::cli {
 
 std::string device_count_source(const Context& ctx) {
-  const char* env = std::getenv("TESSERA_NUM_CPU_DEVICES");
+  const auto setting = ts::config::num_cpu_devices_setting();
+  const char* env = setting ? setting->c_str() : nullptr;
   // The count is per process: with several, say so and how many there are.
   const int procs = ts::process_count();
   const std::string each = procs > 1 ? " in each of " + std::to_string(procs) + " processes" : "";

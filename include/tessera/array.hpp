@@ -65,10 +65,9 @@ class Array {
   void copy_to_host(void* out, DType as, const char* op = "to_vector") const;
   /// Internal: wraps a finished implementation.
   explicit Array(std::shared_ptr<const detail::ArrayImpl> impl);
-  /// Internal: the implementation whose buffers ops read. Inside a shard_map
-  /// body a captured replicated array reads as this device's copy.
+  /// Internal: the implementation whose buffers ops read.
   const std::shared_ptr<const detail::ArrayImpl>& impl() const;
-  /// Internal: the same without counting as a read (for metadata).
+  /// Internal: the implementation, checked to exist.
   const detail::ArrayImpl& peek() const { return checked("peek"); }
 
  private:

@@ -16,6 +16,7 @@
 #include <compare>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,10 @@ namespace config {
 /// starts (the first call that needs devices); later calls with a different
 /// number raise DeviceError.
 void set_num_cpu_devices(int n);
+/// The TESSERA_NUM_CPU_DEVICES setting as given (nullopt when unset): the
+/// device count the runtime starts with unless set_num_cpu_devices says
+/// otherwise. Read here only, so messages can say where a count came from.
+std::optional<std::string> num_cpu_devices_setting();
 /// Seconds a collective waits for the rest of its group before raising
 /// CollectiveError (default: TESSERA_COLLECTIVE_TIMEOUT, else 60).
 void set_collective_timeout(double seconds);

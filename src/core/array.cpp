@@ -17,10 +17,7 @@ using detail::Buffer;
 
 Array::Array(std::shared_ptr<const detail::ArrayImpl> impl) : impl_(std::move(impl)) {}
 
-const std::shared_ptr<const detail::ArrayImpl>& Array::impl() const {
-  if (impl_ && detail::in_manual_body()) return detail::manual_read(impl_);
-  return impl_;
-}
+const std::shared_ptr<const detail::ArrayImpl>& Array::impl() const { return impl_; }
 
 const ArrayImpl& Array::concrete(const char* op) const {
   const ArrayImpl& a = checked(op);
@@ -34,7 +31,6 @@ const ArrayImpl& Array::concrete(const char* op) const {
 
 const ArrayImpl& Array::checked(const char* op) const {
   if (!impl_) throw Error(std::string("[") + op + "] the array is empty (default-constructed)");
-  if (detail::in_manual_body()) return *detail::manual_read(impl_);
   return *impl_;
 }
 
@@ -122,10 +118,17 @@ namespace detail {
 
 Array make_array(const Shape& shape, DType dtype, const NamedSharding& sharding,
                  const std::function<void(int, Buffer&)>& fill) {
+  return make_array_on(shape, dtype, sharding, fill,
+                       [&](const std::function<void(int)>& fn) { run_on_devices(sharding.mesh().devices(), fn); });
+}
+
+Array make_array_on(const Shape& shape, DType dtype, const NamedSharding& sharding,
+                    const std::function<void(int, Buffer&)>& fill,
+                    const std::function<void(const std::function<void(int)>&)>& each) {
   auto impl = std::make_shared<ArrayImpl>(shape, dtype, sharding);
   const Mesh& mesh = sharding.mesh();
   impl->buffers.resize(mesh.size());
-  run_on_devices(mesh.devices(), [&](int pos) {
+  each([&](int pos) {
     auto n = num_elements(sharding.shard_shape(shape, pos));
     Buffer b(mesh.devices()[pos].id(), static_cast<std::size_t>(n) * itemsize(dtype));
     fill(pos, b);

@@ -32,15 +32,6 @@ struct ArrayImpl {
   ArrayImpl(Shape s, DType t, NamedSharding sh) : shape(std::move(s)), dtype(t), sharding(std::move(sh)) {}
 };
 
-/// Manual-mode hooks (src/transforms/shard_map.cpp). Outside shard_map
-/// bodies they cost one thread-local load.
-bool in_manual_body();
-/// The implementation `a` reads as in the current body: itself, or the local
-/// copy of a captured replicated array.
-const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a);
-/// The manual mesh axes a value of the current body varies over (sorted;
-/// empty outside bodies). Kept by the body's trace, not by the value.
-std::vector<std::string> varying_axes(const ArrayImpl& a);
 /// typeof(a) as if it varied over `vma` ("f32[4,1]{V:y}"): typeof inside a
 /// body, and messages written after one.
 std::string typeof_varying(const Array& a, const std::vector<std::string>& vma);
@@ -81,5 +72,10 @@ bool box_empty(const std::vector<Slice>& box);
 /// A new array whose buffer i is filled by fill(i, buffer) on device i's worker.
 Array make_array(const Shape& shape, DType dtype, const NamedSharding& sharding,
                  const std::function<void(int, Buffer&)>& fill);
+/// make_array with the positions run by `each(fn)` (fn(pos) for the
+/// positions to fill; the others stay empty).
+Array make_array_on(const Shape& shape, DType dtype, const NamedSharding& sharding,
+                    const std::function<void(int, Buffer&)>& fill,
+                    const std::function<void(const std::function<void(int)>&)>& each);
 
 }  // namespace tessera::detail

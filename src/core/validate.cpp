@@ -76,12 +76,10 @@ std::vector<int> normalize_axes(const Axes& axes, int rank, const char* op) {
   return out;
 }
 
-void check_same_mesh(const std::vector<const Array*>& arrays, const char* op) {
-  for (size_t i = 1; i < arrays.size(); ++i)
-    if (!(arrays[i]->sharding().mesh() == arrays[0]->sharding().mesh()))
-      throw ShardingError(msg(op, "operands are on different meshes: " + arrays[0]->sharding().mesh().str() +
-                                      " and " + arrays[i]->sharding().mesh().str() +
-                                      "; move one with device_put first"));
+void check_same_mesh(const Mesh& a, const Mesh& b, const char* op) {
+  if (!(a == b))
+    throw ShardingError(msg(op, "operands are on different meshes: " + a.str() + " and " + b.str() +
+                                    "; move one with device_put first"));
 }
 
 std::string describe(const Array& a) { return typeof_varying(a, {}); }

@@ -47,8 +47,11 @@ void note_error_site(const std::source_location& loc);
 int normalize_axis(int axis, int rank, const char* op);
 /// Sorted, unique, normalised axes (all when axes.all()); ShapeError on repeats.
 std::vector<int> normalize_axes(const Axes& axes, int rank, const char* op);
-/// ShardingError unless every array is on the same mesh.
-void check_same_mesh(const std::vector<const Array*>& arrays, const char* op);
+/// ShardingError unless two operands' meshes `a` and `b` are the same. The
+/// partitioner checks every primitive's operands (sharding/propagate.cpp),
+/// after the trace has read them (a shard_map body's captured arrays as
+/// local copies); front ends that lay operands out themselves check first.
+void check_same_mesh(const Mesh& a, const Mesh& b, const char* op);
 /// "f32[8@x,4]" of an array, for messages.
 std::string describe(const Array& a);
 

@@ -62,7 +62,6 @@ std::pair<DType, DType> binary_dtypes(BinaryOp op, DType promoted) {
 Array binary_op(BinaryOp op, const char* name, const Array& a, const Array& b, const OutOptions& opt) {
   detail::check_operand(a, name, "lhs");
   detail::check_operand(b, name, "rhs");
-  detail::check_same_mesh({&a, &b}, name);
   const Shape out = detail::broadcast_shapes(a.shape(), b.shape(), name);
   const auto [compute, result] = binary_dtypes(op, detail::promote(a.dtype(), b.dtype()));
   detail::checked_nbytes(out, itemsize(compute) > itemsize(result) ? compute : result, name);
@@ -173,7 +172,6 @@ Array where(const Array& cond, const Array& x, const Array& y, const OutOptions&
   detail::check_operand(cond, name, "cond");
   detail::check_operand(x, name, "x");
   detail::check_operand(y, name, "y");
-  detail::check_same_mesh({&cond, &x, &y}, name);
   const Shape out = detail::broadcast_shapes(detail::broadcast_shapes(cond.shape(), x.shape(), name), y.shape(), name);
   const DType t = detail::promote(x.dtype(), y.dtype());
   detail::checked_nbytes(out, t, name);
@@ -187,7 +185,6 @@ Array where_scalar(const Array& cond, const Array& arr, const Scalar& sc, bool s
   const char* name = "where";
   detail::check_operand(cond, name, "cond");
   detail::check_operand(arr, name, scalar_is_x ? "y" : "x");
-  detail::check_same_mesh({&cond, &arr}, name);
   const Shape out = detail::broadcast_shapes(cond.shape(), arr.shape(), name);
   const DType t = detail::promote_scalar(arr.dtype(), sc);
   detail::checked_nbytes(out, t, name);

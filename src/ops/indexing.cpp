@@ -70,7 +70,6 @@ Array take(const Array& x, const Array& indices, int axis, std::source_location 
   constexpr const char* op = "take";
   detail::check_operand(x, op, "x");
   detail::check_operand(indices, op, "indices");
-  detail::check_same_mesh({&x, &indices}, op);
   check_index_array(indices, op, "indices");
   const int rank = x.ndim();
   axis = detail::normalize_axis(axis, rank, op);
@@ -109,7 +108,6 @@ Array scatter_add(const Array& x, const Array& indices, const Array& updates, co
   detail::check_operand(x, op, "x");
   detail::check_operand(indices, op, "indices");
   detail::check_operand(updates, op, "updates");
-  detail::check_same_mesh({&x, &indices, &updates}, op);
   check_index_array(indices, op, "indices");
   if (x.ndim() < 1) throw ShapeError(msg(op, "x must have rank >= 1, got shape " + shape_str(x.shape())));
   Shape want = x.shape();
@@ -130,7 +128,6 @@ Array segment_sum(const Array& data, const Array& segment_ids, std::int64_t num_
   constexpr const char* op = "segment_sum";
   detail::check_operand(data, op, "data");
   detail::check_operand(segment_ids, op, "segment_ids");
-  detail::check_same_mesh({&data, &segment_ids}, op);
   check_index_array(segment_ids, op, "segment_ids");
   if (data.ndim() < 1) throw ShapeError(msg(op, "data must have rank >= 1, got shape " + shape_str(data.shape())));
   if (segment_ids.shape()[0] != data.shape()[0])

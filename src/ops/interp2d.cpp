@@ -23,7 +23,6 @@ Array interp2d(const Array& xq, const Array& yq, const Array& x, const Array& y,
   detail::check_operand(x, op, "x");
   detail::check_operand(y, op, "y");
   detail::check_operand(f, op, "f");
-  detail::check_same_mesh({&xq, &yq, &x, &y, &f}, op);
 
   detail::Interp2dMethod method;
   if (opt.method == "cubic") {

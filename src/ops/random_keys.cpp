@@ -120,7 +120,7 @@ Array fold_in(const Array& keys, const Array& data, std::source_location loc) {
   detail::check_operand(data, op, "data");
   if (!detail::is_integer(data.dtype()) && data.dtype() != DType::bool_)
     throw DTypeError(msg(op, "expected integer data, got " + detail::describe(data)));
-  detail::check_same_mesh({&keys, &data}, op);
+  detail::check_same_mesh(keys.sharding().mesh(), data.sharding().mesh(), op);
   const Array k = key_dim_whole(keys, op);
   Shape batch = k.shape();
   batch.pop_back();
@@ -158,9 +158,11 @@ NamedSharding replicated_on(const Array& key) { return NamedSharding(key.shardin
 
 /// A draw from a key array holding one key. The key is the sampler's
 /// operand, replicated first, so the draw is traced (jit) and its values
-/// vary wherever the key did (shard_map).
+/// vary wherever the key did (shard_map). `on_key_mesh`: the caller gave no
+/// sharding (`sharding` is replicated_on(key)), so the draw lies wherever
+/// the trace reads the key (inside a shard_map body, a captured key's copy).
 Array sample(detail::Sampler kind, const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding,
-             double lo, double hi, const char* op) {
+             double lo, double hi, const char* op, bool on_key_mesh = false) {
   check_keys(key, op);
   if (key.size() != 2)
     throw ShapeError(msg(op, "expected a key array holding one key (shape (2,)), got shape " + shape_str(key.shape()) +
@@ -169,7 +171,7 @@ Array sample(detail::Sampler kind, const Array& key, const Shape& shape, DType d
   if (kind == detail::Sampler::Uniform) std::tie(lo, hi) = detail::uniform_bounds(dtype, lo, hi, op);
   if (!(key.sharding().mesh() == sharding.mesh()))
     return detail::bind1(detail::make_sampler(kind, shape, dtype, sharding, one_key_on_host(key, op), lo, hi), {});
-  return detail::bind1(detail::make_sampler(kind, shape, dtype, sharding, std::nullopt, lo, hi),
+  return detail::bind1(detail::make_sampler(kind, shape, dtype, sharding, std::nullopt, lo, hi, on_key_mesh),
                        {laid_out(key, replicated_on(key), op)});
 }
 
@@ -182,7 +184,7 @@ Array uniform(const Array& key, const Shape& shape, DType dtype, const NamedShar
 Array uniform(const Array& key, const Shape& shape, DType dtype, double lo, double hi, std::source_location loc) {
   detail::CallSite site(loc);
   check_keys(key, "uniform");
-  return sample(detail::Sampler::Uniform, key, shape, dtype, replicated_on(key), lo, hi, "uniform");
+  return sample(detail::Sampler::Uniform, key, shape, dtype, replicated_on(key), lo, hi, "uniform", true);
 }
 Array normal(const Array& key, const Shape& shape, DType dtype, const NamedSharding& sharding, std::source_location loc) {
   detail::CallSite site(loc);
@@ -191,7 +193,7 @@ Array normal(const Array& key, const Shape& shape, DType dtype, const NamedShard
 Array normal(const Array& key, const Shape& shape, DType dtype, std::source_location loc) {
   detail::CallSite site(loc);
   check_keys(key, "normal");
-  return sample(detail::Sampler::Normal, key, shape, dtype, replicated_on(key), 0.0, 1.0, "normal");
+  return sample(detail::Sampler::Normal, key, shape, dtype, replicated_on(key), 0.0, 1.0, "normal", true);
 }
 
 }  // namespace random

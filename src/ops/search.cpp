@@ -25,7 +25,6 @@ Array searchsorted(const Array& sorted_sequence, const Array& values, Side side,
   const char* op = "searchsorted";
   detail::check_operand(sorted_sequence, op, "sorted_sequence");
   detail::check_operand(values, op, "values");
-  detail::check_same_mesh({&sorted_sequence, &values}, op);
   if (sorted_sequence.ndim() != 1)
     throw ShapeError(msg(op, "sorted_sequence must be 1-d, got shape " + shape_str(sorted_sequence.shape())));
   if (dtype != DType::i32 && dtype != DType::i64)
@@ -46,7 +45,6 @@ Array median(const Array& x, const Axes& axes, const MedianOptions& opt, std::so
   if (opt.where) {
     const Array& w = *opt.where;
     detail::check_operand(w, op, "where");
-    detail::check_same_mesh({&x, &w}, op);
     if (w.dtype() != DType::bool_)
       throw DTypeError(msg(op, "where must be a bool array, got " + detail::describe(w)));
     bool fits = w.ndim() <= x.ndim();

@@ -81,12 +81,7 @@ DType check_concat(const std::vector<Array>& xs, const std::vector<Shape>& shape
 }
 
 Array concat_impl(const std::vector<Array>& xs, int axis, const char* op, bool stack) {
-  std::vector<const Array*> ptrs;
-  for (const auto& x : xs) {
-    check_operand(x, op);
-    ptrs.push_back(&x);
-  }
-  detail::check_same_mesh(ptrs, op);
+  for (const auto& x : xs) check_operand(x, op);
   // stack concatenates its operands with a new size-1 dim at `axis`; the
   // checks and messages see them so.
   std::vector<Shape> shapes;

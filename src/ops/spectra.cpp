@@ -44,10 +44,8 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
   detail::check_operand(wave, op, "wave");
   detail::check_operand(target, op, "target");
   detail::check_operand(segment_ids, op, "segment_ids");
-  std::vector<const Array*> all{&flux, &wave, &target, &segment_ids};
-  if (opt.weights) detail::check_operand(*opt.weights, op, "weights"), all.push_back(&*opt.weights);
-  if (opt.wave_scale) detail::check_operand(*opt.wave_scale, op, "wave_scale"), all.push_back(&*opt.wave_scale);
-  detail::check_same_mesh(all, op);
+  if (opt.weights) detail::check_operand(*opt.weights, op, "weights");
+  if (opt.wave_scale) detail::check_operand(*opt.wave_scale, op, "wave_scale");
   if (flux.ndim() != 2)
     throw ShapeError(msg(op, "flux must be 2-d (rows, wavelengths), got shape " + shape_str(flux.shape())));
   const std::int64_t n = flux.shape()[0], K = flux.shape()[1];
@@ -97,7 +95,6 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
   if (opt.init) {
     const Array& init = *opt.init;
     detail::check_operand(init, op, "init");
-    detail::check_same_mesh({&flux, &init}, op);
     const Shape want{3, num_segments, target.shape()[0]};
     if (init.shape() != want || init.dtype() != DType::f64) {
       std::string text = "init must be an exact accumulator f64 ";

@@ -82,7 +82,7 @@ class IndexingScatter : public IndexingGlobal {
   /// `updates` (dtype = output dtype) at rows `ids` of a zero array of
   /// `out_shape`, combine over the mesh axes sharding the rows, and add
   /// `base` when given (laid out as `out_s` then).
-  Array scatter_rows(const char* op, const Array* base, const Array& ids, const Array& updates, const Shape& out_shape,
+  Array scatter_rows(const ExecContext& ctx, const char* op, const Array* base, const Array& ids, const Array& updates, const Shape& out_shape,
                      const NamedSharding& out_s, bool wrap_negative) const;
 };
 

@@ -12,7 +12,7 @@ void Primitive::eval_tile(std::span<const void* const>, void*, std::int64_t) con
 
 Array bind1(PrimitivePtr prim, std::vector<Array> args) { return bind(std::move(prim), std::move(args)).front(); }
 
-std::vector<Array> Primitive::eval_global(const std::vector<Array>&, const std::vector<TypeInfo>&,
+std::vector<Array> Primitive::eval_global(const ExecContext&, const std::vector<Array>&, const std::vector<TypeInfo>&,
                                           const std::vector<NamedSharding>&) const {
   throw Error(msg(std::string(name()).c_str(), "internal: eval_global called on a primitive that does not lower itself"));
 }

@@ -27,6 +27,10 @@
 
 namespace tessera::detail {
 
+/// Where global-view code runs: the whole mesh, or one member of a compiled
+/// program (spmd/member.hpp, the layer above, which passes it down).
+class ExecContext;
+
 /// One block of one array on one device.
 struct LocalIn {
   const void* data = nullptr;
@@ -109,9 +113,12 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
   /// For a primitive that lowers itself: its eval_global may run as each
   /// device's share inside a compiled program's one task per device (member
   /// mode, spmd/member.hpp). False for one that starts SPMD programs of its
-  /// own (shard_map), which then runs between the program's tasks.
+  /// own (shard_map), which then runs between the program's tasks. `ctx`
+  /// says which (spmd/member.hpp): every exchange and kernel loop it runs
+  /// takes it.
   virtual bool runs_per_member() const { return true; }
-  virtual std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+  virtual std::vector<Array> eval_global(const ExecContext& ctx, const std::vector<Array>& in,
+                                         const std::vector<TypeInfo>& out,
                                          const std::vector<NamedSharding>& layouts) const;
 
   // Transformation rules (src/transforms/batch.cpp, jvp.cpp). They are
@@ -145,9 +152,10 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
 // its transformation rules in transforms/rules/<family>.cpp.
 #define TESSERA_DECLARE_INFER std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const override
 #define TESSERA_DECLARE_RULE ShardingRule rule(std::span<const AbstractArray> in) const override
-#define TESSERA_DECLARE_EVAL_GLOBAL                                                              \
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out, \
-                                 const std::vector<NamedSharding>& layouts) const override
+#define TESSERA_DECLARE_EVAL_GLOBAL                                                                \
+  std::vector<Array> eval_global(const ExecContext& ctx, const std::vector<Array>& in,              \
+                                 const std::vector<TypeInfo>& out, const std::vector<NamedSharding>& layouts) \
+      const override
 #define TESSERA_DECLARE_EVAL_CPU void eval_cpu(const LocalArgs& in, LocalOuts& out) const override
 #define TESSERA_DECLARE_EVAL_TILE \
   void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override

@@ -50,6 +50,12 @@ ShardingRule Sample::rule(std::span<const AbstractArray> in) const {
   return r;
 }
 
+std::optional<std::vector<NamedSharding>> Sample::layouts(std::span<const AbstractArray> in,
+                                                          const std::vector<TypeInfo>& out) const {
+  if (on_key_mesh_ && !in.empty()) return std::vector<NamedSharding>{NamedSharding(in[0].sharding.mesh(), P())};
+  return Creation::layouts(in, out);
+}
+
 std::string Sample::params() const {
   std::string s;
   if (key_) s += "key=", s += key_text(key_->k0, key_->k1);
@@ -114,8 +120,8 @@ ShardingRule FoldIn::rule(std::span<const AbstractArray> in) const {
 }
 
 PrimitivePtr make_sampler(Sampler kind, const Shape& shape, DType dtype, const NamedSharding& sharding,
-                          std::optional<KeyWords> key, double lo, double hi) {
-  return std::make_shared<Sample>(kind, shape, dtype, sharding, key, lo, hi);
+                          std::optional<KeyWords> key, double lo, double hi, bool on_key_mesh) {
+  return std::make_shared<Sample>(kind, shape, dtype, sharding, key, lo, hi, on_key_mesh);
 }
 PrimitivePtr make_key_data(const std::vector<KeyWords>& keys, const Shape& shape, const NamedSharding& sharding) {
   std::vector<std::uint32_t> words;

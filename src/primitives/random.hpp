@@ -36,9 +36,12 @@ enum class Sampler { Uniform, Normal };
 
 /// A sampler over `shape` laid out as `sharding`. With `key` it has no
 /// operands; without, its one operand is a replicated key array of one key.
-/// lo and hi (uniform) are already values of `dtype`.
+/// lo and hi (uniform) are already values of `dtype`. With `on_key_mesh`
+/// (a draw the caller gave no sharding) the result is replicated on the
+/// key operand's mesh as the trace sees it (a shard_map body's local mesh
+/// for a captured key), and `sharding` is only the eager default.
 PrimitivePtr make_sampler(Sampler kind, const Shape& shape, DType dtype, const NamedSharding& sharding,
-                          std::optional<KeyWords> key, double lo = 0.0, double hi = 1.0);
+                          std::optional<KeyWords> key, double lo = 0.0, double hi = 1.0, bool on_key_mesh = false);
 /// `keys` as a key array of `shape` ((2,) or (n, 2)) laid out as `sharding`.
 PrimitivePtr make_key_data(const std::vector<KeyWords>& keys, const Shape& shape, const NamedSharding& sharding);
 /// Keys (*B, 2) with the key dim whole -> (*B, num, 2).
@@ -56,13 +59,16 @@ NamedSharding key_batch_layout(const NamedSharding& keys, int rank, int extra);
 class Sample final : public Creation {
  public:
   Sample(Sampler kind, Shape shape, DType dtype, NamedSharding sharding, std::optional<KeyWords> key, double lo,
-         double hi)
+         double hi, bool on_key_mesh)
       : Creation(kind == Sampler::Uniform ? "uniform" : "normal", std::move(shape), dtype, std::move(sharding)),
         kind_(kind),
         key_(key),
         lo_(lo),
-        hi_(hi) {}
+        hi_(hi),
+        on_key_mesh_(on_key_mesh) {}
   TESSERA_DECLARE_RULE;
+  std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
+                                                    const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
   // backend/cpu/eval_random.cpp
   TESSERA_DECLARE_EVAL_CPU;
@@ -71,6 +77,7 @@ class Sample final : public Creation {
   Sampler kind_;
   std::optional<KeyWords> key_;
   double lo_, hi_;
+  bool on_key_mesh_;
 };
 
 class KeyData final : public Creation {

@@ -1,6 +1,6 @@
 // Runtime configuration read by more than one layer: the collective timeout
-// (communicators, SPMD programs). The device count lives with the runtime
-// (runtime.cpp), which reads it once as it starts.
+// (communicators, SPMD programs) and the device-count setting (the runtime
+// starts with it; the command line says where a count came from).
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -27,6 +27,11 @@ std::mutex g_timeout_mu;
 }  // namespace
 
 namespace config {
+std::optional<std::string> num_cpu_devices_setting() {
+  if (const char* env = std::getenv("TESSERA_NUM_CPU_DEVICES")) return std::string(env);
+  return std::nullopt;
+}
+
 void set_collective_timeout(double seconds) {
   if (!(seconds > 0))
     throw CollectiveError("[set_collective_timeout] expected a positive number of seconds, got " +

@@ -36,7 +36,8 @@ std::atomic<bool> g_started{false};
 std::atomic<int> g_fail_worker_start_at{-1};
 
 int default_device_count() {
-  if (const char* env = std::getenv("TESSERA_NUM_CPU_DEVICES")) {
+  if (const auto setting = config::num_cpu_devices_setting()) {
+    const char* env = setting->c_str();
     char* end = nullptr;
     long v = std::strtol(env, &end, 10);
     if (end == env || *end != '\0' || v < 1 || v > kMaxCpuDevices)
@@ -328,22 +329,7 @@ int current_device() { return t_current_device; }
 
 void fail_worker_start_at(int device_id) { g_fail_worker_start_at = device_id; }
 
-namespace {
-thread_local int t_member_device = -1;
-}  // namespace
-
-int set_member_device(int device_id) {
-  const int prev = t_member_device;
-  t_member_device = device_id;
-  return prev;
-}
-
 void run_on_devices(const std::vector<Device>& all_devices, const std::function<void(int)>& fn) {
-  if (t_member_device >= 0) {
-    for (int i = 0; i < static_cast<int>(all_devices.size()); ++i)
-      if (all_devices[i].id() == t_member_device) fn(i);
-    return;
-  }
   Runtime& rt = Runtime::get();
   // Another process's devices run on that process.
   std::vector<int> index;  // entries of all_devices to run here

@@ -151,14 +151,8 @@ void fail_worker_start_at(int device_id);
 /// Devices of other processes are skipped: their own process runs their
 /// entries. Work for the device whose worker is the caller runs inline. If tasks throw,
 /// every task still finishes, then the exception of the lowest i is rethrown
-/// as its original type. On a thread in member mode (set_member_device) it
-/// runs, inline, only the entries of that device: the other devices' members
-/// run theirs (spmd/member.hpp).
+/// as its original type.
 void run_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn);
-
-/// Puts this thread in member mode for `device_id` (-1: leaves it); returns
-/// the previous setting.
-int set_member_device(int device_id);
 
 /// A device buffer: `nbytes` bytes on one device, returned to that device's
 /// allocator when the last reference goes.

@@ -47,6 +47,7 @@
 
 #include "core/nd_index.hpp"
 #include "core/promote.hpp"
+#include "core/validate.hpp"
 #include "sharding/spec.hpp"
 
 namespace tessera::detail {
@@ -198,6 +199,11 @@ double reshard_bytes(const Shape& shape, DType dtype, const NamedSharding& from,
 
 Partition partition(const Partitionable& prim, std::span<const AbstractArray> in, const std::vector<TypeInfo>& out,
                     const std::optional<NamedSharding>& result_layout) {
+  // Checked here, where every trace brings a primitive's operands, rather
+  // than in the front ends: inside a shard_map body the manual trace first
+  // reads captured replicated arrays as the body's local copies.
+  for (size_t i = 1; i < in.size(); ++i)
+    check_same_mesh(in[0].sharding.mesh(), in[i].sharding.mesh(), std::string(prim.name()).c_str());
   if (auto fixed = prim.layouts(in, out)) {
     // The primitive lays its results out itself; operands stay as they are.
     Partition p;

@@ -31,8 +31,9 @@
 // run. Only the totals move.
 //
 // When such steps move nothing the engine records that (explain shows the
-// op ran locally). In member mode (spmd/member.hpp) every step is this
-// member's share, so a compiled program runs the same code on each device.
+// op ran locally). For a member of a compiled program (an ExecContext with a
+// member, spmd/member.hpp) every step is this member's share, so the program
+// runs the same code on each device.
 #include "spmd/engine.hpp"
 
 #include <algorithm>
@@ -99,7 +100,7 @@ std::vector<std::vector<Slice>> halo_boxes(const Partition& part, int i, const A
 }
 
 // The halo step: each operand's boxes, and the gathers that bring them.
-void exchange_halos(const Primitive& prim, const Partition& part, const std::vector<Array>& ops,
+void exchange_halos(const ExecContext& ctx, const Primitive& prim, const Partition& part, const std::vector<Array>& ops,
                     const std::vector<TypeInfo>& types, const char* op, Steps& st) {
   const int npos = part.local.front().mesh().size();
   for (const Partition::HaloDim& h : part.halos) {
@@ -114,7 +115,7 @@ void exchange_halos(const Primitive& prim, const Partition& part, const std::vec
     int dims = 0;
     for (const Partition::HaloDim& g : part.halos) dims += g.operand == i;
     if (!prim.reads_halo_pieces() || dims > 1) {
-      st.widened[i] = gather_boxes(a, st.boxes[i], op);
+      st.widened[i] = gather_boxes(ctx, a, st.boxes[i], op);
       st.moved = true;
       continue;
     }
@@ -132,8 +133,8 @@ void exchange_halos(const Primitive& prim, const Partition& part, const std::vec
       any_hi = any_hi || !box_empty(hi[pos]);
     }
     std::vector<Buffer> lo_buf(npos), hi_buf(npos);
-    if (any_lo) lo_buf = gather_boxes(a, lo, op);
-    if (any_hi) hi_buf = gather_boxes(a, hi, op);
+    if (any_lo) lo_buf = gather_boxes(ctx, a, lo, op);
+    if (any_hi) hi_buf = gather_boxes(ctx, a, hi, op);
     st.moved = st.moved || any_lo || any_hi;
     st.pieces[i].resize(npos);
     for (int pos = 0; pos < npos; ++pos) {
@@ -150,7 +151,7 @@ void exchange_halos(const Primitive& prim, const Partition& part, const std::vec
 
 // The scan step: the totals of the parts before each block along the
 // scanned dim (nothing when that dim is whole).
-void carry_totals(const Primitive& prim, const Partition& part, const std::vector<Array>& ops,
+void carry_totals(const ExecContext& ctx, const Primitive& prim, const Partition& part, const std::vector<Array>& ops,
                   const std::vector<TypeInfo>& types, const char* op, Steps& st) {
   const Partition::ScanDim& s = *part.scan;
   const NamedSharding& sh = ops[s.operand].sharding();
@@ -159,7 +160,7 @@ void carry_totals(const Primitive& prim, const Partition& part, const std::vecto
   Shape tshape = ops[s.operand].shape();
   tshape[s.dim] = parts;
   st.before_dtype = types[s.result].dtype;
-  const Array totals = make_array(tshape, st.before_dtype, sh, [&](int pos, Buffer& b) {
+  const Array totals = make_array(ctx, tshape, st.before_dtype, sh, [&](int pos, Buffer& b) {
     std::vector<Slice> tbox = sh.shard_index(tshape, pos);
     LocalOut t{b.data(), box_shape(tbox), st.before_dtype, std::move(tbox)};
     prim.scan_totals(st.args(ops, pos), t);
@@ -170,7 +171,7 @@ void carry_totals(const Primitive& prim, const Partition& part, const std::vecto
     st.before_boxes[pos] = local_index(totals, pos);
     st.before_boxes[pos][s.dim] = Slice{0, sh.part_index(s.dim, pos)};
   }
-  st.before = gather_boxes(totals, st.before_boxes, op);
+  st.before = gather_boxes(ctx, totals, st.before_boxes, op);
   st.moved = true;
 }
 
@@ -183,13 +184,13 @@ std::vector<AbstractArray> abstract_of(const std::vector<Array>& args) {
   return out;
 }
 
-std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Array>& args,
+std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& prim, const std::vector<Array>& args,
                                     const std::vector<TypeInfo>& types, const Partition& part) {
   const std::string name(prim.name());
   const char* op = name.c_str();
-  if (prim.identity()) return {reshard_for(args[0], part.results[0], op)};
+  if (prim.identity()) return {reshard_for(ctx, args[0], part.results[0], op)};
   if (prim.lowers_itself()) {
-    auto res = prim.eval_global(args, types, part.results);
+    auto res = prim.eval_global(ctx, args, types, part.results);
     for (size_t r = 0; r < res.size(); ++r)
       if (r >= types.size() || !(res[r].sharding() == part.results[r]) || res[r].shape() != types[r].shape)
         throw Error(msg(op, "internal: result " + std::to_string(r) + " is " + describe(res[r]) +
@@ -197,20 +198,20 @@ std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Arr
     return res;
   }
   std::vector<Array> ops(args.size());
-  for (size_t i = 0; i < args.size(); ++i) ops[i] = reshard_for(args[i], part.operands[i], op);
+  for (size_t i = 0; i < args.size(); ++i) ops[i] = reshard_for(ctx, args[i], part.operands[i], op);
   if (part.local.empty()) return {};
   const Mesh& mesh = part.local.front().mesh();
   Steps st;
   st.boxes.resize(ops.size());
   st.widened.resize(ops.size());
   st.pieces.resize(ops.size());
-  exchange_halos(prim, part, ops, types, op, st);
-  if (part.scan) carry_totals(prim, part, ops, types, op, st);
+  exchange_halos(ctx, prim, part, ops, types, op, st);
+  if (part.scan) carry_totals(ctx, prim, part, ops, types, op, st);
   if (part.has_engine_steps() && !st.moved) record_none(mesh, op);
 
   const size_t nr = types.size();
   std::vector<std::vector<Buffer>> bufs(nr, std::vector<Buffer>(mesh.size()));
-  for_each_device(mesh, [&](int pos) {
+  for_each_device(ctx, mesh, [&](int pos) {
     const LocalArgs in = st.args(ops, pos);
     LocalOuts out;
     out.reserve(nr);
@@ -248,16 +249,16 @@ std::vector<Array> eval_partitioned(const Primitive& prim, const std::vector<Arr
         oboxes[pos] = into.shard_index(t.shape, pos);
       }
       const DType dt = t.dtype;
-      res = wrap(t.shape, t.dtype, into, reduce_over(mesh, part.reduce_axes, prim.partial_op(), dt, bufs[r], pboxes, oboxes, op));
+      res = wrap(t.shape, t.dtype, into, reduce_over(ctx, mesh, part.reduce_axes, prim.partial_op(), dt, bufs[r], pboxes, oboxes, op));
     } else {
       res = wrap(t.shape, t.dtype, part.local[r], std::move(bufs[r]));
     }
-    results.push_back(reshard_for(res, part.results[r], op));
+    results.push_back(reshard_for(ctx, res, part.results[r], op));
   }
   return results;
 }
 
-std::vector<Array> eval_eager(const Primitive& prim, const std::vector<Array>& args) {
+std::vector<Array> eval_eager(const ExecContext& ctx, const Primitive& prim, const std::vector<Array>& args) {
   for (const Array& a : args)
     if (a.impl()->trace)
       throw Error(msg(std::string(prim.name()).c_str(),
@@ -265,7 +266,7 @@ std::vector<Array> eval_eager(const Primitive& prim, const std::vector<Array>& a
                           " that escaped its function; return it from the transformed function instead"));
   const auto in = abstract_of(args);
   const auto types = prim.infer(in);
-  return eval_partitioned(prim, args, types, partition(prim, in, types));
+  return eval_partitioned(ctx, prim, args, types, partition(prim, in, types));
 }
 
 }  // namespace tessera::detail

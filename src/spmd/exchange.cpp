@@ -20,14 +20,14 @@ Array wrap(const Shape& shape, DType dtype, const NamedSharding& sharding, std::
   return Array(std::move(impl));
 }
 
-Array reshard_for(const Array& a, const NamedSharding& s, const char* op) {
+Array reshard_for(const ExecContext& ctx, const Array& a, const NamedSharding& s, const char* op) {
   if (a.sharding() == s) return a;
   std::vector<std::vector<Slice>> boxes(s.mesh().size());
   for (int t = 0; t < s.mesh().size(); ++t) boxes[t] = s.shard_index(a.shape(), t);
-  return wrap(a.shape(), a.dtype(), s, gather_boxes(a, boxes, op));
+  return wrap(a.shape(), a.dtype(), s, gather_boxes(ctx, a, boxes, op));
 }
 
-std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<Slice>>& boxes, const char* op) {
+std::vector<Buffer> gather_boxes(const ExecContext& ctx, const Array& a, const std::vector<std::vector<Slice>>& boxes, const char* op) {
   TimelineScope scope("reshard", "reshard");
   ReshardPlan plan = plan_boxes(a.shape(), a.dtype(), a.sharding(), boxes);
   if (scope) {
@@ -40,7 +40,7 @@ std::vector<Buffer> gather_boxes(const Array& a, const std::vector<std::vector<S
   record_comm(plan_record(plan, op));
   std::vector<Buffer> out(n);
   const auto& src = a.impl()->buffers;
-  if (MemberContext* m = current_member()) {
+  if (MemberContext* m = ctx.member()) {
     // One member's share (spmd/member.hpp); views as below, by the group.
     if (!(a.sharding().mesh() == m->mesh()))
       throw Error(msg(op, "internal: a device's share of a program moves " + describe(a) + ", which is not on " +
@@ -115,13 +115,13 @@ CommRecord reduce_record(const Mesh& mesh, const std::vector<std::string>& axes,
   return rec;
 }
 
-std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp reduction, DType dtype,
+std::vector<Buffer> reduce_over(const ExecContext& ctx, const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp reduction, DType dtype,
                                 const std::vector<Buffer>& partial,
                                 const std::vector<std::vector<Slice>>& partial_boxes,
                                 const std::vector<std::vector<Slice>>& out_boxes, const char* op) {
   record_comm(reduce_record(mesh, axes, dtype, partial_boxes, out_boxes, op));
   std::vector<Buffer> out(mesh.size());
-  if (MemberContext* m = current_member()) {
+  if (MemberContext* m = ctx.member()) {
     if (!(mesh == m->mesh()))
       throw Error(msg(op, "internal: a device's share of a program reduces over " + mesh.str() + ", not " +
                               m->mesh().str()));
@@ -134,9 +134,24 @@ std::vector<Buffer> reduce_over(const Mesh& mesh, const std::vector<std::string>
   return out;
 }
 
-void for_each_device(const Mesh& mesh, const std::function<void(int)>& fn) { run_on_devices(mesh.devices(), fn); }
+void for_each_device(const ExecContext& ctx, const Mesh& mesh, const std::function<void(int)>& fn) {
+  if (MemberContext* m = ctx.member()) {
+    if (!(mesh == m->mesh()))
+      throw Error("[member] internal: a device's share of a program runs on " + mesh.str() + ", not " +
+                  m->mesh().str());
+    fn(m->pos());
+    return;
+  }
+  run_on_devices(mesh.devices(), fn);
+}
 
-std::optional<std::int64_t> first_over_processes(const Mesh& mesh,
+Array make_array(const ExecContext& ctx, const Shape& shape, DType dtype, const NamedSharding& sharding,
+                 const std::function<void(int, Buffer&)>& fill) {
+  return make_array_on(shape, dtype, sharding, fill,
+                       [&](const std::function<void(int)>& fn) { for_each_device(ctx, sharding.mesh(), fn); });
+}
+
+std::optional<std::int64_t> first_over_processes(const ExecContext& ctx, const Mesh& mesh,
                                                  const std::vector<std::optional<std::int64_t>>& found,
                                                  const char* op) {
   auto first = [](const std::vector<std::optional<std::int64_t>>& f) -> std::optional<std::int64_t> {
@@ -158,7 +173,7 @@ std::optional<std::int64_t> first_over_processes(const Mesh& mesh,
     if (pair[0] >= 0 && pair[0] < static_cast<std::int64_t>(all.size()) && !all[static_cast<size_t>(pair[0])])
       all[static_cast<size_t>(pair[0])] = pair[1];
   };
-  if (MemberContext* m = current_member()) {
+  if (MemberContext* m = ctx.member()) {
     // Every member of the program, on every process, gathers every member's.
     Buffer b(mesh.devices()[m->pos()].id(), sizeof mine);
     std::memcpy(b.data(), mine, sizeof mine);

@@ -15,7 +15,7 @@ namespace tessera::detail {
 
 // ===================================================================== take
 
-std::vector<Array> Take::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+std::vector<Array> Take::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                      const std::vector<NamedSharding>& layouts) const {
   constexpr const char* op = "take";
   const int axis = axis_;
@@ -24,8 +24,8 @@ std::vector<Array> Take::eval_global(const std::vector<Array>& in, const std::ve
   const int rank = x.ndim();
   const Mesh& mesh = x.sharding().mesh();
   const auto xdims = whole_along(x.sharding(), rank, axis);
-  const Array xw = reshard_for(x, NamedSharding(mesh, make_spec(xdims)), op);
-  const Array iw = reshard_for(indices, NamedSharding(mesh, make_spec({free_index_axes(xdims, indices.sharding())})), op);
+  const Array xw = reshard_for(ctx, x, NamedSharding(mesh, make_spec(xdims)), op);
+  const Array iw = reshard_for(ctx, indices, NamedSharding(mesh, make_spec({free_index_axes(xdims, indices.sharding())})), op);
   const std::int64_t n_axis = x.shape()[axis];
 
   // Indices out of range: each device checks its own, then every process
@@ -34,7 +34,7 @@ std::vector<Array> Take::eval_global(const std::vector<Array>& in, const std::ve
   // The indices stay loaded (and wrapped) for the kernels below.
   std::vector<std::vector<std::int64_t>> idx_at(static_cast<size_t>(mesh.size()));
   std::vector<std::optional<std::int64_t>> bad_at(static_cast<size_t>(mesh.size()));
-  for_each_device(mesh, [&](int t) {
+  for_each_device(ctx, mesh, [&](int t) {
     auto& idx = idx_at[static_cast<size_t>(t)];
     idx = load_indices(local_data(iw, t), iw.dtype(), local_shape(iw, t)[0]);
     for (auto& r : idx) {
@@ -45,11 +45,11 @@ std::vector<Array> Take::eval_global(const std::vector<Array>& in, const std::ve
       if (r < 0) r += n_axis;
     }
   });
-  if (const auto bad = first_over_processes(mesh, bad_at, op))
+  if (const auto bad = first_over_processes(ctx, mesh, bad_at, op))
     throw ShapeError(msg(op, "index " + std::to_string(*bad) + " is out of range for axis " + std::to_string(axis) +
                                  " of size " + std::to_string(n_axis) + " (x " + shape_str(x.shape()) + ")"));
 
-  return {make_array(out[0].shape, x.dtype(), layouts[0], [&](int t, Buffer& b) {
+  return {make_array(ctx, out[0].shape, x.dtype(), layouts[0], [&](int t, Buffer& b) {
     take_block(LocalIn{local_data(xw, t), local_shape(xw, t), x.dtype(), {}}, idx_at[static_cast<size_t>(t)],
                b.data());
   })};
@@ -57,7 +57,7 @@ std::vector<Array> Take::eval_global(const std::vector<Array>& in, const std::ve
 
 // ================================================================ scatters
 
-Array IndexingScatter::scatter_rows(const char* op, const Array* base, const Array& ids, const Array& updates,
+Array IndexingScatter::scatter_rows(const ExecContext& ctx, const char* op, const Array* base, const Array& ids, const Array& updates,
                                     const Shape& out_shape, const NamedSharding& out_s, bool wrap_negative) const {
   const Mesh& mesh = out_s.mesh();
   const int rank = static_cast<int>(out_shape.size());
@@ -80,8 +80,8 @@ Array IndexingScatter::scatter_rows(const char* op, const Array* base, const Arr
   // Updates: rows over R, trailing dims like the partial.
   auto work = pdims;
   work[0] = row_axes;
-  const Array upd = reshard_for(updates, NamedSharding(mesh, make_spec(work)), op);
-  const Array idx = reshard_for(ids, NamedSharding(mesh, make_spec({row_axes})), op);
+  const Array upd = reshard_for(ctx, updates, NamedSharding(mesh, make_spec(work)), op);
+  const Array idx = reshard_for(ctx, ids, NamedSharding(mesh, make_spec({row_axes})), op);
 
   const int n = mesh.size();
   std::vector<std::vector<Slice>> partial_boxes(n), out_boxes(n);
@@ -91,7 +91,7 @@ Array IndexingScatter::scatter_rows(const char* op, const Array* base, const Arr
   }
 
   std::vector<Buffer> partial(n);
-  for_each_device(mesh, [&](int t) {
+  for_each_device(ctx, mesh, [&](int t) {
     const Shape pshape = box_shape(partial_boxes[t]);
     Buffer b(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(pshape)) * isz);
     if (b.nbytes() > 0)
@@ -101,12 +101,12 @@ Array IndexingScatter::scatter_rows(const char* op, const Array* base, const Arr
     partial[t] = std::move(b);
   });
 
-  std::vector<Buffer> reduced = reduce_over(mesh, row_axes, ReduceOp::Sum, dtype, partial, partial_boxes, out_boxes, op);
+  std::vector<Buffer> reduced = reduce_over(ctx, mesh, row_axes, ReduceOp::Sum, dtype, partial, partial_boxes, out_boxes, op);
   if (!base) return wrap(out_shape, dtype, out_s, std::move(reduced));
 
-  const Array xb = reshard_for(*base, out_s, op);
+  const Array xb = reshard_for(ctx, *base, out_s, op);
   std::vector<Buffer> out(n);
-  for_each_device(mesh, [&](int t) {
+  for_each_device(ctx, mesh, [&](int t) {
     const std::int64_t count = num_elements(box_shape(out_boxes[t]));
     Buffer b(mesh.devices()[t].id(), static_cast<std::size_t>(count) * isz);
     if (count > 0) add_block(dtype, local_data(xb, t), reduced[t].data(), b.data(), count);
@@ -115,14 +115,14 @@ Array IndexingScatter::scatter_rows(const char* op, const Array* base, const Arr
   return wrap(out_shape, dtype, out_s, std::move(out));
 }
 
-std::vector<Array> ScatterAdd::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,
+std::vector<Array> ScatterAdd::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>&,
                                            const std::vector<NamedSharding>& layouts) const {
-  return {scatter_rows("scatter_add", &in[0], in[1], in[2], in[0].shape(), layouts[0], /*wrap_negative=*/true)};
+  return {scatter_rows(ctx, "scatter_add", &in[0], in[1], in[2], in[0].shape(), layouts[0], /*wrap_negative=*/true)};
 }
 
-std::vector<Array> SegmentSum::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+std::vector<Array> SegmentSum::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                            const std::vector<NamedSharding>& layouts) const {
-  return {scatter_rows("segment_sum", nullptr, in[1], in[0], out[0].shape, layouts[0], /*wrap_negative=*/false)};
+  return {scatter_rows(ctx, "segment_sum", nullptr, in[1], in[0], out[0].shape, layouts[0], /*wrap_negative=*/false)};
 }
 
 }  // namespace tessera::detail

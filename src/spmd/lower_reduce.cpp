@@ -11,7 +11,7 @@
 
 namespace tessera::detail {
 
-std::vector<Array> ArgReduce::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+std::vector<Array> ArgReduce::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                           const std::vector<NamedSharding>& layouts) const {
   const Array& x = in[0];
   const AbstractArray ax{x.shape(), x.dtype(), x.sharding()};
@@ -25,7 +25,7 @@ std::vector<Array> ArgReduce::eval_global(const std::vector<Array>& in, const st
   std::vector<std::vector<Slice>> pbox(n);
   std::vector<Buffer> vals(n), idx(n);
   for (int pos = 0; pos < n; ++pos) pbox[pos] = kform.shard_index(kshape, pos);
-  for_each_device(mesh, [&](int pos) {
+  for_each_device(ctx, mesh, [&](int pos) {
     const std::int64_t cnt = num_elements(box_shape(pbox[pos]));
     const int dev = mesh.devices()[pos].id();
     vals[pos] = Buffer(dev, static_cast<std::size_t>(cnt) * itemsize(dt));
@@ -33,18 +33,18 @@ std::vector<Array> ArgReduce::eval_global(const std::vector<Array>& in, const st
     block_best(LocalIn{local_data(x, pos), local_shape(x, pos), dt, local_index(x, pos)}, vals[pos].data(),
                static_cast<std::int64_t*>(idx[pos].data()));
   });
-  const auto best = reduce_over(mesh, mesh_axes, is_max_ ? ReduceOp::Max : ReduceOp::Min, dt, vals, pbox, pbox, name_);
+  const auto best = reduce_over(ctx, mesh, mesh_axes, is_max_ ? ReduceOp::Max : ReduceOp::Min, dt, vals, pbox, pbox, name_);
   std::vector<Buffer> cands(n);
-  for_each_device(mesh, [&](int pos) {
+  for_each_device(ctx, mesh, [&](int pos) {
     const std::int64_t cnt = num_elements(box_shape(pbox[pos]));
     cands[pos] = Buffer(mesh.devices()[pos].id(), static_cast<std::size_t>(cnt) * sizeof(std::int64_t));
     block_candidates(dt, vals[pos].data(), static_cast<const std::int64_t*>(idx[pos].data()), best[pos].data(), cnt,
                      static_cast<std::int64_t*>(cands[pos].data()));
   });
-  const auto first = reduce_over(mesh, mesh_axes, ReduceOp::Min, DType::i64, cands, pbox, pbox, name_);
+  const auto first = reduce_over(ctx, mesh, mesh_axes, ReduceOp::Min, DType::i64, cands, pbox, pbox, name_);
   // The indices as i32, as jnp.argmax returns them.
   std::vector<Buffer> res(n);
-  for_each_device(mesh, [&](int pos) {
+  for_each_device(ctx, mesh, [&](int pos) {
     const std::int64_t cnt = num_elements(box_shape(pbox[pos]));
     res[pos] = Buffer(mesh.devices()[pos].id(), static_cast<std::size_t>(cnt) * sizeof(std::int32_t));
     block_indices(static_cast<const std::int64_t*>(first[pos].data()), cnt,
@@ -52,7 +52,7 @@ std::vector<Array> ArgReduce::eval_global(const std::vector<Array>& in, const st
   });
   // Dropping the size-1 dim changes no block's data.
   const Array r = wrap(out[0].shape, DType::i32, natural(ax, false), std::move(res));
-  return {reshard_for(r, layouts[0], name_)};
+  return {reshard_for(ctx, r, layouts[0], name_)};
 }
 
 }  // namespace tessera::detail

@@ -26,7 +26,7 @@ bool box_contains(const Box& outer, const Box& inner) { return intersect(inner, 
 /// Reshape `op` of `x` into layout `s` by gathering, per position, the input
 /// boxes of its output block; nullopt when some position would need more
 /// than `cap`.
-std::optional<Array> reshape_gather(const Reshape& op, const Array& x, const Shape& out,
+std::optional<Array> reshape_gather(const ExecContext& ctx, const Reshape& op, const Array& x, const Shape& out,
                                     const std::vector<ReshapeGroup>& groups, const NamedSharding& s, std::size_t cap) {
   const int n = s.mesh().size();
   std::vector<std::vector<Box>> src(n);
@@ -51,11 +51,11 @@ std::optional<Array> reshape_gather(const Reshape& op, const Array& x, const Sha
     for (int t = 0; t < n; ++t)
       for (size_t i = 0; i < src[t].size(); ++i)
         if (round_of[t][i] == static_cast<int>(k)) boxes[t] = src[t][i];
-    fetched.push_back(gather_boxes(x, boxes, "reshape"));
+    fetched.push_back(gather_boxes(ctx, x, boxes, "reshape"));
   }
   if (rounds == 0) record_none(s.mesh(), "reshape");
   const std::size_t isz = itemsize(x.dtype());
-  return make_array(out, x.dtype(), s, [&](int t, Buffer& buf) {
+  return make_array(ctx, out, x.dtype(), s, [&](int t, Buffer& buf) {
     if (buf.nbytes() == 0) return;
     const Box blk = s.shard_index(out, t);
     const Box own = local_index(x, t);
@@ -73,7 +73,7 @@ std::optional<Array> reshape_gather(const Reshape& op, const Array& x, const Sha
 
 }  // namespace
 
-std::vector<Array> Reshape::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,
+std::vector<Array> Reshape::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>&,
                                         const std::vector<NamedSharding>& layouts) const {
   const Array& x = in[0];
   const Shape& out = out_;
@@ -91,11 +91,11 @@ std::vector<Array> Reshape::eval_global(const std::vector<Array>& in, const std:
   // would need many go through it and then the planner.
   // Without a requested layout the target is the natural or the balanced
   // layout (see reshape_layout, primitives/reshape.cpp): both need few boxes.
-  if (!requested_) return {*reshape_gather(*this, x, out, groups, target, SIZE_MAX)};
-  if (target == natural) return {*reshape_gather(*this, x, out, groups, natural, SIZE_MAX)};
-  if (auto direct = reshape_gather(*this, x, out, groups, target, kReshapeMaxBoxes)) return {*direct};
+  if (!requested_) return {*reshape_gather(ctx, *this, x, out, groups, target, SIZE_MAX)};
+  if (target == natural) return {*reshape_gather(ctx, *this, x, out, groups, natural, SIZE_MAX)};
+  if (auto direct = reshape_gather(ctx, *this, x, out, groups, target, kReshapeMaxBoxes)) return {*direct};
   if (reshape_is_local(x.shape(), x.sharding(), out, natural))
-    return {reshard_for(wrap(out, x.dtype(), natural, x.impl()->buffers), target, "reshape")};
+    return {reshard_for(ctx, wrap(out, x.dtype(), natural, x.impl()->buffers), target, "reshape")};
   // The intermediate also splits over the target's other axes, so its blocks
   // are no larger than the target's: each step moves at most the target's
   // blocks. They go on the dim carrying the first group's axes (or the first
@@ -120,7 +120,7 @@ std::vector<Array> Reshape::eval_global(const std::vector<Array>& in, const std:
     e[dim] = entry_of(axes);
   }
   const NamedSharding mid(mesh, spec_of(std::move(e), natural.spec().unreduced()));
-  return {reshard_for(*reshape_gather(*this, x, out, groups, mid, SIZE_MAX), target, "reshape")};
+  return {reshard_for(ctx, *reshape_gather(ctx, *this, x, out, groups, mid, SIZE_MAX), target, "reshape")};
 }
 
 }  // namespace tessera::detail

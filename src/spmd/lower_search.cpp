@@ -43,7 +43,7 @@ int digit_bits(std::int64_t line, std::int64_t outputs) {
 
 }  // namespace
 
-std::vector<Array> MedianMiddle::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+std::vector<Array> MedianMiddle::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                              const std::vector<NamedSharding>& layouts) const {
   const char* op = "median";
   const Array& x = in[0];
@@ -54,7 +54,7 @@ std::vector<Array> MedianMiddle::eval_global(const std::vector<Array>& in, const
   const DType t = x.dtype();
   const std::size_t isz = itemsize(t);
   // The mask where x lies (a local slice when it is replicated).
-  const Array mask = masked_ ? reshard_for(in[1], sh, op) : Array();
+  const Array mask = masked_ ? reshard_for(ctx, in[1], sh, op) : Array();
   auto mask_at = [&](int pos) { return masked_ ? static_cast<const bool*>(local_data(mask, pos)) : nullptr; };
 
   std::vector<bool> red(static_cast<std::size_t>(rank), false);
@@ -88,13 +88,13 @@ std::vector<Array> MedianMiddle::eval_global(const std::vector<Array>& in, const
   if (group == 1) {
     // Every device holds its selections whole.
     record_none(mesh, op);
-    for_each_device(mesh, [&](int pos) {
+    for_each_device(ctx, mesh, [&](int pos) {
       allocate(pos, 0);
       shares[pos]->select(local_data(x, pos), mask_at(pos), lo[pos].data(), hi[pos].data());
     });
   } else {
     const int bits = digit_bits(line, outputs);
-    for_each_device(mesh, [&](int pos) { allocate(pos, bits); });
+    for_each_device(ctx, mesh, [&](int pos) { allocate(pos, bits); });
     // The histograms as arrays of shape kshape + digits (kshape: x's shape
     // with the reduced dims 1), laid out over x's kept axes: each device's
     // block is its outputs' rows, equal within a selection's group.
@@ -113,23 +113,23 @@ std::vector<Array> MedianMiddle::eval_global(const std::vector<Array>& in, const
       std::vector<std::vector<Slice>> boxes(npos);
       for (int pos = 0; pos < npos; ++pos) boxes[pos] = hs.shard_index(hshape, pos);
       std::vector<Buffer> part(npos);
-      for_each_device(mesh, [&](int pos) {
+      for_each_device(ctx, mesh, [&](int pos) {
         part[pos] = Buffer(mesh.devices()[pos].id(), static_cast<std::size_t>(num_elements(box_shape(boxes[pos]))) *
                                                          sizeof(std::int64_t));
         shares[pos]->count(p, local_data(x, pos), mask_at(pos), static_cast<std::int64_t*>(part[pos].data()));
       });
-      const auto total = reduce_over(mesh, raxes, ReduceOp::Sum, DType::i64, part, boxes, boxes, op);
-      for_each_device(mesh,
+      const auto total = reduce_over(ctx, mesh, raxes, ReduceOp::Sum, DType::i64, part, boxes, boxes, op);
+      for_each_device(ctx, mesh,
                       [&](int pos) { shares[pos]->advance(p, static_cast<const std::int64_t*>(total[pos].data())); });
     }
-    for_each_device(mesh, [&](int pos) { shares[pos]->finish(lo[pos].data(), hi[pos].data()); });
+    for_each_device(ctx, mesh, [&](int pos) { shares[pos]->finish(lo[pos].data(), hi[pos].data()); });
   }
   // Each device's outputs are its block's kept coordinates, row-major: the
   // block of the natural layout (dropping size-1 dims moves nothing).
   const NamedSharding nat = natural(sh, rank, keepdims_);
   const Array a = wrap(out[0].shape, t, nat, std::move(lo));
   const Array b = wrap(out[1].shape, t, nat, std::move(hi));
-  return {reshard_for(a, layouts[0], op), reshard_for(b, layouts[1], op)};
+  return {reshard_for(ctx, a, layouts[0], op), reshard_for(ctx, b, layouts[1], op)};
 }
 
 }  // namespace tessera::detail

@@ -114,7 +114,7 @@ struct Part {
 /// comment); op.write_block writes each device's block (and the constant
 /// where no part writes, for pad). Records a "none" CommRecord when nothing
 /// moves.
-Array assemble(const AffineOp& op, const char* name, const Shape& out_shape, DType dtype, const NamedSharding& out_s,
+Array assemble(const ExecContext& ctx, const AffineOp& op, const char* name, const Shape& out_shape, DType dtype, const NamedSharding& out_s,
                const std::vector<Part>& parts) {
   const int n = out_s.mesh().size();
   const std::size_t isz = itemsize(dtype);
@@ -157,12 +157,12 @@ Array assemble(const AffineOp& op, const char* name, const Shape& out_shape, DTy
       std::vector<Box> boxes(n, empty_box(part.x.ndim()));
       for (int t = 0; t < n; ++t)
         if (k < pl.remote[t].size()) boxes[t] = pl.remote[t][k].sbox;
-      pl.rounds.push_back(gather_boxes(part.x, boxes, name));
+      pl.rounds.push_back(gather_boxes(ctx, part.x, boxes, name));
       moved = true;
     }
   }
   if (!moved) record_none(out_s.mesh(), name);
-  return make_array(out_shape, dtype, out_s, [&](int t, Buffer& b) {
+  return make_array(ctx, out_shape, dtype, out_s, [&](int t, Buffer& b) {
     if (b.nbytes() == 0) return;
     const Box blk = out_s.shard_index(out_shape, t);
     std::vector<AffineCopy> copies;
@@ -185,43 +185,43 @@ std::vector<Box> regions(const NamedSharding& s, const Shape& shape, const Box& 
 
 }  // namespace
 
-std::vector<Array> AffineOp::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+std::vector<Array> AffineOp::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                          const std::vector<NamedSharding>& layouts) const {
   std::vector<Shape> shapes;
   for (const Array& a : in) shapes.push_back(a.shape());
   std::vector<Part> parts;
   for (PartSpec& p : parts_of(shapes, out[0].shape))
     parts.push_back(Part{in[p.operand], std::move(p.map), regions(layouts[0], out[0].shape, p.limit)});
-  return {assemble(*this, name_, out[0].shape, out[0].dtype, layouts[0], parts)};
+  return {assemble(ctx, *this, name_, out[0].shape, out[0].dtype, layouts[0], parts)};
 }
 
-std::vector<Array> Squeeze::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+std::vector<Array> Squeeze::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                         const std::vector<NamedSharding>& layouts) const {
   bool moves = false;
   for (size_t d = 0; d < drop_.size(); ++d)
     moves = moves || (drop_[d] && in[0].sharding().num_parts(static_cast<int>(d)) > 1);
   if (!moves) return {wrap(out[0].shape, out[0].dtype, layouts[0], in[0].impl()->buffers)};
-  return AffineOp::eval_global(in, out, layouts);
+  return AffineOp::eval_global(ctx, in, out, layouts);
 }
 
-std::vector<Array> BroadcastTo::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+std::vector<Array> BroadcastTo::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                             const std::vector<NamedSharding>& layouts) const {
   const int lead = rank_of(shape_) - in[0].ndim();
   bool broadcasts = false;
   for (int j = 0; j < rank_of(shape_); ++j)
     broadcasts = broadcasts || (j < lead ? shape_[j] != 1 : in[0].shape()[j - lead] != shape_[j]);
   if (!broadcasts) return {wrap(shape_, out[0].dtype, layouts[0], in[0].impl()->buffers)};
-  return AffineOp::eval_global(in, out, layouts);
+  return AffineOp::eval_global(ctx, in, out, layouts);
 }
 
-std::vector<Array> Concatenate::eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+std::vector<Array> Concatenate::eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                             const std::vector<NamedSharding>& layouts) const {
   std::vector<Array> xs;
   for (const Array& x : in) {
     // Converted now, eagerly, whatever trace is current: these are concrete
     // arrays, and the conversion is part of this op's evaluation (it is
     // what bind() of a convert does with no trace).
-    const Array c = x.dtype() == t_ ? x : eval_eager(*make_convert(x.dtype(), t_), {x}).front();
+    const Array c = x.dtype() == t_ ? x : eval_eager(ctx, *make_convert(x.dtype(), t_), {x}).front();
     if (!stack_) {
       xs.push_back(c);
       continue;
@@ -230,7 +230,7 @@ std::vector<Array> Concatenate::eval_global(const std::vector<Array>& in, const 
     s.insert(s.begin() + axis_, 1);
     xs.push_back(wrap(s, t_, stacked_sharding(c.sharding(), c.ndim(), axis_), c.impl()->buffers));
   }
-  return AffineOp::eval_global(xs, out, layouts);
+  return AffineOp::eval_global(ctx, xs, out, layouts);
 }
 
 }  // namespace tessera::detail

@@ -7,36 +7,11 @@
 
 namespace tessera::detail {
 
-namespace {
-thread_local MemberContext* t_member = nullptr;
-}  // namespace
-
 Group& MemberContext::over(const std::vector<std::string>& axes, const std::string& op) {
   for (auto& [a, g] : groups_)
     if (a == axes) return *g;
   groups_.emplace_back(axes, communicator_for(mesh_).group(session_, mesh_, axes, pos_, op));
   return *groups_.back().second;
-}
-
-MemberContext* current_member() { return t_member; }
-
-MemberScope::MemberScope(MemberContext& ctx, std::vector<CommRecord>* records)
-    : prev_(t_member), prev_device_(set_member_device(ctx.mesh().devices()[ctx.pos()].id())), redirect_(records) {
-  t_member = &ctx;
-}
-
-MemberScope::~MemberScope() {
-  t_member = prev_;
-  set_member_device(prev_device_);
-}
-
-MemberPause::MemberPause() : prev_(t_member), prev_device_(set_member_device(-1)), redirect_(nullptr) {
-  t_member = nullptr;
-}
-
-MemberPause::~MemberPause() {
-  t_member = prev_;
-  set_member_device(prev_device_);
 }
 
 Buffer reduce_member(Group& g, const Buffer& partial, const std::vector<Slice>& partial_box,

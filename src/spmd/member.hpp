@@ -1,21 +1,21 @@
 // Member mode: global-view code run as one device's share of an SPMD
-// program.
+// program, told so by the execution context it is passed.
 //
 // A primitive that partitions itself (eval_global) is written for whole
 // arrays: it plans pieces for every mesh position, moves them with
 // gather_boxes / reduce_over and fills every device's block through
 // make_array / for_each_device. A compiled jit program runs one task per
 // device per call, so inside that task the same code runs once per member,
-// all members at once, each under a MemberScope:
-//   - run_on_devices runs only the entries of this member's device, so
-//     make_array and for_each_device fill only this member's blocks (other
-//     positions' buffers stay empty: their own members fill them);
+// all members at once, each given ExecContext(member):
+//   - for_each_device and make_array run only this member's position
+//     (other positions' buffers stay empty: their own members fill them);
 //   - gather_boxes is this member's share of the exchange (Group::exchange)
-//     and reduce_over its all-reduce within its group;
-//   - communication records go to the caller (member 0's) or nowhere.
+//     and reduce_over its all-reduce within its group.
 // Every member runs the same deterministic planning code, so members meet
 // in the same collectives in the same order. Arrays that cross devices must
-// lie on the member mesh (a plan on another mesh raises).
+// lie on the member mesh (a plan on another mesh raises). The context is a
+// value passed down, never thread state: code that is not handed a member
+// context drives the whole mesh from the calling thread.
 #pragma once
 
 #include <memory>
@@ -45,37 +45,21 @@ class MemberContext {
   std::vector<std::pair<std::vector<std::string>, std::unique_ptr<Group>>> groups_;
 };
 
-/// The member context of this thread, or nullptr.
-MemberContext* current_member();
-
-/// Runs this thread as member `ctx.pos()` while alive. `records` receives the
-/// communication records of the ops run meanwhile (nullptr: dropped).
-class MemberScope {
+/// Where global-view lowering code runs: passed to the engine, the box
+/// exchange and every eval_global.
+class ExecContext {
  public:
-  MemberScope(MemberContext& ctx, std::vector<CommRecord>* records);
-  ~MemberScope();
-  MemberScope(const MemberScope&) = delete;
-  MemberScope& operator=(const MemberScope&) = delete;
+  /// The calling thread drives every device of the mesh this process holds.
+  static ExecContext whole() { return ExecContext(); }
+  /// The calling thread is member `m.pos()` of a compiled program's one
+  /// task per device, and does that device's share only.
+  explicit ExecContext(MemberContext& m) : member_(&m) {}
+  /// The member, or nullptr for the whole mesh.
+  MemberContext* member() const { return member_; }
 
  private:
-  MemberContext* prev_;
-  int prev_device_;
-  RecordRedirect redirect_;
-};
-
-/// Leaves member mode while alive (this thread runs as itself: a
-/// shard_map body's ops on its device's local values).
-class MemberPause {
- public:
-  MemberPause();
-  ~MemberPause();
-  MemberPause(const MemberPause&) = delete;
-  MemberPause& operator=(const MemberPause&) = delete;
-
- private:
-  MemberContext* prev_;
-  int prev_device_;
-  RecordRedirect redirect_;  // a body's records come from its collectives' log instead
+  ExecContext() = default;
+  MemberContext* member_ = nullptr;
 };
 
 /// This member's box `out_box` of the reduction by `op` over its group `g`

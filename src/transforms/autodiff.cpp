@@ -30,6 +30,7 @@
 #include "sharding/propagate.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"
+#include "transforms/shard_map.hpp"
 #include "transforms/trace.hpp"
 
 namespace tessera {
@@ -200,8 +201,10 @@ void check_inputs(const std::vector<Array>& xs, const char* name) {
 
 }  // namespace
 
-JitResult jvp_call(const TraceFn& f, const std::vector<Array>& primals, const std::vector<Array>& tangents,
+JitResult jvp_call(const TraceFn& f, const std::vector<Array>& primals_in, const std::vector<Array>& tangents_in,
                    std::vector<Array>& tangents_out) {
+  // Inside a shard_map body: captures as local copies.
+  const std::vector<Array> primals = manual_inputs(primals_in), tangents = manual_inputs(tangents_in);
   const char* name = "jvp";
   check_inputs(primals, name);
   if (tangents.size() != primals.size())
@@ -238,7 +241,8 @@ struct VjpState {
   std::vector<Array> primals, results;
 };
 
-JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals, Pullback& pullback) {
+JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals_in, Pullback& pullback) {
+  const std::vector<Array> primals = manual_inputs(primals_in);  // inside a shard_map body: captures as local copies
   check_inputs(primals, "vjp");
   auto st = std::make_shared<VjpState>();
   st->primals = primals;
@@ -296,9 +300,10 @@ JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals, Pullback
   return {std::move(outs), std::move(tree)};
 }
 
-Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x, std::int64_t chunk, bool forward,
+Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_in, std::int64_t chunk, bool forward,
                     const char* name) {
-  if (!x.valid()) throw Error(msg(name, "the input is empty"));
+  if (!x_in.valid()) throw Error(msg(name, "the input is empty"));
+  const Array x = manual_inputs({x_in}).front();  // inside a shard_map body: a capture as the local copy
   if (!has_tangent(x.dtype()))
     throw DTypeError(msg(name, "the input must be floating point, got " + typeof(x)));
   const NamedSharding rep(x.sharding().mesh(), P());

@@ -27,6 +27,7 @@
 #include "transforms/rules/rules.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/shard_map.hpp"
+#include "transforms/shard_map.hpp"
 #include "tessera/vmap.hpp"
 #include "transforms/trace.hpp"
 
@@ -213,8 +214,9 @@ JitResult chunked(const std::vector<Array>& args, const std::vector<int>& axes, 
 
 }  // namespace
 
-JitResult vmap_call(const std::vector<Array>& args, const std::vector<int>& axes_in, const VmapOptions& opt,
+JitResult vmap_call(const std::vector<Array>& args_in, const std::vector<int>& axes_in, const VmapOptions& opt,
                     const TraceFn& f, const char* name) {
+  const std::vector<Array> args = manual_inputs(args_in);  // inside a shard_map body: captures as local copies
   if (opt.chunk_size < 0)
     throw ShapeError(msg(name, "chunk_size must be >= 0, got " + std::to_string(opt.chunk_size)));
   std::vector<int> axes(axes_in.size());

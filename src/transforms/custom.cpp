@@ -40,7 +40,7 @@ class CustomVjpLinear final : public Primitive {
     return std::vector<NamedSharding>{out_.sharding};
   }
   void eval_cpu(const LocalArgs&, LocalOuts&) const override { fail(); }
-  std::vector<Array> eval_global(const std::vector<Array>&, const std::vector<TypeInfo>&,
+  std::vector<Array> eval_global(const ExecContext&, const std::vector<Array>&, const std::vector<TypeInfo>&,
                                  const std::vector<NamedSharding>&) const override {
     fail();
   }
@@ -103,10 +103,12 @@ class CustomFn final : public Primitive {
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {
     throw Error(msg(name_, "internal: runs on whole arrays (eval_global)"));
   }
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,
+  // Runs between a compiled program's tasks (runs_per_member is false), so
+  // `ctx` is the whole mesh: fn_ binds its ops as any caller does.
+  std::vector<Array> eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>&,
                                  const std::vector<NamedSharding>& layouts) const override {
     Array r = fn_(in);
-    if (!(r.sharding() == layouts[0])) r = reshard_for(r, layouts[0], name_);
+    if (!(r.sharding() == layouts[0])) r = reshard_for(ctx, r, layouts[0], name_);
     return {r};
   }
   std::vector<Array> jvp(const std::vector<Array>& p, const std::vector<Array>& t,

@@ -546,16 +546,17 @@ std::vector<NamedSharding> result_layouts(const Compiled& c, const Step& st) {
 // A global step's results: the primitive's own eval_global, or the engine
 // running the steps its partition plans around the kernel (halo exchanges,
 // carried scan totals).
-std::vector<Array> run_global_results(const Compiled& c, const Step& st, const std::vector<Array>& in) {
+std::vector<Array> run_global_results(const ExecContext& ctx, const Compiled& c, const Step& st,
+                                      const std::vector<Array>& in) {
   const Eqn& q = c.prog.eqns[st.eqns[0]];
-  if (q.prim->lowers_itself()) return q.prim->eval_global(in, q.types, result_layouts(c, st));
-  return eval_partitioned(*q.prim, in, q.types, q.part);
+  if (q.prim->lowers_itself()) return q.prim->eval_global(ctx, in, q.types, result_layouts(c, st));
+  return eval_partitioned(ctx, *q.prim, in, q.types, q.part);
 }
 
 void run_global(const Compiled& c, const Step& st, Buffers& bufs) {
   std::vector<Array> in;
   for (int s : st.in) in.push_back(slot_array(c, s, bufs));
-  auto res = run_global_results(c, st, in);
+  auto res = run_global_results(ExecContext::whole(), c, st, in);
   for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]] = res[r].impl()->buffers;
 }
 
@@ -579,6 +580,20 @@ void run_comm(const Compiled& c, const Step& st, int pos, Buffers& bufs, MemberC
                                        to.dtype, st.op, c.mesh.devices()[pos].id());
 }
 
+// The trace around one member's share of a global step: a lowering that
+// binds ops (a primitive written with ops, as a user may) runs each of them
+// as this member's share too.
+class MemberTrace final : public Trace {
+ public:
+  explicit MemberTrace(MemberContext& m) : m_(m) {}
+  std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
+    return eval_eager(ExecContext(m_), *prim, args);
+  }
+
+ private:
+  MemberContext& m_;
+};
+
 // A primitive that partitions itself, run as member `pos`'s share
 // (spmd/member.hpp): the arrays it sees hold only this member's blocks.
 void run_global_member(const Compiled& c, const Step& st, int pos, Buffers& bufs, MemberContext& m,
@@ -592,8 +607,10 @@ void run_global_member(const Compiled& c, const Step& st, int pos, Buffers& bufs
     in.push_back(wrap(c.slots[s].shape, c.slots[s].dtype, c.slots[s].sharding, std::move(b)));
   }
   TimelineScope scope(q.prim->name(), "kernel");
-  MemberScope member(m, records);
-  auto res = run_global_results(c, st, in);
+  RecordRedirect redirect(records);
+  MemberTrace trace(m);
+  TraceScope binds(&trace);
+  auto res = run_global_results(ExecContext(m), c, st, in);
   for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]][pos] = res[r].impl()->buffers[pos];
 }
 
@@ -653,7 +670,7 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
     if (comm)
       run_spmd(c.mesh, [&](int pos, Session& session) { member(pos, &session); });
     else
-      for_each_device(c.mesh, [&](int pos) { member(pos, nullptr); });
+      for_each_device(ExecContext::whole(), c.mesh, [&](int pos) { member(pos, nullptr); });
     size_t g = 0;
     for (size_t j = k; j < end; ++j) {
       if (c.steps[j].record) record_comm(*c.steps[j].record);
@@ -743,6 +760,7 @@ std::shared_ptr<Compiled> get_compiled(JitCache::State& st, std::vector<Array>& 
 
 JitResult JitCache::call(std::vector<Array> args, const std::string& statics, const TraceFn& f,
                          const std::vector<NamedSharding>& in_shardings) {
+  args = manual_inputs(std::move(args));  // inside a shard_map body: captures as local copies
   // Inside another jit's trace the function is traced inline, and so it is
   // on values of another transformation (vmap, jvp): their trace sees the
   // function's primitives one by one.

@@ -187,7 +187,30 @@ std::unique_ptr<Group> group_for(ManualContext& c, const std::vector<std::string
   return communicator_for(m).group(*c.session, m, axes, c.pos, op);
 }
 
-Local local_of(const Array& x) {
+// `x` as the body of `c` reads it (see manual_inputs in shard_map.hpp): a
+// global array the body captured is fine when replicated (it reads as this
+// device's copy), an error otherwise. A 1-device array of the shard_map's
+// own 1-device mesh is such a capture too: it is localized, so that it
+// meets the body's values on the local mesh.
+Array localize(ManualContext& c, const Array& x) {
+  if (!x.valid()) return x;
+  const std::shared_ptr<const ArrayImpl>& a = x.impl();
+  const Mesh& m = a->sharding.mesh();
+  if (a->trace || m == c.local_mesh) return x;  // the body's own (or a transformation's) value
+  auto it = c.localized.find(a.get());
+  if (it != c.localized.end()) return Array(it->second);
+  const int pos = m.device_position(c.local_mesh.devices()[0]);
+  if (pos < 0 || !a->sharding.is_fully_replicated())
+    throw ShardingError("[shard_map] the body uses an array laid out as " + a->sharding.str() +
+                        " that is not one of its inputs; pass it as an argument with an in_spec (only replicated "
+                        "arrays on the same devices can be captured)");
+  auto local = std::make_shared<ArrayImpl>(a->shape, a->dtype, NamedSharding(c.local_mesh, P()));
+  local->buffers.push_back(a->buffers[pos]);
+  return Array(c.localized.emplace(a.get(), std::move(local)).first->second);
+}
+
+Local local_of(const Array& x0) {
+  const Array x = t_ctx ? localize(*t_ctx, x0) : x0;
   const auto& impl = x.impl();
   return {impl->buffers.at(0), impl->shape, impl->dtype};
 }
@@ -214,6 +237,7 @@ Array make_local(ManualContext& c, const Local& l, std::vector<std::string> vma)
 class ManualTrace final : public Trace {
  public:
   explicit ManualTrace(ManualContext& c) : c_(c) {}
+  // (bind() has read captured operands as local copies already.)
   std::vector<Array> process(const PrimitivePtr& prim, const std::vector<Array>& args) override {
     std::vector<std::string> axes;
     for (const Array& a : args) axes = merged(std::move(axes), vma_of(c_, a));
@@ -233,7 +257,9 @@ class ManualTrace final : public Trace {
                                     ", over other devices than the body's own; make it "
                                     "outside and pass it in, or make it without a sharding"));
     }
-    std::vector<Array> out = eval_partitioned(*prim, args, types, part);
+    // The body's values are this device's own: whole-mesh evaluation of a
+    // one-device mesh runs inline on this worker.
+    std::vector<Array> out = eval_partitioned(ExecContext::whole(), *prim, args, types, part);
     if (!axes.empty())
       for (const Array& o : out) {
         bool operand = false;
@@ -271,28 +297,14 @@ void check_local(const Array& x, const char* op) {
 
 }  // namespace
 
-// ------------------------------------------------------------ Array hooks
+// ------------------------------------------------------- the body's reads
 
 bool in_manual_body() { return t_ctx != nullptr; }
 
-const std::shared_ptr<const ArrayImpl>& manual_read(const std::shared_ptr<const ArrayImpl>& a) {
-  ManualContext& c = *t_ctx;
-  const Mesh& m = a->sharding.mesh();
-  if (m == c.local_mesh) return a;
-  // A global array captured by the body: fine when replicated (it reads as
-  // this device's copy), an error otherwise. A 1-device array of the
-  // shard_map's own 1-device mesh is such a capture too: it is localized, so
-  // that it meets the body's values on the local mesh.
-  auto it = c.localized.find(a.get());
-  if (it != c.localized.end()) return it->second;
-  const int pos = m.device_position(c.local_mesh.devices()[0]);
-  if (pos < 0 || !a->sharding.is_fully_replicated())
-    throw ShardingError("[shard_map] the body uses an array laid out as " + a->sharding.str() +
-                        " that is not one of its inputs; pass it as an argument with an in_spec (only replicated "
-                        "arrays on the same devices can be captured)");
-  auto local = std::make_shared<ArrayImpl>(a->shape, a->dtype, NamedSharding(c.local_mesh, P()));
-  local->buffers.push_back(a->buffers[pos]);
-  return c.localized.emplace(a.get(), std::move(local)).first->second;
+std::vector<Array> manual_inputs(std::vector<Array> args) {
+  if (t_ctx)
+    for (Array& a : args) a = localize(*t_ctx, a);
+  return args;
 }
 
 std::vector<std::string> varying_axes(const ArrayImpl& a) {
@@ -347,7 +359,7 @@ void run_member_body(const ShardMapBody& body, const Mesh& mesh, int pos, Sessio
   t_ctx = &c;
   ManualTrace trace(c);
   TraceScope scope(&trace);
-  outs = body(local);
+  outs = manual_inputs(body(local));  // a captured array returned as it is reads as the local copy
   for (const Array& o : outs) out_vma.push_back(o.valid() ? vma_of(c, o) : std::vector<std::string>{});
 }
 
@@ -558,9 +570,9 @@ class ShardMapPrim final : public Primitive {
       if (linear[n + i]) r[n + i] = cts[i];
     return r;
   }
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>& out,
+  std::vector<Array> eval_global(const ExecContext& ctx, const std::vector<Array>& in, const std::vector<TypeInfo>& out,
                                  const std::vector<NamedSharding>& layouts) const override {
-    if (MemberContext* m = current_member()) return eval_member(*m, in, out, layouts);
+    if (MemberContext* m = ctx.member()) return eval_member(*m, in, out, layouts);
     auto res = shard_map_call(body_, mesh_, in_specs_, out_specs_, opt_, in);
     for (size_t k = 0; k < res.size() && k < out.size(); ++k)
       if (res[k].shape() != out[k].shape || res[k].dtype() != out[k].dtype)
@@ -594,13 +606,13 @@ class ShardMapPrim final : public Primitive {
     const int pos = m.pos(), n = mesh_.size();
     std::vector<Array> inputs;
     for (size_t i = 0; i < in.size(); ++i)
-      inputs.push_back(reshard_for(in[i], resolve_spec(mesh_, in_specs_[i], in[i].ndim(), op), op));
+      inputs.push_back(reshard_for(ExecContext(m), in[i], resolve_spec(mesh_, in_specs_[i], in[i].ndim(), op), op));
     for (const CommRecord& r : records_) record_comm(r);
     std::vector<Array> outs;
     std::vector<std::vector<std::string>> vma;
     CommLog log;
     {
-      MemberPause pause;  // the body's ops run on this device's local values
+      RecordRedirect drop(nullptr);  // the body's records come from its collectives' log instead
       run_member_body(body_, mesh_, pos, m.session(), inputs, outs, vma, log);
     }
     if (outs.size() != out.size())
@@ -892,7 +904,7 @@ class CollectivePrim final : public Primitive {
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {
     throw Error(msg(coll_name(s_.kind), "internal: a collective runs on local values (eval_global)"));
   }
-  std::vector<Array> eval_global(const std::vector<Array>& in, const std::vector<TypeInfo>&,
+  std::vector<Array> eval_global(const ExecContext&, const std::vector<Array>& in, const std::vector<TypeInfo>&,
                                  const std::vector<NamedSharding>&) const override {
     return {apply_collective(s_, in[0])};
   }
@@ -1153,8 +1165,9 @@ int axis_size(const std::string& axis) {
 // The type as the current trace sees it: inside a shard_map body, with the
 // manual axes the value varies over.
 std::string typeof(const Array& array) {
-  return detail::typeof_varying(
-      array, detail::in_manual_body() ? detail::varying_axes(array.peek()) : std::vector<std::string>{});
+  if (!detail::in_manual_body()) return detail::typeof_varying(array, {});
+  const Array a = detail::manual_inputs({array}).front();
+  return detail::typeof_varying(a, detail::varying_axes(a.peek()));
 }
 
 }  // namespace tessera

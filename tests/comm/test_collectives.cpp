@@ -1234,7 +1234,7 @@ TEST_F(Collectives, PerDeviceExchangeServesBoxPlans) {
                      std::min<std::int64_t>(13, boxes[t][0].stop + 1)};
     }
     const ts::ReshardPlan plan = ts::plan_boxes(shape, ts::f32, src, boxes);
-    expect_exchange_matches(plan, a.impl()->buffers, td::gather_boxes(a, boxes, "halo"));
+    expect_exchange_matches(plan, a.impl()->buffers, td::gather_boxes(td::ExecContext::whole(), a, boxes, "halo"));
   }
 }
 

@@ -495,7 +495,8 @@ class TestRoll final : public td::Primitive {
     return std::vector<ts::NamedSharding>{in[0].sharding};
   }
   bool lowers_itself() const override { return true; }
-  std::vector<ts::Array> eval_global(const std::vector<ts::Array>& in, const std::vector<td::TypeInfo>&,
+  std::vector<ts::Array> eval_global(const td::ExecContext&, const std::vector<ts::Array>& in,
+                                     const std::vector<td::TypeInfo>&,
                                      const std::vector<ts::NamedSharding>& l) const override {
     return {ts::device_put(ts::roll(in[0], 1, 0), l[0])};
   }

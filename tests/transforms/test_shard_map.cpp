@@ -720,6 +720,23 @@ TEST_F(ShardMap, CapturedArrays) {
   auto x1 = ts::device_put(arange_f(3), {3}, ts::NamedSharding(one, ts::P("data")));
   auto h = ts::shard_map([&](ts::Array xl) { return xl - c1; }, one, {ts::P("data")}, ts::P("data"));
   EXPECT_EQ(h(x1).to_vector<float>(), (std::vector<float>{-10, -9, -8}));
+  // Captures seen through transformations inside the body (jit, grad, vmap:
+  // as a function's constant and as an argument), and a draw from a captured
+  // key, which lies on the body's device as a draw from any key there does.
+  auto nested = ts::shard_map(
+      [&](ts::Array xl) {
+        ts::Array j = ts::jit([&](ts::Array v, ts::Array s) { return v * s + ts::sum(bias); })(xl, scale);
+        ts::Array g = ts::grad([&](ts::Array v) { return ts::sum(v * scale); })(xl);
+        ts::Array v = ts::vmap([&](ts::Array e) { return e + ts::sum(bias); })(xl);
+        return j + g + v;
+      },
+      four, {ts::P("x")}, ts::P("x"));
+  EXPECT_EQ(nested(x4).to_vector<float>(), (std::vector<float>{602, 605, 608, 611}));
+  const ts::Array key = ts::random::key_data(ts::Key{1u, 2u}, ts::NamedSharding(mesh, ts::P()));
+  auto draw = ts::shard_map([&](ts::Array xl) { return xl * 0.0f + ts::random::normal(key, {1}); }, four,
+                            {ts::P("x")}, ts::P("x"));
+  const float drawn = ts::random::normal(key, {1}).to_vector<float>()[0];
+  EXPECT_EQ(draw(x4).to_vector<float>(), std::vector<float>(4, drawn));
   // Sharded captures.
   auto sharded = ts::device_put(arange_f(8), {8}, ts::NamedSharding(mesh, ts::P("x")));
   expect_error<ts::ShardingError>(
