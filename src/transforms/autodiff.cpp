@@ -317,7 +317,7 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
   };
   VmapOptions opt;
   opt.chunk_size = chunk;
-  Array cols;  // (n, *out) for forward, (m, *in) for reverse
+  Array cols;  // (*out, n) for forward, (m, *in) for reverse
   Shape out_shape;
   if (forward) {
     TraceFn g = [&](const std::vector<Array>& idx, std::any&) {
@@ -327,15 +327,13 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
       out_shape = r.outs[0].shape();
       return t_out;
     };
+    // The directions go last, (*out, n): a chunk's columns are written
+    // straight into their place, with no transposed copy of the whole.
+    opt.out_axes = {-1};
     cols = vmap_call({indices(x)}, {0}, opt, g, name).outs[0];
-    // (n, *out) -> (*out, n) -> (*out, *in)
-    const int ro = cols.ndim() - 1;
-    std::vector<int> perm;
-    for (int d = 1; d <= ro; ++d) perm.push_back(d);
-    perm.push_back(0);
     Shape js = out_shape;
     js.insert(js.end(), x.shape().begin(), x.shape().end());
-    return reshape(transpose(cols, perm), js);
+    return reshape(cols, js);
   }
   Pullback back;
   TraceFn one = [&](const std::vector<Array>& a, std::any&) { return std::vector<Array>{f(a[0])}; };

@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "core/promote.hpp"
+#include "primitives/shape.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
@@ -170,13 +171,76 @@ std::vector<std::string> batch_axes(const Array& a, int axis) {
   return s.spec()[axis].axes();
 }
 
+// The joined result of a chunked map over concrete values, written chunk by
+// chunk into its slice. The output is allocated once, when the first chunk
+// gives its type and layout, with the layout concatenate gives the chunks
+// (so the result is what joining them would give, bitwise, layout
+// included); each chunk is copied into the devices' blocks through the box
+// exchange (a device receives only the part of the chunk its block holds)
+// and then dropped. A chunked map so holds its output and one chunk's
+// values, never every chunk's results and their concatenation at once.
+class ChunkJoin {
+ public:
+  // `first`: the first chunk's result, joined along `dim` with the other
+  // chunks of `c` examples each (the last may be short) into `size`.
+  ChunkJoin(const Array& first, int dim, std::int64_t size, std::int64_t c, const char* name)
+      : dim_(dim), name_(name), part_sharding_(first.sharding()) {
+    std::vector<AbstractArray> parts;
+    for (std::int64_t lo = 0; lo < size; lo += c) {
+      Shape s = first.shape();
+      s[dim] = std::min(size, lo + c) - lo;
+      parts.push_back(AbstractArray{std::move(s), first.dtype(), first.sharding()});
+    }
+    const PrimitivePtr concat = make_concatenate("concatenate", dim, false, first.dtype());
+    const auto types = concat->infer(parts);
+    const Partition part = partition(*concat, parts, types);
+    out_ = make_array(ExecContext::whole(), types[0].shape, first.dtype(), part.results[0], [](int, Buffer&) {});
+  }
+
+  // Writes `part` (laid out as the first chunk) at `offset` along the dim.
+  void write(const Array& part, std::int64_t offset) {
+    const NamedSharding& s = out_.sharding();
+    const int n = s.mesh().size();
+    const int rank = out_.ndim();
+    std::vector<std::vector<Slice>> blocks(n), regions(n), wanted(n);
+    for (int t = 0; t < n; ++t) {
+      blocks[t] = s.shard_index(out_.shape(), t);
+      regions[t] = blocks[t];
+      Slice& r = regions[t][dim_];
+      r = Slice{std::max(r.start, offset), std::min(r.stop, offset + part.shape()[dim_])};
+      if (r.stop < r.start || box_empty(blocks[t])) r.stop = r.start;
+      wanted[t] = regions[t];  // the same box in the chunk's indices
+      wanted[t][dim_] = Slice{r.start - offset, r.stop - offset};
+      if (box_empty(regions[t])) wanted[t] = empty_box(rank);
+    }
+    const Array p = part.sharding() == part_sharding_ ? part : reshard(part, part_sharding_);
+    const std::vector<Buffer> got = gather_boxes(ExecContext::whole(), p, wanted, name_);
+    const std::size_t isz = itemsize(out_.dtype());
+    for_each_device(ExecContext::whole(), s.mesh(), [&](int t) {
+      if (box_empty(regions[t])) return;
+      copy_box(got[t].data(), regions[t], out_.impl()->buffers[t].data(), blocks[t], regions[t], isz);
+    });
+  }
+
+  const Array& result() const { return out_; }
+
+ private:
+  int dim_;
+  const char* name_;
+  NamedSharding part_sharding_;
+  Array out_;
+};
+
 JitResult chunked(const std::vector<Array>& args, const std::vector<int>& axes, std::int64_t size,
                   const VmapOptions& opt, const TraceFn& f, const char* name) {
   const std::int64_t c = opt.chunk_size;
   if (size <= c) return run_batch(args, axes, size, opt, f, name);
+  // Per result: its chunks in order (traced results, joined at the end), or
+  // its output written in place (concrete ones).
   std::vector<std::vector<Array>> parts;
+  std::vector<std::optional<ChunkJoin>> joins;
+  std::vector<int> dims;
   std::shared_ptr<const std::any> tree;
-  std::vector<int> out_axes;
   for (std::int64_t lo = 0; lo < size; lo += c) {
     const std::int64_t hi = std::min(size, lo + c);
     std::vector<Array> chunk;
@@ -190,24 +254,42 @@ JitResult chunked(const std::vector<Array>& args, const std::vector<int>& axes, 
       chunk.push_back(slice(args[i], sl, {}));
     }
     JitResult r = run_batch(chunk, axes, hi - lo, opt, f, name);
-    if (!tree) tree = r.tree;
-    parts.resize(r.outs.size());
-    for (size_t k = 0; k < r.outs.size(); ++k) parts[k].push_back(std::move(r.outs[k]));
+    if (!tree) {
+      tree = r.tree;
+      parts.resize(r.outs.size());
+      joins.resize(r.outs.size());
+      dims.assign(r.outs.size(), not_mapped);
+      for (size_t k = 0; k < r.outs.size(); ++k) {
+        const int oa = out_axis_for(opt, k, r.outs.size(), name);
+        if (oa == not_mapped) continue;
+        dims[k] = normalize(oa, r.outs[k].ndim(), name, "out_axes entry for result " + std::to_string(k));
+        if (!r.outs[k].impl()->trace) joins[k].emplace(r.outs[k], dims[k], size, c, name);
+      }
+    }
+    for (size_t k = 0; k < r.outs.size(); ++k) {
+      if (joins[k]) {
+        joins[k]->write(r.outs[k], lo);
+      } else if (dims[k] != not_mapped || parts[k].empty()) {
+        parts[k].push_back(std::move(r.outs[k]));
+      }
+    }
     // A chunk's results are dropped here, before the next chunk runs.
   }
   std::vector<Array> outs;
   for (size_t k = 0; k < parts.size(); ++k) {
-    const int oa = out_axis_for(opt, k, parts.size(), name);
-    if (oa == not_mapped) {
+    if (joins[k]) {
+      outs.push_back(joins[k]->result());
+      continue;
+    }
+    if (dims[k] == not_mapped) {
       outs.push_back(parts[k].front());
       continue;
     }
-    const int to = normalize(oa, parts[k].front().ndim(), name, "out_axes entry for result " + std::to_string(k));
     // A chunk's layout may depend on its size (Explicit axes on a short last
     // chunk, say): every chunk takes the first's before they are joined.
     for (Array& part : parts[k])
       if (!(part.sharding() == parts[k].front().sharding())) part = reshard(part, parts[k].front().sharding());
-    outs.push_back(parts[k].size() == 1 ? parts[k].front() : concatenate(parts[k], to, {}));
+    outs.push_back(parts[k].size() == 1 ? parts[k].front() : concatenate(parts[k], dims[k], {}));
   }
   return {std::move(outs), std::move(tree)};
 }

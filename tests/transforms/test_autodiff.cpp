@@ -242,6 +242,49 @@ TEST(Autodiff, JacfwdEqualsJacrevAndChunksAreBitwise) {
   }
 }
 
+// A chunked Jacobian holds its output and one chunk's values at a time:
+// each chunk's columns are written into their place, not kept for a
+// concatenation (and jacfwd's columns go last, with no transposed copy).
+// Peaks are the allocator's, per device, over what the inputs hold.
+TEST(Autodiff, ChunkedJacobianPeakIsTheOutputPlusOneChunk) {
+  const ts::Mesh m = line(2);
+  const std::int64_t rows = 4096, params = 128, chunk = 8;
+  const ts::Array a = input({rows, params}, ts::NamedSharding(m, ts::P("x")));
+  const ts::Array x = input({params}, ts::NamedSharding(m, ts::P()), 1);
+  auto f = [&](const ts::Array& v) { return ts::tanh(ts::matmul(a, v)) * 2.0 + 1.0; };
+  auto peak_of = [&](const std::function<ts::Array()>& run, ts::Array& out) {
+    std::int64_t base = 0, peak = 0;
+    for (const auto& d : m.devices()) {
+      ts::reset_peak_memory(d);
+      base = std::max<std::int64_t>(base, ts::memory_stats(d).bytes_in_use);
+    }
+    out = run();
+    out.block_until_ready();
+    for (const auto& d : m.devices()) peak = std::max<std::int64_t>(peak, ts::memory_stats(d).peak_bytes_in_use);
+    return peak - base;
+  };
+  const std::int64_t one_chunk = chunk * rows * 8 / 2;  // one chunk of directions, rows sharded
+  for (bool forward : {true, false}) {
+    const char* what = forward ? "jacfwd" : "jacrev";
+    ts::Array whole, chunked;
+    (void)peak_of([&] { return forward ? ts::jacfwd(f)(x) : ts::jacrev(f)(x); }, whole);
+    const std::int64_t peak =
+        peak_of([&] { return forward ? ts::jacfwd(f, {.chunk_size = chunk})(x) : ts::jacrev(f, {.chunk_size = chunk})(x); },
+                chunked);
+    EXPECT_EQ(chunked.to_vector<double>(), whole.to_vector<double>()) << what;
+    EXPECT_EQ(chunked.sharding(), whole.sharding()) << what;
+    std::int64_t output = 0;  // the Jacobian's bytes on the fullest device
+    for (const ts::Shard& sh : chunked.addressable_shards()) {
+      std::int64_t n = 8;
+      for (const ts::Slice& d : sh.index) n *= d.stop - d.start;
+      output = std::max(output, n);
+    }
+    // Joining the chunks by concatenation held every chunk and the result
+    // at once: at least twice the output.
+    EXPECT_LE(peak, output + 8 * one_chunk) << what << ": peak " << peak << " B, output " << output << " B";
+  }
+}
+
 TEST(Autodiff, GradValueAndGradArgnumsAuxTrees) {
   const ts::Mesh m = line(4);
   const ts::Array w = input({3, 2}, ts::NamedSharding(m, ts::P("x"))), x = input({5, 3}, ts::NamedSharding(m, ts::P()), 1);
