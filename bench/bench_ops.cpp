@@ -11,6 +11,10 @@
 //   mlp         sigmoid(x @ w + b), x 8192x1024 (i, none), w 1024x1024
 //               (none, j) on a 2-d mesh; GFLOP/s over single-thread BLAS peak
 //               (sgemm 1024^3, one thread, median of 7, same run) x devices.
+//   gemm        sgemm and dgemm 4096^3 through the linked BLAS on N threads;
+//               GFLOP/s over the cores' FMA limit (bench_util's fma_peak:
+//               12 FMA chains per thread on the widest vectors, same run),
+//               goal 0.85.
 //   dispatch    x + 1 on a 16-element array over N devices: microseconds per op
 //               (no machine limit; the goal is under 10 us per op).
 //   jit         2*sin(x)+1 under jit (one fused pass: ratio of bytes read +
@@ -153,6 +157,37 @@ int main(int argc, char** argv) {
       rows.push_back({"sigmoid(x@w+b) 8192x1024x1024 f32",
                       "mesh (" + std::to_string(ms[0]) + "," + std::to_string(ms[1]) + ")", t.median, gflops, peak * n, 0,
                       0.8, "GFLOP/s", "BLAS 1-thread peak x devices", t.best});
+    }
+    // ---- GEMM 4096^3 on all cores against the cores' FMA limit (bench_util's
+    // fma_peak, same run): how close the BLAS Tessera links comes to what
+    // the cores can compute.
+    {
+      const tb::FmaPeak fp = tb::fma_peak(n);
+      std::printf("  FMA limit (%s, %d threads): %.1f GFLOP/s f32, %.1f GFLOP/s f64\n", fp.isa.c_str(), n,
+                  fp.f32_gflops, fp.f64_gflops);
+      const int g = 4096;
+      openblas_set_num_threads(n);
+      {
+        std::vector<float> a(static_cast<size_t>(g) * g, 1.0f), b(a.size(), 0.5f), c(a.size(), 0.0f);
+        const Timing t = timing(std::min(reps, 5), [&] {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0f, a.data(), g, b.data(), g, 0.0f,
+                      c.data(), g);
+        });
+        rows.push_back({"sgemm 4096^3 (BLAS, all threads)", "(" + std::to_string(n) + ")", t.median,
+                        2.0 * g * g * g / t.median / 1e9, fp.f32_gflops, 0, 0.85, "GFLOP/s", fp.isa + " FMA limit",
+                        t.best});
+      }
+      {
+        std::vector<double> a(static_cast<size_t>(g) * g, 1.0), b(a.size(), 0.5), c(a.size(), 0.0);
+        const Timing t = timing(std::min(reps, 5), [&] {
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, a.data(), g, b.data(), g, 0.0, c.data(),
+                      g);
+        });
+        rows.push_back({"dgemm 4096^3 (BLAS, all threads)", "(" + std::to_string(n) + ")", t.median,
+                        2.0 * g * g * g / t.median / 1e9, fp.f64_gflops, 0, 0.85, "GFLOP/s", fp.isa + " FMA limit",
+                        t.best});
+      }
+      openblas_set_num_threads(1);
     }
     // ---- eager dispatch overhead.
     {

@@ -20,6 +20,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace tessera::bench {
 
 /// Seconds on a monotonic clock.
@@ -236,6 +240,114 @@ inline StreamResult stream_copy(std::size_t array_bytes, int threads, int reps =
   r.copy_gbps = gbps(static_cast<double>(r.array_bytes), r.seconds);
   r.stream_gbps = 2.0 * r.copy_gbps;
   return r;
+}
+
+// The cores' floating-point limit: `threads` threads each run 12
+// independent FMA chains on the widest vectors the CPU has (AVX-512, else
+// AVX2 with FMA), for `seconds` or so; GFLOP/s of all threads together.
+// Zen 4 runs 512-bit FMAs as two 256-bit halves, so there the AVX-512 limit
+// is the AVX2 one. A GEMM's ratio to it is its share of what the cores can
+// compute (the BLAS-free limit the matmul rows are held to).
+struct FmaPeak {
+  double f32_gflops = 0, f64_gflops = 0;
+  std::string isa = "none";
+};
+
+#if defined(__x86_64__)
+namespace fma_detail {
+constexpr int kChains = 12;
+__attribute__((target("avx512f"))) inline double chains_avx512(long iters, bool f64) {
+  double sum = 0;
+  if (f64) {
+    __m512d a[kChains];
+    for (auto& v : a) v = _mm512_set1_pd(0.0);
+    const __m512d x = _mm512_set1_pd(1.0000001), y = _mm512_set1_pd(1e-9);
+    for (long i = 0; i < iters; ++i)
+      for (int k = 0; k < kChains; ++k) a[k] = _mm512_fmadd_pd(a[k], x, y);
+    alignas(64) double t[8];
+    for (auto& v : a) {
+      _mm512_store_pd(t, v);
+      for (double e : t) sum += e;
+    }
+  } else {
+    __m512 a[kChains];
+    for (auto& v : a) v = _mm512_set1_ps(0.0f);
+    const __m512 x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(1e-9f);
+    for (long i = 0; i < iters; ++i)
+      for (int k = 0; k < kChains; ++k) a[k] = _mm512_fmadd_ps(a[k], x, y);
+    alignas(64) float t[16];
+    for (auto& v : a) {
+      _mm512_store_ps(t, v);
+      for (float e : t) sum += e;
+    }
+  }
+  return sum;
+}
+__attribute__((target("avx2,fma"))) inline double chains_avx2(long iters, bool f64) {
+  double sum = 0;
+  if (f64) {
+    __m256d a[kChains];
+    for (auto& v : a) v = _mm256_set1_pd(0.0);
+    const __m256d x = _mm256_set1_pd(1.0000001), y = _mm256_set1_pd(1e-9);
+    for (long i = 0; i < iters; ++i)
+      for (int k = 0; k < kChains; ++k) a[k] = _mm256_fmadd_pd(a[k], x, y);
+    alignas(32) double t[4];
+    for (auto& v : a) {
+      _mm256_store_pd(t, v);
+      sum += t[0] + t[1] + t[2] + t[3];
+    }
+  } else {
+    __m256 a[kChains];
+    for (auto& v : a) v = _mm256_set1_ps(0.0f);
+    const __m256 x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(1e-9f);
+    for (long i = 0; i < iters; ++i)
+      for (int k = 0; k < kChains; ++k) a[k] = _mm256_fmadd_ps(a[k], x, y);
+    alignas(32) float t[8];
+    for (auto& v : a) {
+      _mm256_store_ps(t, v);
+      for (float e : t) sum += e;
+    }
+  }
+  return sum;
+}
+
+// GFLOP/s of `threads` threads running `chains` for `iters` rounds each.
+inline double run(int threads, long iters, int lanes, double (*chains)(long, bool), bool f64) {
+  std::vector<std::thread> pool;
+  std::vector<double> sink(static_cast<std::size_t>(threads));
+  const double t0 = now_seconds();
+  for (int i = 0; i < threads; ++i) pool.emplace_back([&, i] { sink[static_cast<std::size_t>(i)] = chains(iters, f64); });
+  for (auto& th : pool) th.join();
+  const double t = now_seconds() - t0;
+  volatile double keep = 0;
+  for (double v : sink) keep = keep + v;  // the chains' results are used
+  return 2.0 * kChains * lanes * static_cast<double>(iters) * threads / t / 1e9;
+}
+}  // namespace fma_detail
+#endif
+
+// The median of 5 runs per figure, the statistic of the times compared with it.
+inline FmaPeak fma_peak([[maybe_unused]] int threads) {
+  FmaPeak p;
+#if defined(__x86_64__)
+  const long iters = 10000000;  // about 0.05-0.1 s per run on a 3-4 GHz core
+  auto med = [&](int lanes, double (*chains)(long, bool), bool f64) {
+    std::vector<double> v;
+    for (int r = 0; r < 5; ++r) v.push_back(fma_detail::run(threads, iters, lanes, chains, f64));
+    return median(v);
+  };
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) {
+    p.isa = "AVX-512";
+    p.f32_gflops = med(16, fma_detail::chains_avx512, false);
+    p.f64_gflops = med(8, fma_detail::chains_avx512, true);
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    p.isa = "AVX2";
+    p.f32_gflops = med(8, fma_detail::chains_avx2, false);
+    p.f64_gflops = med(4, fma_detail::chains_avx2, true);
+  }
+#endif
+  return p;
 }
 
 }  // namespace tessera::bench
