@@ -176,15 +176,15 @@ std::vector<std::string> batch_axes(const Array& a, int axis) {
 // gives its type and layout, with the layout concatenate gives the chunks
 // (so the result is what joining them would give, bitwise, layout
 // included); each chunk is copied into the devices' blocks through the box
-// exchange (a device receives only the part of the chunk its block holds)
-// and then dropped. A chunked map so holds its output and one chunk's
+// exchange, whatever the chunk's own layout (a device receives only the part
+// of the chunk its block holds), and then dropped. A chunked map so holds its output and one chunk's
 // values, never every chunk's results and their concatenation at once.
 class ChunkJoin {
  public:
   // `first`: the first chunk's result, joined along `dim` with the other
   // chunks of `c` examples each (the last may be short) into `size`.
   ChunkJoin(const Array& first, int dim, std::int64_t size, std::int64_t c, const char* name)
-      : dim_(dim), name_(name), part_sharding_(first.sharding()) {
+      : dim_(dim), name_(name) {
     std::vector<AbstractArray> parts;
     for (std::int64_t lo = 0; lo < size; lo += c) {
       Shape s = first.shape();
@@ -197,7 +197,7 @@ class ChunkJoin {
     out_ = make_array(ExecContext::whole(), types[0].shape, first.dtype(), part.results[0], [](int, Buffer&) {});
   }
 
-  // Writes `part` (laid out as the first chunk) at `offset` along the dim.
+  // Writes `part` at `offset` along the dim.
   void write(const Array& part, std::int64_t offset) {
     const NamedSharding& s = out_.sharding();
     const int n = s.mesh().size();
@@ -208,13 +208,12 @@ class ChunkJoin {
       regions[t] = blocks[t];
       Slice& r = regions[t][dim_];
       r = Slice{std::max(r.start, offset), std::min(r.stop, offset + part.shape()[dim_])};
-      if (r.stop < r.start || box_empty(blocks[t])) r.stop = r.start;
+      if (r.stop < r.start) r.stop = r.start;
       wanted[t] = regions[t];  // the same box in the chunk's indices
       wanted[t][dim_] = Slice{r.start - offset, r.stop - offset};
       if (box_empty(regions[t])) wanted[t] = empty_box(rank);
     }
-    const Array p = part.sharding() == part_sharding_ ? part : reshard(part, part_sharding_);
-    const std::vector<Buffer> got = gather_boxes(ExecContext::whole(), p, wanted, name_);
+    const std::vector<Buffer> got = gather_boxes(ExecContext::whole(), part, wanted, name_);
     const std::size_t isz = itemsize(out_.dtype());
     for_each_device(ExecContext::whole(), s.mesh(), [&](int t) {
       if (box_empty(regions[t])) return;
@@ -227,7 +226,6 @@ class ChunkJoin {
  private:
   int dim_;
   const char* name_;
-  NamedSharding part_sharding_;
   Array out_;
 };
 

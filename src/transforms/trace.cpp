@@ -30,7 +30,7 @@ Array make_tracer(const Trace* t, Shape shape, DType dtype, NamedSharding shardi
 std::vector<Array> bind(PrimitivePtr prim, std::vector<Array> args) {
   // Inside a shard_map body every trace (the body's, and jit, vmap or
   // autodiff traces within it) sees a captured array as the body's copy.
-  if (in_manual_body()) args = manual_inputs(std::move(args));
+  args = manual_inputs(std::move(args));
   if (Trace* t = t_trace) return t->process(prim, args);
   return eval_eager(ExecContext::whole(), *prim, args);
 }
