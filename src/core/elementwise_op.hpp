@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessera/dtype.hpp"
+
 namespace tessera::detail {
 
 enum class UnaryOp {
@@ -39,6 +41,21 @@ struct Operand {
   bool is_scalar = false;
   double f = 0;         // scalar value for float dtypes
   std::int64_t i = 0;   // scalar value for integer and bool dtypes
+};
+
+/// What a fusable elementwise primitive computes on one element, for the
+/// loops a backend generates for a fused group (backend/cpu/native): the
+/// op, its dtypes and its scalar operand. Each one names a function of
+/// core/scalar_math.hpp, the same the eager kernels call.
+struct ElementExpr {
+  enum class Kind { Unary, Binary, BinaryScalar, Select, SelectScalar, Convert };
+  Kind kind = Kind::Unary;
+  UnaryOp unary = UnaryOp::Neg;    // Unary
+  BinaryOp binary = BinaryOp::Add;  // Binary, BinaryScalar
+  DType t = DType::f32;             // the operands' dtype (Select: x and y; Convert: from)
+  DType result = DType::f32;
+  Operand scalar;                   // BinaryScalar, SelectScalar: already in dtype t
+  bool scalar_first = false;        // BinaryScalar: the scalar is the left operand; SelectScalar: it is x
 };
 
 }  // namespace tessera::detail

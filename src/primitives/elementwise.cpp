@@ -44,6 +44,61 @@ std::string SelectScalar::params() const { return std::string(is_x_ ? "x=" : "y=
 
 std::string Convert::params() const { return std::string("to=") + dtype_name(result_); }
 
+// ------------------------------------------------------------ element_expr
+
+std::optional<ElementExpr> Unary::element_expr() const {
+  ElementExpr e;
+  e.kind = ElementExpr::Kind::Unary;
+  e.unary = op_;
+  e.t = t_;
+  e.result = result_;
+  return e;
+}
+
+std::optional<ElementExpr> Binary::element_expr() const {
+  ElementExpr e;
+  e.kind = ElementExpr::Kind::Binary;
+  e.binary = op_;
+  e.t = t_;
+  e.result = result_;
+  return e;
+}
+
+std::optional<ElementExpr> BinaryScalar::element_expr() const {
+  ElementExpr e;
+  e.kind = ElementExpr::Kind::BinaryScalar;
+  e.binary = op_;
+  e.t = t_;
+  e.result = result_;
+  e.scalar = s_;
+  e.scalar_first = left_;
+  return e;
+}
+
+std::optional<ElementExpr> Select::element_expr() const {
+  ElementExpr e;
+  e.kind = ElementExpr::Kind::Select;
+  e.t = e.result = t_;
+  return e;
+}
+
+std::optional<ElementExpr> SelectScalar::element_expr() const {
+  ElementExpr e;
+  e.kind = ElementExpr::Kind::SelectScalar;
+  e.t = e.result = t_;
+  e.scalar = s_;
+  e.scalar_first = is_x_;
+  return e;
+}
+
+std::optional<ElementExpr> Convert::element_expr() const {
+  ElementExpr e;
+  e.kind = ElementExpr::Kind::Convert;
+  e.t = from_;
+  e.result = result_;
+  return e;
+}
+
 std::vector<TypeInfo> Constraint::infer(std::span<const AbstractArray> in) const {
   return {TypeInfo{in[0].shape, in[0].dtype}};
 }

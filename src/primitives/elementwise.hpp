@@ -76,6 +76,7 @@ class Unary final : public Elementwise {
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
   TESSERA_DECLARE_EVAL_TILE;
+  std::optional<ElementExpr> element_expr() const override;
 
   // transforms/rules/elementwise.cpp
   TESSERA_DECLARE_JVP;
@@ -95,6 +96,7 @@ class Binary final : public Elementwise {
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
   TESSERA_DECLARE_EVAL_TILE;
+  std::optional<ElementExpr> element_expr() const override;
 
   // transforms/rules/elementwise.cpp
   TESSERA_DECLARE_JVP;
@@ -116,6 +118,7 @@ class BinaryScalar final : public Elementwise {
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
   TESSERA_DECLARE_EVAL_TILE;
+  std::optional<ElementExpr> element_expr() const override;
 
   // transforms/rules/elementwise.cpp
   TESSERA_DECLARE_JVP;
@@ -136,6 +139,7 @@ class Select final : public Elementwise {
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
   TESSERA_DECLARE_EVAL_TILE;
+  std::optional<ElementExpr> element_expr() const override;
 
   // transforms/rules/elementwise.cpp
   TESSERA_DECLARE_JVP;
@@ -155,6 +159,7 @@ class SelectScalar final : public Elementwise {
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
   TESSERA_DECLARE_EVAL_TILE;
+  std::optional<ElementExpr> element_expr() const override;
 
   // transforms/rules/elementwise.cpp
   TESSERA_DECLARE_JVP;
@@ -175,6 +180,7 @@ class Convert final : public Elementwise {
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
   TESSERA_DECLARE_EVAL_TILE;
+  std::optional<ElementExpr> element_expr() const override;
 
   // transforms/rules/elementwise.cpp
   TESSERA_DECLARE_JVP;

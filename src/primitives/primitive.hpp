@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/elementwise_op.hpp"
 #include "core/reduce_op.hpp"
 #include "sharding/rule.hpp"
 #include "tessera/array.hpp"
@@ -94,6 +95,10 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
   virtual bool fusable() const { return false; }
   /// out[0..n) = f(in[k][0..n)) for contiguous tiles of operands and result.
   virtual void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const;
+  /// What eval_tile computes per element, for fused loops a backend
+  /// generates; nullopt where the primitive has no such description (its
+  /// group then runs eval_tile's tile loop).
+  virtual std::optional<ElementExpr> element_expr() const { return std::nullopt; }
   /// True when the single result is the single operand itself, laid out as
   /// out_spec() says: no kernel runs, only the reshard.
   virtual bool identity() const { return false; }

@@ -181,6 +181,7 @@ struct Step {
   std::string kind_text;       // communication: planner's form
   std::shared_ptr<const ReshardPlan> plan;  // Reshard between different layouts
   std::optional<CommRecord> record;         // communication: what explain shows for it
+  std::shared_ptr<const cpu::NativeKernel> native;  // Fused: the group's native loop, if compiled
 };
 
 struct Slot {
@@ -326,6 +327,8 @@ void fuse(Compiled& c) {
   c.steps = std::move(out);
 }
 
+std::shared_ptr<const cpu::NativeKernel> native_loop(const Compiled& c, const Step& st);  // below, with the running
+
 std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& mesh) {
   auto c = std::make_shared<Compiled>(mesh);
   c->name = std::move(name);
@@ -432,6 +435,8 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
   c->outputs = prog.outputs;
   c->prog = std::move(prog);
   fuse(*c);
+  for (Step& st : c->steps)
+    if (st.kind == Step::Fused) st.native = native_loop(*c, st);
   c->last_use.assign(c->slots.size(), -1);
   for (size_t k = 0; k < c->steps.size(); ++k)
     for (int s : c->steps[k].in) c->last_use[s] = static_cast<int>(k);
@@ -464,6 +469,76 @@ void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   q.prim->eval_cpu(in, out);
 }
 
+// A fused step's members as its loops see them: per member, the
+// primitive, each arg as (earlier member, -1) or (-1, slot), the slot it
+// makes and whether it is written out (a result of the step).
+struct FusedMember {
+  const Primitive* prim = nullptr;
+  std::vector<std::pair<int, int>> args;
+  int slot = -1;
+  bool out = false;
+};
+
+std::vector<FusedMember> fused_members(const Compiled& c, const Step& st) {
+  std::vector<FusedMember> members;
+  std::vector<int> made;  // slot each member writes, in member order
+  for (int e : st.eqns) {
+    FusedMember mem;
+    mem.prim = c.prog.eqns[e].prim.get();
+    for (int s : c.eqn_in[e]) {
+      auto it = std::find(made.begin(), made.end(), s);
+      mem.args.emplace_back(it != made.end() ? static_cast<int>(it - made.begin()) : -1, s);
+    }
+    mem.slot = c.eqn_out[e][0];
+    mem.out = std::find(st.out.begin(), st.out.end(), mem.slot) != st.out.end();
+    made.push_back(mem.slot);
+    members.push_back(std::move(mem));
+  }
+  return members;
+}
+
+// The member whose value a fused step's sink reads (-1: no sink).
+int sink_member(const Compiled& c, const Step& st) {
+  if (st.sink_eqn < 0) return -1;
+  const int si = c.eqn_in[st.sink_eqn][0];
+  for (size_t k = 0; k < st.eqns.size(); ++k)
+    if (c.eqn_out[st.eqns[k]][0] == si) return static_cast<int>(k);
+  return -1;
+}
+
+// The native loop of fused step `st` (backend/cpu/native.hpp), when the
+// mode asks for one and it can be built; else nullptr (the tile loop).
+std::shared_ptr<const cpu::NativeKernel> native_loop(const Compiled& c, const Step& st) {
+  const cpu::NativeMode mode = cpu::native_mode();
+  if (mode == cpu::NativeMode::Off) return nullptr;
+  if (mode == cpu::NativeMode::Auto) {
+    std::int64_t most = 0;
+    for (const Shape& l : c.slots[c.eqn_out[st.eqns[0]][0]].local) most = std::max(most, num_elements(l));
+    if (most < cpu::native_min_elements()) return nullptr;
+  }
+  cpu::NativeGroup g;
+  const int sink_from = sink_member(c, st);
+  const std::vector<FusedMember> members = fused_members(c, st);
+  for (size_t k = 0; k < members.size(); ++k) {
+    cpu::NativeGroup::Member nm;
+    auto e = members[k].prim->element_expr();
+    if (!e) return nullptr;
+    nm.expr = *e;
+    for (const auto& [member, s] : members[k].args) {
+      cpu::NativeGroup::Arg a;
+      a.member = member;
+      if (member < 0) {
+        a.input = static_cast<int>(g.inputs.size());
+        g.inputs.push_back(c.slots[s].dtype);
+      }
+      nm.args.push_back(a);
+    }
+    if (members[k].out || static_cast<int>(k) == sink_from) nm.output = g.num_outputs++;
+    g.members.push_back(std::move(nm));
+  }
+  return cpu::native_kernel(g);
+}
+
 void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   const int dev = c.mesh.devices()[pos].id();
   const Shape& shape = c.slots[c.eqn_out[st.eqns[0]][0]].local[pos];  // every member's result block
@@ -485,7 +560,7 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   for (int s : st.out)
     bufs[s][pos] = Buffer(dev, static_cast<std::size_t>(n) * itemsize(c.slots[s].dtype));
   std::unique_ptr<TileSink> sink;
-  int sink_from = -1;  // the member whose result the sink reads
+  const int sink_from = sink_member(c, st);  // the member whose result the sink reads
   if (st.sink_eqn >= 0) {
     const Slot& so = c.slots[st.sink_out];
     const int si = c.eqn_in[st.sink_eqn][0];
@@ -494,37 +569,31 @@ void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     sink = c.prog.eqns[st.sink_eqn].prim->sink(LocalIn{nullptr, sl.local[pos], sl.dtype, sl.boxes[pos]},
                                                  LocalOut{b.data(), so.local[pos], so.dtype, so.boxes[pos]});
     bufs[st.sink_out][pos] = std::move(b);
-    for (size_t k = 0; k < st.eqns.size(); ++k)
-      if (c.eqn_out[st.eqns[k]][0] == si) sink_from = static_cast<int>(k);
   }
   // The loop itself is the backend's (backend/cpu/compiled.hpp).
   FusedLoop loop;
   loop.shape = &shape;
   loop.sink = sink.get();
   loop.sink_from = sink_from;
-  loop.members.resize(st.eqns.size());
-  std::vector<int> made;
-  made.reserve(st.eqns.size());  // slot each member writes, in member order
-  for (size_t k = 0; k < st.eqns.size(); ++k) {
-    const int e = st.eqns[k];
+  loop.native = st.native.get();
+  const std::vector<FusedMember> members = fused_members(c, st);
+  loop.members.resize(members.size());
+  for (size_t k = 0; k < members.size(); ++k) {
     FusedLoop::Member& mem = loop.members[k];
-    mem.prim = c.prog.eqns[e].prim.get();
-    for (int s : c.eqn_in[e]) {
+    mem.prim = members[k].prim;
+    for (const auto& [member, s] : members[k].args) {
       FusedLoop::Arg a;
       a.isz = itemsize(c.slots[s].dtype);
-      if (auto it = std::find(made.begin(), made.end(), s); it != made.end()) {
-        a.member = static_cast<int>(it - made.begin());
-      } else {
+      a.member = member;
+      if (member < 0) {
         a.data = static_cast<const unsigned char*>(bufs[s][pos].data());
         a.shape = &c.slots[s].local[pos];
       }
       mem.args.push_back(std::move(a));
     }
-    const int so = c.eqn_out[e][0];
+    const int so = members[k].slot;
     mem.isz = itemsize(c.slots[so].dtype);
-    if (std::find(st.out.begin(), st.out.end(), so) != st.out.end())
-      mem.out = static_cast<unsigned char*>(bufs[so][pos].data());
-    made.push_back(so);
+    if (members[k].out) mem.out = static_cast<unsigned char*>(bufs[so][pos].data());
   }
   run_fused_loop(loop);
   if (sink) sink->finish();
@@ -886,6 +955,8 @@ std::string Lowered::as_text() const {
         s += ", writes";
         for (int o : st.out) s += " " + slot_name(o) + ": " + slot_type(c, o);
         if (st.sink_out >= 0) s += " " + slot_name(st.sink_out) + ": " + slot_type(c, st.sink_out);
+        // The compiled loop's source is kept in the kernel cache under this name.
+        if (st.native) s += "; native loop " + st.native->key;
         s += "\n";
         break;
       }

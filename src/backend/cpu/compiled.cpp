@@ -135,6 +135,18 @@ void run_fused_loop(const FusedLoop& loop) {
     }
     outs[k] = o;
   }
+  // The native loop's pointers, per tile: the external args in member
+  // order, and the results it writes (see FusedLoop::native).
+  std::vector<const void*> nin;
+  std::vector<void*> nout;
+  std::vector<size_t> nout_member;
+  if (loop.native)
+    for (size_t k = 0; k < m; ++k)
+      if (loop.members[k].out || static_cast<int>(k) == loop.sink_from) nout_member.push_back(k);
+  auto tile_out = [&](size_t k, std::int64_t t0) {
+    return outs[k].base ? static_cast<void*>(outs[k].base + t0 * static_cast<std::int64_t>(outs[k].isz))
+                        : static_cast<void*>(scratch[k].data());
+  };
   std::vector<const void*> args;
   for (std::int64_t t0 = 0; t0 < n; t0 += kTile) {
     const std::int64_t len = std::min(kTile, n - t0);
@@ -148,24 +160,39 @@ void run_fused_loop(const FusedLoop& loop) {
             const std::int64_t bytes = std::min(kTile, n - ahead) * static_cast<std::int64_t>(r.isz);
             for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
           }
-    for (size_t k = 0; k < m; ++k) {
-      args.clear();
-      for (const Ref& r : ins[k]) {
-        if (!r.strides.empty()) {
-          broadcast_tile(r.base, r.strides, shape, t0, len, r.isz, scratch[r.scratch].data());
-          args.push_back(scratch[r.scratch].data());
-          continue;
-        }
-        args.push_back(r.base ? static_cast<const void*>(r.base + t0 * static_cast<std::int64_t>(r.isz))
-                              : static_cast<const void*>(scratch[r.scratch].data()));
+    // An external arg's tile: in memory, or its broadcast values in scratch.
+    auto arg_tile = [&](const Ref& r) -> const void* {
+      if (!r.strides.empty()) {
+        broadcast_tile(r.base, r.strides, shape, t0, len, r.isz, scratch[r.scratch].data());
+        return scratch[r.scratch].data();
       }
-      void* o = outs[k].base ? static_cast<void*>(outs[k].base + t0 * static_cast<std::int64_t>(outs[k].isz))
-                             : static_cast<void*>(scratch[k].data());
-      loop.members[k].prim->eval_tile(args, o, len);
+      return r.base ? static_cast<const void*>(r.base + t0 * static_cast<std::int64_t>(r.isz))
+                    : static_cast<const void*>(scratch[r.scratch].data());
+    };
+    bool done = false;
+    if (loop.native) {
+      nin.clear();
+      nout.clear();
+      for (size_t k = 0; k < m; ++k)
+        for (size_t j = 0; j < ins[k].size(); ++j)
+          if (loop.members[k].args[j].member < 0) nin.push_back(arg_tile(ins[k][j]));
+      for (size_t k : nout_member) nout.push_back(tile_out(k, t0));
+      const cpu::NativeKernel& nk = *loop.native;
+      done = nk.fn(nin.data(), nout.data(), nk.f.data(), nk.i.data(), len) == 0;
+      // Else some element was beyond a polynomial's range: the tile loop
+      // below recomputes the tile, with libm for those elements.
+      if (!done) cpu::note_tile_redone();
+    }
+    for (size_t k = 0; k < m && !done; ++k) {
+      args.clear();
+      for (const Ref& r : ins[k]) args.push_back(arg_tile(r));
+      loop.members[k].prim->eval_tile(args, tile_out(k, t0), len);
+    }
+    for (size_t k = 0; k < m; ++k) {
       if (outs[k].stream)
-        cpu::stream_copy(outs[k].stream + t0 * static_cast<std::int64_t>(outs[k].isz), o,
+        cpu::stream_copy(outs[k].stream + t0 * static_cast<std::int64_t>(outs[k].isz), tile_out(k, t0),
                          static_cast<std::size_t>(len) * outs[k].isz);
-      if (static_cast<int>(k) == loop.sink_from) loop.sink->feed(o, len);
+      if (static_cast<int>(k) == loop.sink_from) loop.sink->feed(tile_out(k, t0), len);
     }
   }
   cpu::stream_fence();  // before the task reports done and another thread reads the results

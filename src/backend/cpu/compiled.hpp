@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "backend/cpu/native.hpp"
 #include "primitives/primitive.hpp"
 
 namespace tessera::detail {
@@ -31,6 +32,10 @@ struct FusedLoop {
   std::vector<Member> members;
   TileSink* sink = nullptr;  // fed member sink_from's tiles; the caller finishes it
   int sink_from = -1;
+  // The group's native loop (backend/cpu/native.hpp), or nullptr for the
+  // tile loop. Its inputs are the members' external args in member order;
+  // its outputs the members with `out` or feeding the sink, in member order.
+  const cpu::NativeKernel* native = nullptr;
 };
 
 /// Runs the loop over the whole block (nothing for an empty one).

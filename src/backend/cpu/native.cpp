@@ -1,0 +1,498 @@
+// Native fused loops (see native.hpp): the source generator, the compiler
+// driver and the caches.
+#include "backend/cpu/native.hpp"
+
+#include <dlfcn.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+#include "tessera/error.hpp"
+
+#ifndef TESSERA_NATIVE_CXX
+#define TESSERA_NATIVE_CXX "c++"
+#endif
+
+extern char** environ;
+
+namespace tessera::cpu {
+
+extern const char* const kNativePrelude;  // generated from core/scalar_math.hpp (cmake/embed_prelude.cmake)
+
+namespace {
+
+using detail::BinaryOp;
+using detail::ElementExpr;
+using detail::UnaryOp;
+
+// ------------------------------------------------------------------ mode
+
+std::mutex g_mode_mu;
+std::optional<NativeMode> g_mode;
+
+// ------------------------------------------------------------- generator
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::bool_: return "bool";
+    case DType::u8: return "std::uint8_t";
+    case DType::i8: return "std::int8_t";
+    case DType::u32: return "std::uint32_t";
+    case DType::i32: return "std::int32_t";
+    case DType::u64: return "std::uint64_t";
+    case DType::i64: return "std::int64_t";
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+  }
+  return "float";
+}
+
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+
+// The call computing a unary op on `x`, as the eager kernel
+// (backend/cpu/elementwise.cpp) computes it; "" when there is none.
+std::string unary_call(UnaryOp op, DType t, const std::string& x) {
+  const std::string T = ctype(t);
+  const bool f32 = t == DType::f32;
+  switch (op) {
+    case UnaryOp::Neg: return "M::neg(" + x + ")";
+    case UnaryOp::Abs: return "M::abs(" + x + ")";
+    case UnaryOp::Sign: return "M::sign(" + x + ")";
+    case UnaryOp::Floor: return "M::floor(" + x + ")";
+    case UnaryOp::Ceil: return "M::ceil(" + x + ")";
+    case UnaryOp::Round: return "M::round(" + x + ")";
+    case UnaryOp::IsNan: return "M::is_nan(" + x + ")";
+    case UnaryOp::IsFinite: return "M::is_finite(" + x + ")";
+    case UnaryOp::Not: return "M::logical_not(" + x + ")";
+    default: break;
+  }
+  if (!is_float(t)) return "";  // the front end converts integer operands of these to f32
+  switch (op) {
+    case UnaryOp::Exp: return f32 ? "M::exp_f32_fast(1.0f * " + x + ", outside)" : "M::exp(" + x + ")";
+    case UnaryOp::Log: return f32 ? "M::log_f32_fast(" + x + ", outside)" : "M::log(" + x + ")";
+    case UnaryOp::Log1p: return "M::log1p(" + x + ")";
+    case UnaryOp::Expm1: return "M::expm1(" + x + ")";
+    case UnaryOp::Sqrt: return "M::sqrt(" + x + ")";
+    case UnaryOp::Rsqrt: return "M::rsqrt(" + x + ")";
+    case UnaryOp::Sin: return "M::trig_fast<" + T + ", 0>(" + x + ", outside)";
+    case UnaryOp::Cos: return "M::trig_fast<" + T + ", 1>(" + x + ", outside)";
+    case UnaryOp::Tanh: return f32 ? "M::tanh_f32(" + x + ")" : "M::tanh(" + x + ")";
+    case UnaryOp::Sigmoid: return f32 ? "M::sigmoid_f32_fast(" + x + ", outside)" : "M::sigmoid(" + x + ")";
+    default: return "";
+  }
+}
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+    case BinaryOp::FloorDiv: return "floordiv";
+    case BinaryOp::Mod: return "mod";
+    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Max: return "max";
+    case BinaryOp::Min: return "min";
+    case BinaryOp::Eq: return "eq";
+    case BinaryOp::Ne: return "ne";
+    case BinaryOp::Lt: return "lt";
+    case BinaryOp::Le: return "le";
+    case BinaryOp::Gt: return "gt";
+    case BinaryOp::Ge: return "ge";
+    case BinaryOp::And: return "logical_and";
+    case BinaryOp::Or: return "logical_or";
+    case BinaryOp::Xor: return "logical_xor";
+  }
+  return "";
+}
+
+// A variable's name: a letter and a number. (Built by appending: GCC 12
+// warns falsely about `"v" + std::to_string(k)`.)
+std::string var(char letter, std::size_t k) {
+  std::string s(1, letter);
+  s += std::to_string(k);
+  return s;
+}
+
+// Elements the loop takes per step, member by member: several vectors'
+// worth, so that the steps of one member on different vectors are
+// independent and overlap. (One element at a time, a chain of tanh is one
+// long dependency per vector and runs at its latency, slower than the tile
+// loop.) Measured on the 20-op tanh chain, 2^24 f32 on 2 Zen 4 cores: 65 ms
+// one element at a time, 76 with 16, 50 with 32, 38-40 with 64, 128 or 256
+// (the tile loop: 48-58 ms).
+constexpr int kStep = 64;
+
+// Builds the loop's source; scalar operands are read from f[]/i[] (not
+// written into the source), so groups that differ only in their scalars
+// share one compiled loop.
+struct Generator {
+  explicit Generator(const NativeGroup& group) : g(group) {}
+  const NativeGroup& g;
+  std::vector<double> f;
+  std::vector<std::int64_t> i;
+
+  // The scalar operand as a variable declared before the loop.
+  // The loop function's parameters and the entry point's arguments for
+  // them. The pointers are __restrict parameters: GCC honours restrict on
+  // parameters, not on local variables, and without it a loop with several
+  // outputs needs more run-time alias checks than it will version for.
+  std::vector<std::string> params, args;
+
+  void param(std::string type_and_name, std::string arg) {
+    params.push_back(std::move(type_and_name));
+    args.push_back(std::move(arg));
+  }
+
+  std::string scalar(const ElementExpr& e) {
+    const std::string T = ctype(e.t);
+    const bool fl = is_float(e.t);
+    const std::size_t k = fl ? f.size() : i.size();
+    const std::string name = var(fl ? 'f' : 'i', k);
+    param("const " + T + " " + name, "static_cast<" + T + ">(" + (fl ? "f_[" : "i_[") + std::to_string(k) + "])");
+    if (fl) f.push_back(e.scalar.f);
+    else i.push_back(e.scalar.i);
+    return name;
+  }
+
+  // An expression with its operands written $vK$ (member K's value) and
+  // $aK$ (input K's element), for the blocked loop or the element loop.
+  static std::string expand(const std::string& t, bool blocked) {
+    std::string out;
+    for (size_t p = 0; p < t.size(); ++p) {
+      if (t[p] != '$') {
+        out += t[p];
+        continue;
+      }
+      const size_t end = t.find('$', p + 1);
+      const std::string name = t.substr(p + 1, end - p - 1);
+      out += name;
+      out += name[0] == 'v' ? (blocked ? "[u]" : "") : (blocked ? "[e + u]" : "[e]");
+      p = end;
+    }
+    return out;
+  }
+
+  std::string operator()() {
+    std::string body, blocked;
+    for (size_t k = 0; k < g.inputs.size(); ++k) {
+      const std::string T = ctype(g.inputs[k]);
+      param("const " + T + "* __restrict " + var('a', k), "static_cast<const " + T + "*>(in_[" + std::to_string(k) + "])");
+    }
+    for (size_t m = 0; m < g.members.size(); ++m) {
+      const NativeGroup::Member& mem = g.members[m];
+      const ElementExpr& e = mem.expr;
+      std::vector<std::string> x;
+      for (const NativeGroup::Arg& a : mem.args) {
+        std::string t = "$";
+        t += a.member >= 0 ? var('v', a.member) : var('a', a.input);
+        t += '$';
+        x.push_back(std::move(t));
+      }
+      std::string value;
+      const std::string T = ctype(e.t);
+      switch (e.kind) {
+        case ElementExpr::Kind::Unary:
+          if (x.size() != 1) return "";
+          value = unary_call(e.unary, e.t, x[0]);
+          break;
+        case ElementExpr::Kind::Binary:
+          if (x.size() != 2) return "";
+          value = "M::Ops<" + T + ">::" + binary_name(e.binary) + "(" + x[0] + ", " + x[1] + ")";
+          break;
+        case ElementExpr::Kind::BinaryScalar: {
+          if (x.size() != 1) return "";
+          const std::string s = scalar(e);
+          value = "M::Ops<" + T + ">::" + binary_name(e.binary) + "(" + (e.scalar_first ? s + ", " + x[0] : x[0] + ", " + s) + ")";
+          break;
+        }
+        case ElementExpr::Kind::Select:
+          if (x.size() != 3) return "";
+          value = "(" + x[0] + " ? " + x[1] + " : " + x[2] + ")";
+          break;
+        case ElementExpr::Kind::SelectScalar: {
+          if (x.size() != 2) return "";
+          const std::string s = scalar(e);
+          value = "(" + x[0] + " ? " + (e.scalar_first ? s + " : " + x[1] : x[1] + " : " + s) + ")";
+          break;
+        }
+        case ElementExpr::Kind::Convert:
+          if (x.size() != 1) return "";
+          value = e.t == e.result ? x[0] : "tessera::detail::convert_one<" + std::string(ctype(e.result)) + ">(" + x[0] + ")";
+          // Integer to float plus +0, which changes no value a conversion
+          // gives: under -fno-trapping-math GCC folds float(int(x)) into
+          // trunc(x), which keeps the sign of -0 where the integer has none.
+          if (!is_float(e.t) && is_float(e.result)) value = "(" + value + " + " + ctype(e.result) + "(0))";
+          break;
+      }
+      if (value.empty()) return "";
+      const std::string R = ctype(e.result), v = var('v', m);
+      body += "    const " + R + " " + v + " = " + expand(value, false) + ";\n";
+      blocked += "    " + R + " " + v + "[kStep];\n    for (int u = 0; u < kStep; ++u) {\n      " + v + "[u] = " +
+                 expand(value, true) + ";\n";
+      if (mem.output >= 0) {
+        const std::string o = var('o', mem.output);
+        param(R + "* __restrict " + o, "static_cast<" + R + "*>(out_[" + std::to_string(mem.output) + "])");
+        body += "    " + o + "[e] = " + v + ";\n";
+        blocked += "      " + o + "[e + u] = " + v + "[u];\n";
+      }
+      blocked += "    }\n";
+    }
+    std::string src = kNativePrelude;
+    src += "\n// ---- the fused loop\nnamespace M = tessera::detail::math;\n";
+    src += "constexpr int kStep = " + std::to_string(kStep) + ";\n\n";
+    src += "static __attribute__((noinline)) unsigned fused_loop(";
+    for (const std::string& p : params) src += p + ", ";
+    src += "std::int64_t n) {\n  std::uint32_t outside = 0;\n  std::int64_t e = 0;\n";
+    src += "  for (; e + kStep <= n; e += kStep) {\n" + blocked + "  }\n";
+    src += "  for (; e < n; ++e) {\n" + body + "  }\n  return outside;\n}\n\n";
+    src +=
+        "extern \"C\" __attribute__((visibility(\"default\"))) unsigned tessera_fused(const void* const* in_, "
+        "void* const* out_, const double* f_, const std::int64_t* i_, std::int64_t n) {\n"
+        "  (void)in_; (void)out_; (void)f_; (void)i_;\n  return fused_loop(";
+    for (const std::string& a : args) src += a + ", ";
+    src += "n);\n}\n";
+    return src;
+  }
+};
+
+// ---------------------------------------------------------------- caches
+
+std::mutex g_mu;  // the caches and the counters below
+std::unordered_map<std::string, NativeKernel::Fn> g_loaded;  // key -> loop
+std::unordered_map<std::string, bool> g_failed;               // keys that did not build
+NativeStats g_stats;
+std::atomic<std::int64_t> g_redone{0};
+
+// FNV-1a, 64 bits: names files, not a security boundary.
+std::string hash_hex(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+const std::vector<std::string>& compile_flags() {
+  static const std::vector<std::string> flags = {"-std=c++20", "-O3", "-march=native", "-fno-trapping-math",
+                                                 "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared",
+                                                 "-fvisibility=hidden", "-w"};
+  return flags;
+}
+
+std::string compiler() {
+  if (const char* env = std::getenv("TESSERA_CXX"); env && *env) return env;
+  // The compiler that built the library, where it still is; else the PATH's.
+  if (access(TESSERA_NATIVE_CXX, X_OK) == 0) return TESSERA_NATIVE_CXX;
+  return "c++";
+}
+
+// What -march=native means here: the CPU's model line (a shared home
+// directory may be read from machines with other CPUs).
+const std::string& cpu_id() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("model name", 0) == 0 || line.rfind("flags", 0) == 0) return line;
+    return std::string("unknown cpu");
+  }();
+  return id;
+}
+
+bool make_dirs(const std::string& path) {
+  std::string cur;
+  std::stringstream ss(path);
+  std::string part;
+  if (!path.empty() && path[0] == '/') cur = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The disk cache's folder, created on first use; a private temporary one
+// when none of the candidates can be made.
+const std::string& cache_dir() {
+  static const std::string dir = [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("TESSERA_KERNEL_CACHE"); env && *env) candidates.push_back(env);
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+      candidates.push_back(std::string(xdg) + "/tessera/kernels");
+    if (const char* home = std::getenv("HOME"); home && *home)
+      candidates.push_back(std::string(home) + "/.cache/tessera/kernels");
+    for (const std::string& c : candidates)
+      if (make_dirs(c)) return c;
+    char tmpl[] = "/tmp/tessera-kernels-XXXXXX";
+    if (const char* d = mkdtemp(tmpl)) return std::string(d);
+    return std::string();
+  }();
+  return dir;
+}
+
+NativeKernel::Fn load(const std::string& so) {
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) return nullptr;
+  // Kept loaded for the life of the process: compiled programs hold its loop.
+  return reinterpret_cast<NativeKernel::Fn>(dlsym(h, "tessera_fused"));
+}
+
+std::string read_head(const std::string& path, int max_lines) {
+  std::ifstream in(path);
+  std::string line, out;
+  for (int k = 0; k < max_lines && std::getline(in, line); ++k) out += line + "\n";
+  return out;
+}
+
+// Runs the compiler on `cpp` into `so`; the message on failure.
+std::optional<std::string> run_compiler(const std::string& cpp, const std::string& so, const std::string& log) {
+  const std::string cxx = compiler();
+  std::vector<std::string> args = {cxx};
+  for (const auto& f : compile_flags()) args.push_back(f);
+  args.insert(args.end(), {"-o", so, cpp});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, cxx.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return "cannot run the compiler '" + cxx + "': " + std::strerror(rc);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return "waiting for the compiler '" + cxx + "' failed: " + std::strerror(errno);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;
+  return "'" + cxx + "' failed on " + cpp + ":\n" + read_head(log, 20);
+}
+
+// Loads or builds the loop of `src`; nullptr when it cannot be built.
+// Called with g_mu held.
+NativeKernel::Fn build(const std::string& src, const std::string& key) {
+  if (auto it = g_loaded.find(key); it != g_loaded.end()) {
+    ++g_stats.reused;
+    return it->second;
+  }
+  if (g_failed.count(key)) return nullptr;
+  const std::string& dir = cache_dir();
+  auto fail = [&](std::string why) -> NativeKernel::Fn {
+    ++g_stats.failed;
+    g_stats.last_error = std::move(why);
+    g_failed[key] = true;
+    return nullptr;
+  };
+  if (dir.empty()) return fail("no folder for compiled kernels could be made");
+  const std::string so = dir + "/" + key + ".so";
+  if (access(so.c_str(), R_OK) == 0) {
+    if (NativeKernel::Fn fn = load(so)) {
+      ++g_stats.loaded;
+      return g_loaded[key] = fn;
+    }
+  }
+  // Built under names of this process, then renamed into place: another
+  // process building the same kernel at once never sees a partial file.
+  const std::string tag = "." + std::to_string(getpid());
+  const std::string cpp = dir + "/" + key + tag + ".cpp", tmp = dir + "/" + key + tag + ".so",
+                    log = dir + "/" + key + tag + ".log";
+  {
+    std::ofstream out(cpp);
+    out << src;
+    if (!out) return fail("cannot write " + cpp);
+  }
+  if (auto err = run_compiler(cpp, tmp, log)) {
+    for (const std::string& f : {tmp, cpp, log}) std::remove(f.c_str());
+    return fail(*err);
+  }
+  std::remove(log.c_str());
+  std::rename(cpp.c_str(), (dir + "/" + key + ".cpp").c_str());  // kept beside the object, for reading
+  if (std::rename(tmp.c_str(), so.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return fail("cannot rename the compiled kernel into " + so);
+  }
+  NativeKernel::Fn fn = load(so);
+  if (!fn) return fail("cannot load " + so + ": " + (dlerror() ? dlerror() : "no tessera_fused"));
+  ++g_stats.compiled;
+  return g_loaded[key] = fn;
+}
+
+}  // namespace
+
+NativeMode parse_native_mode(const char* value) {
+  if (!value || !*value || std::strcmp(value, "auto") == 0) return NativeMode::Auto;
+  if (std::strcmp(value, "always") == 0) return NativeMode::Always;
+  if (std::strcmp(value, "off") == 0) return NativeMode::Off;
+  throw Error(std::string("[jit] TESSERA_NATIVE_KERNELS must be auto, always or off, got '") + value + "'");
+}
+
+NativeMode native_mode() {
+  std::lock_guard<std::mutex> lock(g_mode_mu);
+  if (!g_mode) g_mode = parse_native_mode(std::getenv("TESSERA_NATIVE_KERNELS"));
+  return *g_mode;
+}
+
+void set_native_mode(NativeMode mode) {
+  std::lock_guard<std::mutex> lock(g_mode_mu);
+  g_mode = mode;
+}
+
+std::int64_t native_min_elements() { return std::int64_t(1) << 16; }
+
+std::string native_source(const NativeGroup& g) { return Generator(g)(); }
+
+std::shared_ptr<const NativeKernel> native_kernel(const NativeGroup& g) {
+  Generator gen(g);
+  const std::string src = gen();
+  if (src.empty()) return nullptr;
+  std::string id = src + "\n// " + compiler();
+  for (const auto& f : compile_flags()) id += " " + f;
+  id += "\n// " + cpu_id();
+  const std::string key = hash_hex(id);
+  std::lock_guard<std::mutex> lock(g_mu);
+  NativeKernel::Fn fn = build(src, key);
+  if (!fn) return nullptr;
+  auto k = std::make_shared<NativeKernel>();
+  k->fn = fn;
+  k->f = std::move(gen.f);
+  k->i = std::move(gen.i);
+  k->key = key;
+  return k;
+}
+
+NativeStats native_stats() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  NativeStats s = g_stats;
+  s.tiles_redone = g_redone.load();
+  return s;
+}
+
+void note_tile_redone() { g_redone.fetch_add(1, std::memory_order_relaxed); }
+
+void forget_native_kernels() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_loaded.clear();
+  g_failed.clear();
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,222 @@
+// Native fused loops (backend/cpu/native.hpp): jit's fused groups compiled
+// to one loop by the system compiler give eager's bits for every op and
+// dtype, special values included (NaN, inf, -0, subnormals, and inputs
+// beyond the polynomials' ranges, whose tiles the tile loop redoes); the
+// disk cache serves a later request without compiling; without a compiler
+// jit runs the tile loop with the same results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/native.hpp"
+#include "test_util.hpp"
+
+namespace ts = tessera;
+namespace cpu = tessera::cpu;
+using ts::testing::expect_same;
+
+namespace {
+
+// Every test here compiles every group (restored after the test).
+class Native : public ::testing::Test {
+ protected:
+  void SetUp() override { cpu::set_native_mode(cpu::NativeMode::Always); }
+  void TearDown() override { cpu::set_native_mode(cpu::NativeMode::Auto); }
+};
+
+// Rows over the first n devices.
+ts::NamedSharding rows(int n) {
+  const std::vector<ts::Device> all = ts::devices();
+  const std::vector<ts::Device> d(all.begin(), all.begin() + n);
+  return ts::NamedSharding(ts::Mesh(d, {n}, {"x"}), ts::P("x"));
+}
+
+// n values: ordinary ones in [lo, hi) first, then `tail` at the end (in the
+// last device's last tile).
+std::vector<double> values(std::int64_t n, double lo, double hi, const std::vector<double>& tail) {
+  std::vector<double> v = ts::testing::uniform_doubles(n, 7, lo, hi);
+  for (size_t k = 0; k < tail.size(); ++k) v[v.size() - tail.size() + k] = tail[k];
+  return v;
+}
+
+template <class T>
+ts::Array put(const std::vector<double>& v, const ts::NamedSharding& s) {
+  std::vector<T> t(v.begin(), v.end());
+  return ts::device_put(t, {static_cast<std::int64_t>(t.size())}, s);
+}
+
+const double kInf = std::numeric_limits<double>::infinity();
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Each result of the jitted f equals eager f's, bitwise.
+template <class F, class... A>
+void expect_jit_same(F f, const std::string& what, const A&... args) {
+  auto j = ts::jit(f);
+  const std::vector<ts::Array> got = j(args...), want = f(args...);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) expect_same(got[k], want[k], what + " result " + std::to_string(k));
+}
+
+// The unary ops that never leave the native loop, on every special value.
+std::vector<ts::Array> plain_unary(const ts::Array& x) {
+  const ts::Array y = x * 1.0;  // one group: every op reads a member's value
+  return {ts::sqrt(y), ts::rsqrt(y), ts::abs(y), ts::negative(y), ts::sign(y), ts::floor(y), ts::ceil(y),
+          ts::round(y), ts::isnan(y), ts::isfinite(y), ts::tanh(y), ts::log1p(y), ts::expm1(y),
+          ts::logical_not(y)};
+}
+
+// The polynomial ops (sin, cos, exp, log, sigmoid), which flag inputs
+// beyond their range.
+std::vector<ts::Array> poly_unary(const ts::Array& x) {
+  const ts::Array y = x * 1.0;
+  return {ts::sin(y), ts::cos(y), ts::exp(y), ts::log(y), ts::sigmoid(y), 2.0 * ts::sin(y) + 1.0};
+}
+
+std::vector<ts::Array> trig(const ts::Array& x) {
+  const ts::Array y = x * 1.0;
+  return {ts::sin(y), ts::cos(y)};
+}
+
+std::vector<ts::Array> binary_all(const ts::Array& a, const ts::Array& b) {
+  const ts::Array x = a * 1, y = b * 1;
+  return {x + y,        x - y,         x * y,          ts::divide(x, y), ts::floor_divide(x, y),
+          ts::remainder(x, y), ts::pow(x, y), ts::maximum(x, y), ts::minimum(x, y), ts::equal(x, y),
+          ts::not_equal(x, y), ts::less(x, y), ts::less_equal(x, y), ts::greater(x, y), ts::greater_equal(x, y),
+          ts::logical_and(x, y), ts::logical_or(x, y), ts::logical_xor(x, y), 3 - x, x * 2, ts::where(x > y, x, y),
+          ts::where(x > y, x, 5), ts::where(x > y, 4, y), ts::clip(x, 1, 3)};
+}
+
+}  // namespace
+
+TEST_F(Native, UnaryOpsGiveEagerBitsOnSpecialValues) {
+  const std::int64_t n = 8 * 1500 + 13;  // several tiles per device, uneven blocks
+  const std::vector<double> special = {0.0, -0.0, 1e-40, -1e-40, 1e-310, kNaN, kInf, -kInf, -1.0, -2.5, 1e30, 3e38};
+  for (int devices : {1, 8}) {
+    const auto s = rows(devices);
+    const auto before = cpu::native_stats();
+    expect_jit_same(plain_unary, "f32 plain", put<float>(values(n, -4, 4, special), s));
+    expect_jit_same(plain_unary, "f64 plain", put<double>(values(n, -4, 4, special), s));
+    // In range: -0, subnormals and large arguments short of the limits stay native.
+    // (f32 log takes zero and subnormals to libm.)
+    expect_jit_same(poly_unary, "f32 poly in range", put<float>(values(n, 0.01, 80, {1e-30, 86.5}), s));
+    expect_jit_same(trig, "f32 trig in range", put<float>(values(n, -80, 80, {-0.0, 1e-40, 8191.0, -8192.0}), s));
+    expect_jit_same(poly_unary, "f64 poly in range", put<double>(values(n, 0.01, 80, {-0.0, 1e-310, 9e4}), s));
+    const auto mid = cpu::native_stats();
+    EXPECT_EQ(mid.tiles_redone, before.tiles_redone) << "no input was beyond a polynomial's range";
+    // Beyond: the tiles holding them are redone by the tile loop.
+    expect_jit_same(poly_unary, "f32 poly beyond", put<float>(values(n, -3, 3, special), s));
+    expect_jit_same(poly_unary, "f64 poly beyond", put<double>(values(n, -3, 3, special), s));
+    const auto after = cpu::native_stats();
+    EXPECT_GT(after.tiles_redone, mid.tiles_redone);
+    EXPECT_GT(after.compiled + after.loaded + after.reused, before.compiled + before.loaded + before.reused)
+        << after.last_error;
+    EXPECT_EQ(after.failed, 0) << after.last_error;
+  }
+}
+
+TEST_F(Native, BinarySelectAndScalarOpsGiveEagerBitsInEveryDtype) {
+  const std::int64_t n = 8 * 700 + 5;
+  const auto s = rows(8);
+  const std::vector<double> sa = {0.0, -0.0, kNaN, kInf, -kInf, 7.0, -7.0, 1e-40};
+  const std::vector<double> sb = {0.0, 0.0, 1.0, -kInf, kNaN, 0.0, -1.0, -0.0};
+  expect_jit_same(binary_all, "f32", put<float>(values(n, -5, 5, sa), s), put<float>(values(n, -5, 5, sb), s));
+  expect_jit_same(binary_all, "f64", put<double>(values(n, -5, 5, sa), s), put<double>(values(n, -5, 5, sb), s));
+  // Integers: division and remainder by zero and by -1, wrapping products and
+  // negative powers.
+  const std::vector<double> ia = {0, -7, 7, 2147483647, -2147483648.0, 3, -1, 1};
+  const std::vector<double> ib = {0, 0, -1, 2, -1, -2, -3, 31};
+  expect_jit_same(binary_all, "i32", put<std::int32_t>(values(n, -100, 100, ia), s),
+                  put<std::int32_t>(values(n, -9, 9, ib), s));
+  expect_jit_same(binary_all, "u8", put<std::uint8_t>(values(n, 0, 255, {0, 255, 128, 7}), s),
+                  put<std::uint8_t>(values(n, 0, 9, {0, 0, 255, 3}), s));
+  expect_jit_same(binary_all, "i64", put<std::int64_t>(values(n, -1e6, 1e6, ia), s),
+                  put<std::int64_t>(values(n, -9, 9, ib), s));
+}
+
+TEST_F(Native, ConversionsGiveEagerBits) {
+  const std::int64_t n = 8 * 900 + 3;
+  const auto s = rows(8);
+  auto f = [](const ts::Array& x) {
+    const ts::Array y = x * 1;
+    return std::vector<ts::Array>{ts::astype(y, ts::i32), ts::astype(y, ts::u8), ts::astype(y, ts::i64),
+                                  ts::astype(y, ts::u64), ts::astype(y, ts::bool_), ts::astype(y, ts::f32),
+                                  ts::astype(ts::astype(y, ts::i8), ts::f64)};
+  };
+  const std::vector<double> tail = {kNaN, kInf, -kInf, 3e9, -3e9, 1e20, -0.0, 255.9, -1.5, 2147483647.0};
+  expect_jit_same(f, "from f32", put<float>(values(n, -300, 300, tail), s));
+  expect_jit_same(f, "from f64", put<double>(values(n, -300, 300, tail), s));
+  expect_jit_same(f, "from i32", put<std::int32_t>(values(n, -70000, 70000, {-1, 0, 2147483647.0}), s));
+}
+
+TEST_F(Native, SinksBroadcastsAndEscapingValues) {
+  const auto mesh = ts::make_mesh({4, 2}, {"x", "y"});
+  const std::int64_t r = 301, c = 97;
+  auto x = ts::device_put(ts::testing::uniform_doubles(r * c, 3, -2, 2), {r, c}, ts::NamedSharding(mesh, ts::P("x", "y")));
+  auto row = ts::device_put(ts::testing::uniform_doubles(c, 4, -2, 2), {c}, ts::NamedSharding(mesh, ts::P("y")));
+  // A reduction ends the group (the loop feeds it tiles); a broadcast operand;
+  // an intermediate that is a result as well.
+  auto f = [](const ts::Array& a, const ts::Array& b) {
+    const ts::Array t = ts::tanh(a * 0.5 + b);
+    const ts::Array u = ts::exp(t) - 1.0;
+    return std::vector<ts::Array>{t, ts::sum(u * u), ts::sum(ts::sin(a) * b, {1})};
+  };
+  const auto before = cpu::native_stats();
+  expect_jit_same(f, "sink/broadcast", x, row);
+  const auto after = cpu::native_stats();
+  EXPECT_GT(after.compiled + after.loaded + after.reused, before.compiled + before.loaded + before.reused)
+      << after.last_error;
+}
+
+TEST_F(Native, TheDiskCacheServesALaterRequestWithoutCompiling) {
+  const auto s = rows(2);
+  auto x = put<float>(values(4099, -3, 3, {}), s);
+  auto f = [](const ts::Array& v) { return std::vector<ts::Array>{ts::cos(v * 3.25f) * 0.5f - v}; };
+  expect_jit_same(f, "first", x);
+  cpu::forget_native_kernels();  // as a new process would start
+  const auto before = cpu::native_stats();
+  expect_jit_same(f, "from disk", x);
+  const auto after = cpu::native_stats();
+  EXPECT_EQ(after.compiled, before.compiled);
+  EXPECT_EQ(after.loaded, before.loaded + 1) << after.last_error;
+  // Groups that differ only in their scalars share one compiled loop.
+  auto g = [](const ts::Array& v) { return std::vector<ts::Array>{ts::cos(v * 1.5f) * 0.25f - v}; };
+  expect_jit_same(g, "other scalars", x);
+  EXPECT_EQ(cpu::native_stats().compiled, after.compiled);
+}
+
+TEST_F(Native, WithoutACompilerTheTileLoopRuns) {
+  ASSERT_EQ(setenv("TESSERA_CXX", "/nonexistent/c++", 1), 0);
+  const auto before = cpu::native_stats();
+  auto x = put<double>(values(3001, -3, 3, {kNaN}), rows(4));
+  expect_jit_same([](const ts::Array& v) { return std::vector<ts::Array>{ts::sin(v) * v + 0.125}; }, "no compiler", x);
+  unsetenv("TESSERA_CXX");
+  const auto after = cpu::native_stats();
+  EXPECT_EQ(after.failed, before.failed + 1);
+  EXPECT_NE(after.last_error.find("/nonexistent/c++"), std::string::npos) << after.last_error;
+}
+
+TEST(NativeMode, TheSettingIsReadAndCheckedByName) {
+  EXPECT_EQ(cpu::parse_native_mode(nullptr), cpu::NativeMode::Auto);
+  EXPECT_EQ(cpu::parse_native_mode("auto"), cpu::NativeMode::Auto);
+  EXPECT_EQ(cpu::parse_native_mode("always"), cpu::NativeMode::Always);
+  EXPECT_EQ(cpu::parse_native_mode("off"), cpu::NativeMode::Off);
+  ts::testing::expect_error<ts::Error>([] { cpu::parse_native_mode("fast"); }, "[jit] TESSERA_NATIVE_KERNELS",
+                                       {"auto, always or off", "'fast'"});
+}
+
+TEST(NativeMode, OffAndSmallBlocksInAutoUseTheTileLoop) {
+  auto x = put<float>(values(1000, -3, 3, {}), rows(2));
+  auto f = [](const ts::Array& v) { return std::vector<ts::Array>{ts::sin(v) * 2.0f + 1.0f}; };
+  for (cpu::NativeMode m : {cpu::NativeMode::Off, cpu::NativeMode::Auto}) {
+    cpu::set_native_mode(m);
+    const auto before = cpu::native_stats();
+    expect_jit_same(f, "tile loop", x);
+    const auto after = cpu::native_stats();
+    EXPECT_EQ(after.compiled + after.loaded + after.reused, before.compiled + before.loaded + before.reused);
+  }
+  cpu::set_native_mode(cpu::NativeMode::Auto);
+}
