@@ -406,6 +406,33 @@ void run_on_devices(const std::vector<Device>& all_devices, const std::function<
   }
 }
 
+void run_inline_on_devices(const std::vector<Device>& all_devices, const std::function<void(int)>& fn) {
+  Runtime& rt = Runtime::get();
+  const std::string_view label = TimelineScope::innermost_name("task");
+  std::exception_ptr first;
+  const int outer = t_current_device;
+  for (int i = 0; i < static_cast<int>(all_devices.size()); ++i) {
+    const int id = all_devices[i].id();
+    if (!rt.is_local(id)) continue;
+    // As the device: its allocations are touched here, and the timeline
+    // shows the task on the device's row, as when its worker runs it.
+    t_current_device = id;
+    try {
+      TimelineScope scope(label, "task");
+      fn(i);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+    t_current_device = outer;
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void run_on_devices_sized(const std::vector<Device>& devices, const std::function<void(int)>& fn, std::int64_t bytes) {
+  if (devices.size() > 1 && bytes < kInlineBytes) return run_inline_on_devices(devices, fn);
+  run_on_devices(devices, fn);
+}
+
 // ------------------------------------------------------------------- Buffer
 
 Buffer::Buffer(int device_id, std::size_t nbytes) : nbytes_(nbytes), device_id_(device_id) {

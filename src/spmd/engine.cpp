@@ -211,6 +211,15 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
 
   const size_t nr = types.size();
   std::vector<std::vector<Buffer>> bufs(nr, std::vector<Buffer>(mesh.size()));
+  // What the kernels read and write over all devices (operands counted as
+  // laid out: halo boxes and scan totals are small beside them).
+  std::int64_t bytes = 0;
+  for (int pos = 0; pos < mesh.size(); ++pos) {
+    for (const Array& a : ops) bytes += num_elements(local_shape(a, pos)) * static_cast<std::int64_t>(itemsize(a.dtype()));
+    for (size_t r = 0; r < types.size(); ++r)
+      bytes += num_elements(part.local[r].shard_shape(types[r].shape, pos)) *
+               static_cast<std::int64_t>(itemsize(types[r].dtype));
+  }
   for_each_device(ctx, mesh, [&](int pos) {
     const LocalArgs in = st.args(ops, pos);
     LocalOuts out;
@@ -233,7 +242,7 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
       const std::vector<Slice>& b = st.before_boxes[pos];
       prim.eval_scan(in, LocalIn{st.before[pos].data(), box_shape(b), st.before_dtype, b}, out);
     }
-  });
+  }, bytes);
   std::vector<Array> results;
   results.reserve(nr);
   for (size_t r = 0; r < nr; ++r) {

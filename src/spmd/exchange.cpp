@@ -134,7 +134,8 @@ std::vector<Buffer> reduce_over(const ExecContext& ctx, const Mesh& mesh, const 
   return out;
 }
 
-void for_each_device(const ExecContext& ctx, const Mesh& mesh, const std::function<void(int)>& fn) {
+void for_each_device(const ExecContext& ctx, const Mesh& mesh, const std::function<void(int)>& fn,
+                     std::int64_t bytes) {
   if (MemberContext* m = ctx.member()) {
     if (!(mesh == m->mesh()))
       throw Error("[member] internal: a device's share of a program runs on " + mesh.str() + ", not " +
@@ -142,6 +143,7 @@ void for_each_device(const ExecContext& ctx, const Mesh& mesh, const std::functi
     fn(m->pos());
     return;
   }
+  if (bytes >= 0) return run_on_devices_sized(mesh.devices(), fn, bytes);
   run_on_devices(mesh.devices(), fn);
 }
 

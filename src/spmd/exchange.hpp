@@ -59,8 +59,12 @@ std::vector<Buffer> reduce_over(const ExecContext& ctx, const Mesh& mesh, const 
 
 
 /// Runs fn(pos) on every device of the mesh (the executor); for a member,
-/// on its own position only.
-void for_each_device(const ExecContext& ctx, const Mesh& mesh, const std::function<void(int)>& fn);
+/// on its own position only. `bytes`, when given, is what the kernels read
+/// and write over all devices: small work runs one device after another on
+/// the calling thread (run_on_devices_sized), since waking a thread per
+/// device costs more than the work. fn must then need no collective.
+void for_each_device(const ExecContext& ctx, const Mesh& mesh, const std::function<void(int)>& fn,
+                     std::int64_t bytes = -1);
 
 /// An array of `shape` laid out per `sharding` whose blocks fill(pos, b)
 /// writes, on each device (for a member, its own block only).

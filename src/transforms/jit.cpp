@@ -182,6 +182,7 @@ struct Step {
   std::shared_ptr<const ReshardPlan> plan;  // Reshard between different layouts
   std::optional<CommRecord> record;         // communication: what explain shows for it
   std::shared_ptr<const cpu::NativeKernel> native;  // Fused: the group's native loop, if compiled
+  std::int64_t work_bytes = 0;  // Kernel, Fused: the bytes its blocks read and write over all devices
 };
 
 struct Slot {
@@ -435,8 +436,16 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
   c->outputs = prog.outputs;
   c->prog = std::move(prog);
   fuse(*c);
-  for (Step& st : c->steps)
+  for (Step& st : c->steps) {
     if (st.kind == Step::Fused) st.native = native_loop(*c, st);
+    for (const std::vector<int>* slots : {&st.in, &st.out})
+      for (int sl : *slots)
+        for (const Shape& l : c->slots[sl].local)
+          st.work_bytes += num_elements(l) * static_cast<std::int64_t>(itemsize(c->slots[sl].dtype));
+    if (st.sink_out >= 0)
+      for (const Shape& l : c->slots[st.sink_out].local)
+        st.work_bytes += num_elements(l) * static_cast<std::int64_t>(itemsize(c->slots[st.sink_out].dtype));
+  }
   c->last_use.assign(c->slots.size(), -1);
   for (size_t k = 0; k < c->steps.size(); ++k)
     for (int s : c->steps[k].in) c->last_use[s] = static_cast<int>(k);
@@ -738,8 +747,13 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
     // Without communication no session is needed (nor the SPMD lock).
     if (comm)
       run_spmd(c.mesh, [&](int pos, Session& session) { member(pos, &session); });
-    else
-      for_each_device(ExecContext::whole(), c.mesh, [&](int pos) { member(pos, nullptr); });
+    else {
+      // Small work runs on this thread, device after device (see
+      // for_each_device).
+      std::int64_t bytes = 0;
+      for (size_t j = k; j < end; ++j) bytes += c.steps[j].work_bytes;
+      for_each_device(ExecContext::whole(), c.mesh, [&](int pos) { member(pos, nullptr); }, bytes);
+    }
     size_t g = 0;
     for (size_t j = k; j < end; ++j) {
       if (c.steps[j].record) record_comm(*c.steps[j].record);

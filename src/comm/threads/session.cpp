@@ -6,8 +6,10 @@
 // meets the k-th of every other member. The session counts each member's
 // collectives per key, so a member may build a new Group object for every
 // collective or keep one for many. The first member to arrive creates
-// the slot; each deposits its value and waits, on the session's one condition
-// variable, until
+// the slot; each deposits its value and waits, on the slot's condition
+// variable (so an event wakes only the members it concerns: with more
+// devices than cores, waking every waiting thread of the session on each
+// event cost more than the collectives themselves), until
 //   - all members have deposited: the signatures are compared (an op, axis,
 //     parameter, dtype or shape mismatch is an error for every member, never
 //     a silent combination) and the slot leaves the table, its deposits kept
@@ -21,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -65,6 +68,7 @@ class Slot final : public Rendezvous {
   Buffer shared_;
   bool allocated_ = false;
   int at_barrier_ = 0;
+  std::condition_variable cv_;  // waited on with the session's mutex
 };
 
 class ThreadsSession final : public Session {
@@ -72,14 +76,15 @@ class ThreadsSession final : public Session {
   ThreadsSession(double timeout, bool poll) : timeout_(timeout), poll_(poll) {}
 
   void abort(int device_id, const std::string& what) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!aborted_) {
-        aborted_ = true;
-        reason_ = "CPU " + std::to_string(device_id) + " raised an error: " + what;
-      }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_) {
+      aborted_ = true;
+      reason_ = "CPU " + std::to_string(device_id) + " raised an error: " + what;
     }
-    cv_.notify_all();
+    // Every slot a member may wait on, including those that left the table
+    // and wait at their barrier.
+    for (const std::weak_ptr<Slot>& w : all_slots_)
+      if (std::shared_ptr<Slot> slot = w.lock()) slot->cv_.notify_all();
   }
 
   std::shared_ptr<Rendezvous> meet(const GroupSpec& g, Deposit mine) {
@@ -87,7 +92,11 @@ class ThreadsSession final : public Session {
     const long seq = seq_[{g.key, g.rank}]++;
     auto key = std::make_pair(g.key, seq);
     auto it = slots_.find(key);
-    if (it == slots_.end()) it = slots_.emplace(key, std::make_shared<Slot>(this, g, seq)).first;
+    if (it == slots_.end()) {
+      it = slots_.emplace(key, std::make_shared<Slot>(this, g, seq)).first;
+      std::erase_if(all_slots_, [](const std::weak_ptr<Slot>& w) { return w.expired(); });
+      all_slots_.push_back(it->second);
+    }
     std::shared_ptr<Slot> slot = it->second;
     if (!slot->error_.empty()) throw CollectiveError(group_prefix(*slot) + slot->error_);
     check_abort(g);
@@ -96,7 +105,7 @@ class ThreadsSession final : public Session {
     if (++slot->count_ == g.size()) {
       slot->error_ = mismatch(*slot);
       if (slot->error_.empty()) slots_.erase(it);
-      cv_.notify_all();
+      slot->cv_.notify_all();
     }
     wait(lock, g, *slot, [&] { return slot->count_ == g.size(); }, "for all devices");
     if (!slot->error_.empty()) throw CollectiveError(slot->count_ == g.size() ? group_prefix(*slot) + slot->error_
@@ -119,13 +128,14 @@ class ThreadsSession final : public Session {
     }
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
     while (!done() && slot.error_.empty() && !aborted_) {
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done() && slot.error_.empty() && !aborted_) {
+      if (slot.cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done() && slot.error_.empty() &&
+          !aborted_) {
         std::vector<int> in, out;
         for (int r = 0; r < g.size(); ++r) (slot.arrived_[r] ? in : out).push_back(g.device_ids[r]);
         slot.error_ = "timed out after " + seconds_str(timeout_) + " waiting " + what + " on axis " + g.axes +
                       " (collective #" + std::to_string(slot.seq_) + " of this group): arrived " + device_list(in) +
                       "; missing " + device_list(out);
-        cv_.notify_all();
+        slot.cv_.notify_all();
       }
     }
     check_abort(g);
@@ -150,13 +160,13 @@ class ThreadsSession final : public Session {
   static std::string mismatch(const Slot& s) { return mismatch_text(s.deps_, s.group_.device_ids, s.group_.axes); }
 
   std::mutex mu_;
-  std::condition_variable cv_;
   double timeout_;
   bool poll_;
   bool aborted_ = false;
   std::string reason_;
   std::map<std::pair<std::string, long>, std::shared_ptr<Slot>> slots_;
   std::map<std::pair<std::string, int>, long> seq_;  // (key, rank) -> collectives run
+  std::vector<std::weak_ptr<Slot>> all_slots_;        // for abort: every slot made, while it lives
 };
 
 Buffer Slot::shared(std::size_t nbytes, int rank, int device_id) {
@@ -166,7 +176,7 @@ Buffer Slot::shared(std::size_t nbytes, int rank, int device_id) {
     std::lock_guard<std::mutex> lock(s.mu_);
     shared_ = std::move(b);
     allocated_ = true;
-    s.cv_.notify_all();
+    cv_.notify_all();
     return shared_;
   }
   std::unique_lock<std::mutex> lock(s.mu_);
@@ -178,7 +188,7 @@ Buffer Slot::shared(std::size_t nbytes, int rank, int device_id) {
 void Slot::barrier() {
   ThreadsSession& s = *session_;
   std::unique_lock<std::mutex> lock(s.mu_);
-  if (++at_barrier_ == group_.size()) s.cv_.notify_all();
+  if (++at_barrier_ == group_.size()) cv_.notify_all();
   s.wait(lock, group_, *this, [&] { return at_barrier_ == group_.size(); }, "at the barrier");
   if (!error_.empty()) throw CollectiveError(ThreadsSession::prefix(group_) + error_);
 }

@@ -46,7 +46,10 @@ class ThreadsCommunicator final : public Communicator {
                 std::vector<Buffer>& dst) override {
     const Mesh& mesh = plan.target.mesh();
     const std::size_t isz = itemsize(plan.dtype);
-    run_on_devices(mesh.devices(), [&](int t) {
+    // Each byte received is read once and written once.
+    std::int64_t bytes = 0;
+    for (std::int64_t b : plan.bytes_received) bytes += 2 * b;
+    run_on_devices_sized(mesh.devices(), [&](int t) {
       const int b = piece_begin[t], e = piece_begin[t + 1];
       if (b == e) return;
       TimelineScope scope("exchange", "collective", plan.bytes_received[t]);
@@ -57,7 +60,7 @@ class ThreadsCommunicator final : public Communicator {
         copy_box(src[p.src].data(), plan.source.shard_index(plan.shape, p.src), out.data(), tbox, p.box, isz);
       }
       dst[t] = std::move(out);
-    });
+    }, bytes);
   }
 
   void reduce(const Mesh& mesh, const std::vector<std::string>& axes, ReduceOp op, DType dtype,
@@ -67,7 +70,11 @@ class ThreadsCommunicator final : public Communicator {
     // Every member reads the group's partials straight from their buffers
     // and combines its own box of the result, in the tree order over the
     // group (comm/tree.hpp).
-    run_on_devices(mesh.devices(), [&](int t) {
+    std::int64_t bytes = 0;
+    for (int t = 0; t < mesh.size(); ++t)
+      bytes += num_elements(box_shape(out_boxes[t])) * static_cast<std::int64_t>(isz) *
+               (1 + static_cast<std::int64_t>(group_of(mesh, axes, t).size()));
+    run_on_devices_sized(mesh.devices(), [&](int t) {
       const auto& obox = out_boxes[t];
       Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(obox))) * isz);
       TimelineScope scope("reduce", "collective", static_cast<std::int64_t>(out.nbytes()));
@@ -82,7 +89,7 @@ class ThreadsCommunicator final : public Communicator {
         });
       }
       dst[t] = std::move(out);
-    });
+    }, bytes);
   }
 };
 
