@@ -13,6 +13,12 @@
 // bandwidth of 1 and N threads, single-thread sgemm peak, memcpy for
 // reference).
 //
+// stel_n<N>_m<M>_<fwd|rev>[<chunk>] (the jac_stellarator family, any N, M
+// and chunk): the Jacobian of 2*tanh(A x) + 1, A (M, 512) f64 rows sharded
+// over N devices, by jacfwd or jacrev, whole or `chunk` directions at a time.
+// One warm-up, then `reps` single calls; also the process's peak RSS, its
+// RSS before the inputs existed and the peak per device above the inputs.
+//
 // Collectives: "bytes" is the least memory traffic (read + written, all
 // devices together) of the result the devices end up with, and the limit is
 // the N-thread streaming rate (bench_collectives.cpp explains the counts).
@@ -30,10 +36,12 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -76,6 +84,44 @@ Timing time_calls(int reps, const std::function<void()>& call) {
     t.samples.push_back((tb::now_seconds() - t0) / t.inner);
   }
   return t;
+}
+
+// Peak RSS since the process started, in MiB.
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+// Current RSS in MiB (VmRSS; 0 where /proc is not there).
+double rss_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0.0;
+}
+
+// The parameters of a stel_n<N>_m<M>_<fwd|rev>[<chunk>] workload name.
+struct StelSpec {
+  int devices;
+  std::int64_t rows;
+  bool forward;
+  std::int64_t chunk;  // 0: all directions at once
+};
+
+std::optional<StelSpec> parse_stel(const std::string& w) {
+  static const std::regex re(R"(stel_n(\d+)_m(\d+)_(fwd|rev)(\d*))");
+  std::smatch m;
+  if (!std::regex_match(w, m, re)) return std::nullopt;
+  return StelSpec{std::stoi(m[1]), std::stoll(m[2]), m[3] == "fwd", m[4].length() ? std::stoll(m[4]) : 0};
+}
+
+// A's entries: a low-discrepancy sequence (frac(k * golden ratio) - 0.5) / 100
+// over the row-major index k, full rank and the same bits as numpy's on the
+// JAX side; small enough that tanh stays off its flat tails.
+double stel_entry(std::int64_t i, std::int64_t j, std::int64_t p) {
+  const double v = static_cast<double>(i * p + j) * 0.6180339887498949;
+  return 0.01 * (v - std::floor(v) - 0.5);
 }
 
 // Two axes for an N-device 2-d mesh: (N/2, 2) when even, else (N, 1).
@@ -125,6 +171,10 @@ class Runner {
       for (const char* w : {"chain_jit", "chain_eager", "trace_compile", "mlp_big_jit", "mlp_big_explicit", "jac_vmap",
                             "jac_map", "mlp_grad"})
         out.push_back(w);
+      for (const char* n : {"2", "8"})
+        for (const char* m : {"4099", "100000"})
+          for (const char* form : {"fwd", "fwd16", "fwd64", "fwd128", "rev", "rev16", "rev64", "rev128"})
+            out.push_back(std::string("stel_n") + n + "_m" + m + "_" + form);
       return out;
     }();
     return v;
@@ -142,6 +192,7 @@ class Runner {
     if (w == "mlp_big_jit" || w == "mlp_big_explicit") return mlp_big(w == "mlp_big_explicit");
     if (w == "jac_vmap" || w == "jac_map") return jacobian(w == "jac_map");
     if (w == "mlp_grad") return mlp_grad();
+    if (auto spec = parse_stel(w)) return stellarator(w, *spec);
     for (const char* size : {"_4k", "_64m"}) {
       const std::string suffix(size);
       if (w.size() > suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0)
@@ -436,12 +487,6 @@ class Runner {
     return r;
   }
 
-  static double peak_rss_mb() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return static_cast<double>(u.ru_maxrss) / 1024.0;
-  }
-
   // The plasma code's chunked Jacobian (examples/chunked_jacobian, the
   // same residual as JAX's side): rows sharded, vmap of the per-row jacfwd,
   // at once (jac_vmap) or 128 rows at a time on every device (jac_map).
@@ -523,6 +568,79 @@ class Runner {
     r["flops"] = 6.0 * B * (D * H + H * H + H);
     r["limit"] = "blas";
     r["peak_rss_mb"] = peak_rss_mb();
+    return r;
+  }
+
+  // The stellarator-shaped Jacobian (DESC's equilibrium residual): r(x) =
+  // 2*tanh(A x) + 1 with A (M, 512) f64, rows sharded, x (512) replicated.
+  // One process per row: its peak RSS is this Jacobian's and the runtime's.
+  json stellarator(const std::string& w, const StelSpec& s) {
+    if (s.devices != n_)
+      throw std::runtime_error(w + " is for " + std::to_string(s.devices) + " devices, the runner has " + nstr());
+    const std::int64_t m = s.rows, p = 512;
+    const ts::Mesh mesh = line();
+    const ts::NamedSharding rows(mesh, ts::P("x", ts::none)), rep(mesh, ts::P());
+    std::vector<double> hx(static_cast<size_t>(p));
+    for (std::int64_t j = 0; j < p; ++j) hx[static_cast<size_t>(j)] = std::cos(0.37 * static_cast<double>(j));
+    const ts::Array x = ts::device_put(hx, {p}, rep).block_until_ready();
+    const double rss_start = rss_mb();  // the runtime started, A not yet made
+    const ts::Array a = ts::make_array_from_callback({m, p}, ts::f64, rows, [&](const std::vector<ts::Slice>& idx) {
+      std::vector<double> v;
+      v.reserve(static_cast<size_t>(idx[0].size() * idx[1].size()));
+      for (auto i = idx[0].start; i < idx[0].stop; ++i)
+        for (auto j = idx[1].start; j < idx[1].stop; ++j) v.push_back(stel_entry(i, j, p));
+      return v;
+    });
+    auto f = [&a](const ts::Array& v) { return ts::tanh(ts::matmul(a, v)) * 2.0 + 1.0; };
+    std::function<ts::Array(const ts::Array&)> jac;
+    if (s.forward)
+      jac = ts::jacfwd(f, {.chunk_size = s.chunk});
+    else
+      jac = ts::jacrev(f, {.chunk_size = s.chunk});
+    // One warm-up call, whose result gives the checksum and is dropped;
+    // then each timed call holds one Jacobian at a time. No calibration
+    // call: a call of 1e5 rows takes about a second.
+    double checksum = 0;
+    ts::Shape jshape;
+    std::string jdtype;
+    std::int64_t jac_device_bytes = 0;
+    {
+      const ts::Array j = jac(x).block_until_ready();
+      checksum = ts::sum(j).item<double>();
+      jshape = j.shape();
+      jdtype = ts::dtype_name(j.dtype());
+      for (const auto& sh : j.addressable_shards()) {
+        std::int64_t elems = 1;
+        for (const auto& sl : sh.index) elems *= sl.size();
+        jac_device_bytes = std::max(jac_device_bytes, elems * static_cast<std::int64_t>(sizeof(double)));
+      }
+    }
+    std::vector<std::int64_t> base;
+    for (const auto& d : mesh.devices()) {
+      ts::reset_peak_memory(d);
+      base.push_back(ts::memory_stats(d).bytes_in_use);
+    }
+    Timing t;
+    t.samples = tb::time_reps(0, reps_, [&] { jac(x).block_until_ready(); });
+    std::int64_t above = 0;
+    for (size_t i = 0; i < base.size(); ++i)
+      above = std::max(above, ts::memory_stats(mesh.devices()[i]).peak_bytes_in_use - base[i]);
+    std::string shards;
+    for (const auto& sh : a.addressable_shards())
+      shards += (shards.empty() ? "" : ",") + std::to_string(sh.index[0].size());
+    json r = result(w, "A rows " + tuple_str({n_}), t);
+    const double mib = 1 << 20;
+    r["dtype"] = jdtype;
+    r["shape"] = jshape;
+    r["rows_per_device"] = shards;
+    r["checksum"] = checksum;
+    r["peak_rss_mb"] = peak_rss_mb();
+    r["rss_start_mb"] = rss_start;
+    r["peak_device_above_inputs_mb"] = static_cast<double>(above) / mib;
+    r["jacobian_device_mb"] = static_cast<double>(jac_device_bytes) / mib;
+    r["jacobian_mb"] = static_cast<double>(m * p * 8) / mib;
+    r["inputs_mb"] = static_cast<double>((m * p + p) * 8) / mib;
+    r["limit"] = "none";
     return r;
   }
 

@@ -4,6 +4,8 @@
     python jax_workloads.py --workload diff_rows[,diff_cols,...] [--reps 5] [--devices N]
     python jax_workloads.py --list | --info [--devices N]
 
+    python jax_workloads.py --workload stel_n<N>_m<M>_<fwd|rev>[<chunk>] --devices N
+
 Runs the named workloads with the same shapes, dtypes, device counts and
 shardings as the Tessera runner and prints one JSON line per workload:
     {"side": "jax", "workload": ..., "layout": ..., "seconds": <median>,
@@ -17,10 +19,15 @@ in block_until_ready() (dispatch: `inner` calls, then one block). One
 untimed warm-up call (it compiles) precedes the samples; `inner` grows until a
 sample takes >= 2 ms. Axis types are Auto on every mesh, as on the Tessera
 side.
+
+stel_* rows (the jac_stellarator family, any N, M and chunk; the name's N
+must be --devices) take one warm-up call and `reps` single calls, and report
+the process's peak RSS and its RSS before the inputs existed.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -30,9 +37,13 @@ WORKLOADS = (["diff_1dev", "diff_rows", "diff_cols", "sin", "sin_jit", "sum", "m
                 for c in ("psum", "psum_owned", "all_gather", "all_gather_owned", "psum_scatter", "ppermute",
                           "ppermute_owned", "all_to_all")]
              + ["dispatch", "uneven_diff", "chain_jit", "chain_eager", "trace_compile", "mlp_big_jit",
-                "mlp_big_explicit", "jac_vmap", "jac_map", "mlp_grad"])
+                "mlp_big_explicit", "jac_vmap", "jac_map", "mlp_grad"]
+             + [f"stel_n{n}_m{m}_{form}" for n in (2, 8) for m in (4099, 100000)
+                for form in ("fwd", "fwd16", "fwd64", "fwd128", "rev", "rev16", "rev64", "rev128")])
 
 MIN_SAMPLE = 2e-3  # seconds per sample, at least
+STEL_NAME = re.compile(r"stel_n(\d+)_m(\d+)_(fwd|rev)(\d*)")
+STEL_PARAMS = 512
 
 
 def configure(n):
@@ -137,6 +148,8 @@ class Runner:
             return self.jacobian(w)
         if w == "mlp_grad":
             return self.mlp_grad()
+        if STEL_NAME.fullmatch(w):
+            return self.stellarator(w)
         for suffix, nbytes in (("_4k", 4096), ("_64m", 64 << 20)):
             if w.endswith(suffix):
                 return self.collective(w, w[: -len(suffix)], nbytes)
@@ -416,10 +429,91 @@ class Runner:
         r["peak_rss_mb"] = peak_rss_mb()
         return r
 
+    # The stellarator-shaped Jacobian (DESC's equilibrium residual): r(x) =
+    # 2*tanh(A x) + 1 with A (M, 512) f64, rows sharded, x (512) replicated,
+    # the same values as the Tessera runner's. Forms: jit(jacfwd),
+    # jit(jacrev), DESC's jacfwd_chunked (jvp over chunks of the (P, P)
+    # identity with lax.map, then transposed to (M, P)) and its reverse twin
+    # (vjp over chunks of the (M, M) identity). JAX cannot lay out M rows
+    # over N devices unless N divides M; A then gets zero rows up to the next
+    # multiple, whose Jacobian rows are zero (so the checksum is unchanged),
+    # and the refusal is recorded.
+    def stellarator(self, w):
+        jax, jnp, np, P = self.jax, self.jnp, self.np, self.P
+        n, m, mode, chunk = STEL_NAME.fullmatch(w).groups()
+        n, m, chunk = int(n), int(m), int(chunk or 0)
+        if n != self.n:
+            raise ValueError(f"{w} is for {n} devices, the runner has {self.n}")
+        p = STEL_PARAMS
+        mesh = self.line()
+        rows, rep = self.NamedSharding(mesh, P("x", None)), self.NamedSharding(mesh, P())
+        extra = {}
+        padded = -(-m // n) * n
+        if padded != m:
+            try:
+                jax.device_put(np.zeros((m, 1)), rows)
+            except Exception as e:  # noqa: BLE001 -- the refusal is the result
+                extra["uneven_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            extra["padded_rows"] = padded
+
+        def block(index):
+            # Filled a slab at a time: a whole-shard temporary would add to the peak RSS.
+            lo, hi, _ = index[0].indices(padded)
+            out = np.zeros((hi - lo, p))
+            for r0 in range(lo, min(hi, m), 4096):
+                r1 = min(r0 + 4096, hi, m)
+                v = (np.arange(r0 * p, r1 * p, dtype=np.int64) * 0.6180339887498949).reshape(r1 - r0, p)
+                out[r0 - lo:r1 - lo] = 0.01 * (v - np.floor(v) - 0.5)
+            return out
+
+        x = jax.device_put(np.cos(0.37 * np.arange(p)), rep).block_until_ready()
+        rss_start = rss_mb()  # the runtime started, A not yet made
+        a = jax.make_array_from_callback((padded, p), rows, block)
+
+        def res(am, v):
+            return 2 * jnp.tanh(am @ v) + 1
+
+        def jacobian(am, v):
+            f = lambda u: res(am, u)  # noqa: E731
+            if mode == "fwd" and not chunk:
+                return jax.jacfwd(f)(v)
+            if mode == "rev" and not chunk:
+                return jax.jacrev(f)(v)
+            if mode == "fwd":
+                basis = jnp.eye(p, dtype=v.dtype)
+                return jax.lax.map(lambda t: jax.jvp(f, (v,), (t,))[1], basis, batch_size=chunk).T
+            y, pullback = jax.vjp(f, v)
+            basis = jnp.eye(y.shape[0], dtype=y.dtype)
+            return jax.lax.map(lambda c: pullback(c)[0], basis, batch_size=chunk)
+
+        jf = jax.jit(jacobian, in_shardings=(rows, rep), out_shardings=rows)
+        # One warm-up call (it compiles), whose result gives the checksum and
+        # is dropped; then each timed call holds one Jacobian at a time.
+        first = jf(a, x).block_until_ready()
+        extra.update(dtype=str(first.dtype), shape=list(first.shape), checksum=float(jnp.sum(first)),
+                     jacobian_device_mb=max(s.data.nbytes for s in first.addressable_shards) / (1 << 20))
+        del first
+        samples = []
+        for _ in range(self.reps):
+            t0 = time.perf_counter()
+            jf(a, x).block_until_ready()
+            samples.append(time.perf_counter() - t0)
+        return self.result(w, f"A rows ({n},)", samples, 1, peak_rss_mb=peak_rss_mb(), rss_start_mb=rss_start,
+                           jacobian_mb=m * p * 8 / (1 << 20), inputs_mb=(m * p + p) * 8 / (1 << 20), **extra)
+
 
 def peak_rss_mb():
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def rss_mb():
+    """Current RSS in MiB (VmRSS; 0 where /proc is not there)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024.0
+    except (OSError, StopIteration, ValueError):
+        return 0.0
 
 
 def main():
@@ -443,7 +537,7 @@ def main():
     runner = Runner(jax, args.devices, args.reps)
     failed = 0
     for w in [w for w in args.workload.split(",") if w]:
-        if w not in WORKLOADS:
+        if w not in WORKLOADS and not STEL_NAME.fullmatch(w):
             print(f"jax_workloads: unknown workload '{w}' (--list shows them)", file=sys.stderr)
             return 2
         try:
