@@ -24,31 +24,24 @@
 // two core headers above (whose #include lines the embedding drops).
 #pragma once
 
-#include <cmath>
-#include <cstdint>
-#include <limits>
-#include <type_traits>
-
 #include "core/convert.hpp"
+#include "core/portable.hpp"
 #include "core/wrapping.hpp"
-
-#define TESSERA_SCALAR_FN __attribute__((always_inline)) inline
 
 namespace tessera::detail::math {
 
 template <class T>
-constexpr bool kFloat = std::is_floating_point_v<T>;
+constexpr bool kFloat = TESSERA_STD::is_floating_point_v<T>;
 template <class T>
-constexpr bool kBool = std::is_same_v<T, bool>;
+constexpr bool kBool = TESSERA_STD::is_same_v<T, bool>;
 // Integer arithmetic goes through the unsigned type of the same width: it
 // wraps like XLA's, where signed overflow would be undefined in C++.
 template <class T>
-constexpr bool kSignedInt = std::is_integral_v<T> && std::is_signed_v<T>;
+constexpr bool kSignedInt = TESSERA_STD::is_integral_v<T> && TESSERA_STD::is_signed_v<T>;
 template <class T>
-constexpr bool kUnsignedInt = std::is_integral_v<T> && !std::is_signed_v<T> && !kBool<T>;
+constexpr bool kUnsignedInt = TESSERA_STD::is_integral_v<T> && !TESSERA_STD::is_signed_v<T> && !kBool<T>;
 
-TESSERA_SCALAR_FN float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
-TESSERA_SCALAR_FN double fma(double a, double b, double c) { return __builtin_fma(a, b, c); }
+using lm::fma;
 
 // ------------------------------------------------------------ polynomials
 
@@ -66,8 +59,8 @@ template <int kPhase>  // 0: sin, 1: cos
 TESSERA_SCALAR_FN float sincos_f32(float x) {
   // Rounded to the nearest integer, ties to even (one instruction where the
   // CPU has SSE4.1 or AVX-512).
-  const float j = kPhase ? __builtin_nearbyintf(fma(x, 0.318309886183790671f, -0.5f))
-                         : __builtin_nearbyintf(x * 0.318309886183790671f);
+  const float j = kPhase ? lm::nearbyint(fma(x, 0.318309886183790671f, -0.5f))
+                         : lm::nearbyint(x * 0.318309886183790671f);
   const int q = static_cast<int>(j) + kPhase;
   const float h = kPhase ? j + 0.5f : j;
   float r = fma(-h, 3.140625f, x);
@@ -80,7 +73,7 @@ TESSERA_SCALAR_FN float sincos_f32(float x) {
   p = fma(p, r2, -0.1666666716337204f);
   const float s = fma(p * r2, r, r);
   // The sign by a bit operation rather than a branch, so the loop vectorises.
-  return __builtin_bit_cast(float, __builtin_bit_cast(std::uint32_t, s) ^ (static_cast<std::uint32_t>(q) << 31));
+  return __builtin_bit_cast(float, __builtin_bit_cast(TESSERA_STD::uint32_t, s) ^ (static_cast<TESSERA_STD::uint32_t>(q) << 31));
 }
 
 // sin/cos of f64 the same way: reduction by pi in three parts (each fma
@@ -92,8 +85,8 @@ constexpr double kTrigFastLimitF64 = 1e5;
 
 template <int kPhase>  // 0: sin, 1: cos
 TESSERA_SCALAR_FN double sincos_f64(double x) {
-  const double j = kPhase ? __builtin_nearbyint(fma(x, 0.3183098861837907, -0.5)) : __builtin_nearbyint(x * 0.3183098861837907);
-  const std::int64_t q = static_cast<std::int64_t>(j) + kPhase;
+  const double j = kPhase ? lm::nearbyint(fma(x, 0.3183098861837907, -0.5)) : lm::nearbyint(x * 0.3183098861837907);
+  const TESSERA_STD::int64_t q = static_cast<TESSERA_STD::int64_t>(j) + kPhase;
   const double h = kPhase ? j + 0.5 : j;
   double r = fma(-h, 3.141592653589793, x);
   r = fma(-h, 1.2246467991473532e-16, r);
@@ -110,19 +103,19 @@ TESSERA_SCALAR_FN double sincos_f64(double x) {
   p = fma(p, r2, 0.008333333333333333);
   p = fma(p, r2, -0.16666666666666666);
   const double s = fma(p * r2, r, r);
-  return __builtin_bit_cast(double, __builtin_bit_cast(std::uint64_t, s) ^ (static_cast<std::uint64_t>(q) << 63));
+  return __builtin_bit_cast(double, __builtin_bit_cast(TESSERA_STD::uint64_t, s) ^ (static_cast<TESSERA_STD::uint64_t>(q) << 63));
 }
 
 // sin (kPhase 0) or cos (1) by the polynomial; `outside` set when |x| is
 // beyond its range (or x is NaN), where std::sin / std::cos give the value.
 template <class T, int kPhase>
-TESSERA_SCALAR_FN T trig_fast(T x, std::uint32_t& outside) {
-  constexpr bool f32 = std::is_same_v<T, float>;
+TESSERA_SCALAR_FN T trig_fast(T x, TESSERA_STD::uint32_t& outside) {
+  constexpr bool f32 = TESSERA_STD::is_same_v<T, float>;
   T s;
   if constexpr (f32) s = sincos_f32<kPhase>(x);
   else s = sincos_f64<kPhase>(x);
   // An integer or-reduction (a bool one does not vectorise).
-  outside |= (f32 ? __builtin_fabsf(x) <= kTrigFastLimit : __builtin_fabs(x) <= kTrigFastLimitF64) ? 0u : 1u;
+  outside |= (f32 ? lm::fabs(x) <= kTrigFastLimit : lm::fabs(x) <= kTrigFastLimitF64) ? 0u : 1u;
   // sin(-0) is -0 (the reduction loses the sign of a zero).
   return kPhase == 0 && x == 0 ? x : s;
 }
@@ -130,7 +123,7 @@ TESSERA_SCALAR_FN T trig_fast(T x, std::uint32_t& outside) {
 // exp of f32 without calls: n = round(x / ln 2), r = x - n ln 2 (two-part
 // constant), e^r by the Cephes polynomial, scaled by 2^n through the exponent
 // bits. Relative error below 2e-7 for |x| <= kExpFastLimit; other inputs
-// (overflow, deep underflow, inf, NaN) go to std::exp.
+// (overflow, deep underflow, inf, NaN) go to lm::exp.
 constexpr float kExpFastLimit = 87.0f;
 
 TESSERA_SCALAR_FN float exp_f32_one(float x) {
@@ -148,13 +141,13 @@ TESSERA_SCALAR_FN float exp_f32_one(float x) {
   p = fma(p, r, 1.6666665459e-1f);
   p = fma(p, r, 5.0000001201e-1f);
   p = fma(p, r2, r) + 1.0f;
-  const std::uint32_t scale = static_cast<std::uint32_t>(static_cast<int>(n) + 127) << 23;
+  const TESSERA_STD::uint32_t scale = static_cast<TESSERA_STD::uint32_t>(static_cast<int>(n) + 127) << 23;
   return p * __builtin_bit_cast(float, scale);
 }
 
-TESSERA_SCALAR_FN bool exp_f32_outside(float x) { return !(__builtin_fabsf(x) <= kExpFastLimit); }
+TESSERA_SCALAR_FN bool exp_f32_outside(float x) { return !(lm::fabs(x) <= kExpFastLimit); }
 
-TESSERA_SCALAR_FN float exp_f32_fast(float x, std::uint32_t& outside) {
+TESSERA_SCALAR_FN float exp_f32_fast(float x, TESSERA_STD::uint32_t& outside) {
   outside |= exp_f32_outside(x) ? 1u : 0u;
   return exp_f32_one(x);
 }
@@ -165,7 +158,7 @@ TESSERA_SCALAR_FN float exp_f32_fast(float x, std::uint32_t& outside) {
 // against the exact value. NaN gives a wrong number here; tanh_f32 returns
 // the NaN itself.
 TESSERA_SCALAR_FN float tanh_f32_one(float x) {
-  const float a = __builtin_fabsf(x);
+  const float a = lm::fabs(x);
   const float z = x * x;
   float p = fma(-5.70498872745e-3f, z, 2.06390887954e-2f);
   p = fma(p, z, -5.37397155531e-2f);
@@ -175,17 +168,17 @@ TESSERA_SCALAR_FN float tanh_f32_one(float x) {
   const float ac = a < 9.0f ? a : 9.0f;
   const float big = 1.0f - 2.0f / (exp_f32_one(2.0f * ac) + 1.0f);
   // Both branches take x's sign (p alone loses it for x = -0).
-  return __builtin_copysignf(a < 0.625f ? p : big, x);
+  return lm::copysign(a < 0.625f ? p : big, x);
 }
 
-TESSERA_SCALAR_FN float tanh_f32(float x) { return std::isnan(x) ? x : tanh_f32_one(x); }
+TESSERA_SCALAR_FN float tanh_f32(float x) { return lm::isnan(x) ? x : tanh_f32_one(x); }
 
 // log of f32 without calls (the Cephes method): x = m 2^e with m in
 // [sqrt(1/2), sqrt(2)) read from the bits, log(m) by a degree-9 polynomial
 // in m - 1, plus e ln 2 in two parts. Error a couple of ulp for normal
-// positive x; zero, negatives, subnormals, inf and NaN go to std::log.
+// positive x; zero, negatives, subnormals, inf and NaN go to lm::log.
 TESSERA_SCALAR_FN float log_f32_one(float x) {
-  const std::uint32_t bits = __builtin_bit_cast(std::uint32_t, x);
+  const TESSERA_STD::uint32_t bits = __builtin_bit_cast(TESSERA_STD::uint32_t, x);
   float e = static_cast<float>(static_cast<int>((bits >> 23) & 0xffu) - 126);
   float m = __builtin_bit_cast(float, (bits & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
   const bool low = m < 0.707106781186547524f;
@@ -207,9 +200,9 @@ TESSERA_SCALAR_FN float log_f32_one(float x) {
 }
 
 // True outside [FLT_MIN, FLT_MAX] (and for NaN).
-TESSERA_SCALAR_FN bool log_f32_outside(float x) { return !(x >= __FLT_MIN__ && x <= __FLT_MAX__); }
+TESSERA_SCALAR_FN bool log_f32_outside(float x) { return !(x >= TESSERA_STD::numeric_limits<float>::min() && x <= TESSERA_STD::numeric_limits<float>::max()); }
 
-TESSERA_SCALAR_FN float log_f32_fast(float x, std::uint32_t& outside) {
+TESSERA_SCALAR_FN float log_f32_fast(float x, TESSERA_STD::uint32_t& outside) {
   outside |= log_f32_outside(x) ? 1u : 0u;
   return log_f32_one(x);
 }
@@ -218,7 +211,7 @@ TESSERA_SCALAR_FN float log_f32_fast(float x, std::uint32_t& outside) {
 // very negative x.
 TESSERA_SCALAR_FN float sigmoid_of_exp(float e) { return 1.0f / (1.0f + e); }
 
-TESSERA_SCALAR_FN float sigmoid_f32_fast(float x, std::uint32_t& outside) {
+TESSERA_SCALAR_FN float sigmoid_f32_fast(float x, TESSERA_STD::uint32_t& outside) {
   return sigmoid_of_exp(exp_f32_fast(-1.0f * x, outside));
 }
 
@@ -240,32 +233,32 @@ template <class T>
 TESSERA_SCALAR_FN T sign(T v) {
   if constexpr (kBool<T>) return v;
   else if constexpr (kUnsignedInt<T>) return static_cast<T>(v != 0);
-  else if constexpr (kFloat<T>) return std::isnan(v) ? v : static_cast<T>((v > 0) - (v < 0));
+  else if constexpr (kFloat<T>) return lm::isnan(v) ? v : static_cast<T>((v > 0) - (v < 0));
   else return static_cast<T>((v > 0) - (v < 0));
 }
 template <class T>
 TESSERA_SCALAR_FN T floor(T v) {
-  if constexpr (kFloat<T>) return std::floor(v);
+  if constexpr (kFloat<T>) return lm::floor(v);
   else return v;
 }
 template <class T>
 TESSERA_SCALAR_FN T ceil(T v) {
-  if constexpr (kFloat<T>) return std::ceil(v);
+  if constexpr (kFloat<T>) return lm::ceil(v);
   else return v;
 }
 template <class T>
 TESSERA_SCALAR_FN T round(T v) {
-  if constexpr (kFloat<T>) return std::nearbyint(v);  // default rounding mode: ties to even
+  if constexpr (kFloat<T>) return lm::nearbyint(v);  // default rounding mode: ties to even
   else return v;
 }
 template <class T>
 TESSERA_SCALAR_FN bool is_nan(T v) {
-  if constexpr (kFloat<T>) return std::isnan(v);
+  if constexpr (kFloat<T>) return lm::isnan(v);
   else return false;
 }
 template <class T>
 TESSERA_SCALAR_FN bool is_finite(T v) {
-  if constexpr (kFloat<T>) return std::isfinite(v);
+  if constexpr (kFloat<T>) return lm::isfinite(v);
   else return true;
 }
 template <class T>
@@ -274,21 +267,21 @@ TESSERA_SCALAR_FN bool logical_not(T v) { return v == T(0); }
 // The float ops that call libm (f64 everywhere; f32 where no polynomial
 // serves). The front end converts integer inputs of these ops to f32.
 template <class T>
-TESSERA_SCALAR_FN T exp(T v) { return std::exp(v); }
+TESSERA_SCALAR_FN T exp(T v) { return lm::exp(v); }
 template <class T>
-TESSERA_SCALAR_FN T log(T v) { return std::log(v); }
+TESSERA_SCALAR_FN T log(T v) { return lm::log(v); }
 template <class T>
-TESSERA_SCALAR_FN T log1p(T v) { return std::log1p(v); }
+TESSERA_SCALAR_FN T log1p(T v) { return lm::log1p(v); }
 template <class T>
-TESSERA_SCALAR_FN T expm1(T v) { return std::expm1(v); }
+TESSERA_SCALAR_FN T expm1(T v) { return lm::expm1(v); }
 template <class T>
-TESSERA_SCALAR_FN T sqrt(T v) { return std::sqrt(v); }
+TESSERA_SCALAR_FN T sqrt(T v) { return lm::sqrt(v); }
 template <class T>
-TESSERA_SCALAR_FN T rsqrt(T v) { return T(1) / std::sqrt(v); }
+TESSERA_SCALAR_FN T rsqrt(T v) { return T(1) / lm::sqrt(v); }
 template <class T>
-TESSERA_SCALAR_FN T tanh(T v) { return std::tanh(v); }
+TESSERA_SCALAR_FN T tanh(T v) { return lm::tanh(v); }
 template <class T>
-TESSERA_SCALAR_FN T sigmoid(T v) { return T(1) / (T(1) + std::exp(-v)); }
+TESSERA_SCALAR_FN T sigmoid(T v) { return T(1) / (T(1) + lm::exp(-v)); }
 
 // ----------------------------------------------------------------- binary
 
@@ -302,12 +295,12 @@ struct Ops {
   }
   static TESSERA_SCALAR_FN T sub(T a, T b) {
     if constexpr (kBool<T>) return a != b;
-    else if constexpr (std::is_integral_v<T>) return wrapping_sub(a, b);
+    else if constexpr (TESSERA_STD::is_integral_v<T>) return wrapping_sub(a, b);
     else return a - b;
   }
   static TESSERA_SCALAR_FN T mul(T a, T b) {
     if constexpr (kBool<T>) return a && b;
-    else if constexpr (std::is_integral_v<T>) return wrapping_mul(a, b);
+    else if constexpr (TESSERA_STD::is_integral_v<T>) return wrapping_mul(a, b);
     else return a * b;
   }
   // Integer division rounds toward minus infinity for signed types (jnp's
@@ -327,14 +320,14 @@ struct Ops {
     }
   }
   static TESSERA_SCALAR_FN T floordiv(T a, T b) {
-    if constexpr (kFloat<T>) return std::floor(a / b);
+    if constexpr (kFloat<T>) return lm::floor(a / b);
     else return div(a, b);
   }
   // The remainder with the sign of the divisor (jnp.remainder, Python's %);
   // x % 0 gives 0 for integers (as NumPy) and NaN for floats.
   static TESSERA_SCALAR_FN T mod(T a, T b) {
     if constexpr (kFloat<T>) {
-      T r = std::fmod(a, b);
+      T r = lm::fmod(a, b);
       return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
     } else if constexpr (kBool<T>) {
       return false;
@@ -349,7 +342,7 @@ struct Ops {
     }
   }
   static TESSERA_SCALAR_FN T pow(T a, T b) {
-    if constexpr (kFloat<T>) return std::pow(a, b);
+    if constexpr (kFloat<T>) return lm::pow(a, b);
     else if constexpr (kBool<T>) return a || !b;
     else {
       if constexpr (kSignedInt<T>)
@@ -366,12 +359,12 @@ struct Ops {
   }
   static TESSERA_SCALAR_FN T max(T a, T b) {
     if constexpr (kFloat<T>)
-      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+      if (lm::isnan(a) || lm::isnan(b)) return TESSERA_STD::numeric_limits<T>::quiet_NaN();
     return a > b ? a : b;
   }
   static TESSERA_SCALAR_FN T min(T a, T b) {
     if constexpr (kFloat<T>)
-      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+      if (lm::isnan(a) || lm::isnan(b)) return TESSERA_STD::numeric_limits<T>::quiet_NaN();
     return a < b ? a : b;
   }
   static TESSERA_SCALAR_FN bool eq(T a, T b) { return a == b; }

@@ -3,7 +3,7 @@
 // unchanged, so kernels can call these for every dtype.
 #pragma once
 
-#include <type_traits>
+#include "core/portable.hpp"
 
 namespace tessera::detail {
 
@@ -11,7 +11,7 @@ namespace tessera::detail {
 /// that narrow types are not promoted back to (signed) int.
 template <class T, bool Narrow = (sizeof(T) < sizeof(unsigned))>
 struct WrapUnsigned {
-  using type = std::make_unsigned_t<T>;
+  using type = TESSERA_STD::make_unsigned_t<T>;
 };
 template <class T>
 struct WrapUnsigned<T, true> {
@@ -19,8 +19,8 @@ struct WrapUnsigned<T, true> {
 };
 
 template <class T>
-constexpr T wrapping_add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
+TESSERA_HD constexpr T wrapping_add(T a, T b) {
+  if constexpr (TESSERA_STD::is_integral_v<T>) {
     using U = typename WrapUnsigned<T>::type;
     return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
   } else {
@@ -29,8 +29,8 @@ constexpr T wrapping_add(T a, T b) {
 }
 
 template <class T>
-constexpr T wrapping_sub(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
+TESSERA_HD constexpr T wrapping_sub(T a, T b) {
+  if constexpr (TESSERA_STD::is_integral_v<T>) {
     using U = typename WrapUnsigned<T>::type;
     return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
   } else {
@@ -39,8 +39,8 @@ constexpr T wrapping_sub(T a, T b) {
 }
 
 template <class T>
-constexpr T wrapping_mul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
+TESSERA_HD constexpr T wrapping_mul(T a, T b) {
+  if constexpr (TESSERA_STD::is_integral_v<T>) {
     using U = typename WrapUnsigned<T>::type;
     return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
   } else {
@@ -49,8 +49,8 @@ constexpr T wrapping_mul(T a, T b) {
 }
 
 template <class T>
-constexpr T wrapping_neg(T a) {
-  if constexpr (std::is_integral_v<T>) {
+TESSERA_HD constexpr T wrapping_neg(T a) {
+  if constexpr (TESSERA_STD::is_integral_v<T>) {
     using U = typename WrapUnsigned<T>::type;
     return static_cast<T>(U(0) - static_cast<U>(a));
   } else {

@@ -220,3 +220,108 @@ TEST(NativeMode, OffAndSmallBlocksInAutoUseTheTileLoop) {
   }
   cpu::set_native_mode(cpu::NativeMode::Auto);
 }
+
+#ifdef TESSERA_TEST_NVRTC
+// The generator's other target: the same member expressions over the same
+// prelude, written as a CUDA kernel and compiled by NVRTC (no GPU needed to
+// compile). Every op of the elementwise family in every dtype it takes.
+#include <nvrtc.h>
+
+namespace {
+
+using detail_expr = tessera::detail::ElementExpr;
+
+// A group whose every member reads its own inputs and is written out.
+struct GroupBuilder {
+  cpu::NativeGroup g;
+  void add(detail_expr e, const std::vector<ts::DType>& in) {
+    cpu::NativeGroup::Member m;
+    m.expr = e;
+    for (ts::DType t : in) {
+      cpu::NativeGroup::Arg a;
+      a.input = static_cast<int>(g.inputs.size());
+      g.inputs.push_back(t);
+      m.args.push_back(a);
+    }
+    m.output = g.num_outputs++;
+    g.members.push_back(m);
+  }
+};
+
+std::string nvrtc_compile(const std::string& src) {
+  nvrtcProgram p;
+  if (nvrtcCreateProgram(&p, src.c_str(), "fused.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return "create failed";
+  const std::string inc = std::string("-I") + TESSERA_CUDA_INCLUDE, cccl = inc + "/cccl";
+  std::vector<const char*> opts = {"--gpu-architecture=compute_90", "--fmad=false", "-std=c++20", cccl.c_str(),
+                                   inc.c_str()};
+  const nvrtcResult r = nvrtcCompileProgram(p, static_cast<int>(opts.size()), opts.data());
+  std::size_t n = 0;
+  nvrtcGetProgramLogSize(p, &n);
+  std::string log(n, '\0');
+  nvrtcGetProgramLog(p, log.data());
+  nvrtcDestroyProgram(&p);
+  return r == NVRTC_SUCCESS ? std::string() : log;
+}
+
+}  // namespace
+
+TEST(NativeCuda, EveryElementwiseOpCompilesWithNvrtc) {
+  using K = detail_expr::Kind;
+  using tessera::detail::BinaryOp;
+  using tessera::detail::UnaryOp;
+  const std::vector<ts::DType> all = {ts::bool_, ts::u8, ts::i8, ts::u32, ts::i32, ts::u64, ts::i64, ts::f32, ts::f64};
+  for (ts::DType t : all) {
+    GroupBuilder b;
+    const bool fl = t == ts::f32 || t == ts::f64;
+    for (int u = 0; u <= static_cast<int>(UnaryOp::Not); ++u) {
+      const auto op = static_cast<UnaryOp>(u);
+      const bool float_only = !(op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Sign || op == UnaryOp::Floor ||
+                                op == UnaryOp::Ceil || op == UnaryOp::Round || op == UnaryOp::IsNan ||
+                                op == UnaryOp::IsFinite || op == UnaryOp::Not);
+      if (float_only && !fl) continue;
+      detail_expr e;
+      e.kind = K::Unary;
+      e.unary = op;
+      e.t = t;
+      e.result = tessera::detail::returns_bool(op) ? ts::bool_ : t;
+      b.add(e, {t});
+    }
+    for (int o = 0; o <= static_cast<int>(BinaryOp::Xor); ++o) {
+      const auto op = static_cast<BinaryOp>(o);
+      detail_expr e;
+      e.kind = K::Binary;
+      e.binary = op;
+      e.t = t;
+      e.result = tessera::detail::returns_bool(op) ? ts::bool_ : t;
+      b.add(e, {t, t});
+      e.kind = K::BinaryScalar;
+      e.scalar.is_scalar = true;
+      e.scalar.f = 2.5;
+      e.scalar.i = 3;
+      e.scalar_first = o % 2 == 0;
+      b.add(e, {t});
+    }
+    detail_expr sel;
+    sel.kind = K::Select;
+    sel.t = sel.result = t;
+    b.add(sel, {ts::bool_, t, t});
+    sel.kind = K::SelectScalar;
+    sel.scalar.is_scalar = true;
+    b.add(sel, {ts::bool_, t});
+    for (ts::DType to : all) {
+      detail_expr cv;
+      cv.kind = K::Convert;
+      cv.t = t;
+      cv.result = to;
+      b.add(cv, {t});
+    }
+    const std::string src = cpu::native_source(b.g, cpu::NativeTarget::Cuda);
+    ASSERT_FALSE(src.empty()) << ts::dtype_name(t);
+    EXPECT_NE(src.find("__global__ void tessera_fused"), std::string::npos);
+    const std::string log = nvrtc_compile(src);
+    EXPECT_TRUE(log.empty()) << ts::dtype_name(t) << ":\n" << log.substr(0, 4000);
+    // The CPU target of the same group builds too.
+    EXPECT_NE(cpu::native_source(b.g, cpu::NativeTarget::Cpu).find("fused_loop"), std::string::npos);
+  }
+}
+#endif

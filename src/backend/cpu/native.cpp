@@ -46,15 +46,18 @@ std::optional<NativeMode> g_mode;
 
 // ------------------------------------------------------------- generator
 
-const char* ctype(DType t) {
+// The C++ type of dtype t in the target's dialect (the fixed-width
+// integers from libcu++ on CUDA).
+std::string ctype(DType t, NativeTarget target) {
+  const std::string ns = target == NativeTarget::Cuda ? "cuda::std::" : "std::";
   switch (t) {
     case DType::bool_: return "bool";
-    case DType::u8: return "std::uint8_t";
-    case DType::i8: return "std::int8_t";
-    case DType::u32: return "std::uint32_t";
-    case DType::i32: return "std::int32_t";
-    case DType::u64: return "std::uint64_t";
-    case DType::i64: return "std::int64_t";
+    case DType::u8: return ns + "uint8_t";
+    case DType::i8: return ns + "int8_t";
+    case DType::u32: return ns + "uint32_t";
+    case DType::i32: return ns + "int32_t";
+    case DType::u64: return ns + "uint64_t";
+    case DType::i64: return ns + "int64_t";
     case DType::f32: return "float";
     case DType::f64: return "double";
   }
@@ -66,7 +69,7 @@ bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
 // The call computing a unary op on `x`, as the eager kernel
 // (backend/cpu/elementwise.cpp) computes it; "" when there is none.
 std::string unary_call(UnaryOp op, DType t, const std::string& x) {
-  const std::string T = ctype(t);
+  const std::string T = t == DType::f32 ? "float" : "double";  // (used by the float ops only)
   const bool f32 = t == DType::f32;
   switch (op) {
     case UnaryOp::Neg: return "M::neg(" + x + ")";
@@ -141,8 +144,10 @@ constexpr int kStep = 64;
 // written into the source), so groups that differ only in their scalars
 // share one compiled loop.
 struct Generator {
-  explicit Generator(const NativeGroup& group) : g(group) {}
+  Generator(const NativeGroup& group, NativeTarget t) : g(group), target(t) {}
   const NativeGroup& g;
+  NativeTarget target;
+  std::string ctype(DType t) const { return cpu::ctype(t, target); }
   std::vector<double> f;
   std::vector<std::int64_t> i;
 
@@ -191,7 +196,7 @@ struct Generator {
     std::string body, blocked;
     for (size_t k = 0; k < g.inputs.size(); ++k) {
       const std::string T = ctype(g.inputs[k]);
-      param("const " + T + "* __restrict " + var('a', k), "static_cast<const " + T + "*>(in_[" + std::to_string(k) + "])");
+      param("const " + T + "* __restrict__ " + var('a', k), "static_cast<const " + T + "*>(in_[" + std::to_string(k) + "])");
     }
     for (size_t m = 0; m < g.members.size(); ++m) {
       const NativeGroup::Member& mem = g.members[m];
@@ -232,7 +237,7 @@ struct Generator {
         }
         case ElementExpr::Kind::Convert:
           if (x.size() != 1) return "";
-          value = e.t == e.result ? x[0] : "tessera::detail::convert_one<" + std::string(ctype(e.result)) + ">(" + x[0] + ")";
+          value = e.t == e.result ? x[0] : "tessera::detail::convert_one<" + ctype(e.result) + ">(" + x[0] + ")";
           // Integer to float plus +0, which changes no value a conversion
           // gives: under -fno-trapping-math GCC folds float(int(x)) into
           // trunc(x), which keeps the sign of -0 where the integer has none.
@@ -246,7 +251,7 @@ struct Generator {
                  expand(value, true) + ";\n";
       if (mem.output >= 0) {
         const std::string o = var('o', mem.output);
-        param(R + "* __restrict " + o, "static_cast<" + R + "*>(out_[" + std::to_string(mem.output) + "])");
+        param(R + "* __restrict__ " + o, "static_cast<" + R + "*>(out_[" + std::to_string(mem.output) + "])");
         body += "    " + o + "[e] = " + v + ";\n";
         blocked += "      " + o + "[e + u] = " + v + "[u];\n";
       }
@@ -254,6 +259,19 @@ struct Generator {
     }
     std::string src = kNativePrelude;
     src += "\n// ---- the fused loop\nnamespace M = tessera::detail::math;\n";
+    if (target == NativeTarget::Cuda) {
+      // One element per thread, grid-stride; the flag of an element beyond
+      // a polynomial's range is or-ed into *outside_ for the caller.
+      src +=
+          "extern \"C\" __global__ void tessera_fused(const void* const* in_, void* const* out_, const double* f_, "
+          "const cuda::std::int64_t* i_, cuda::std::int64_t n, unsigned* outside_) {\n";
+      for (size_t k = 0; k < params.size(); ++k) src += "  " + params[k] + " = " + args[k] + ";\n";
+      src += "  (void)in_; (void)out_; (void)f_; (void)i_;\n  cuda::std::uint32_t outside = 0;\n";
+      src += "  for (cuda::std::int64_t e = blockIdx.x * static_cast<cuda::std::int64_t>(blockDim.x) + threadIdx.x; "
+             "e < n; e += static_cast<cuda::std::int64_t>(gridDim.x) * blockDim.x) {\n" +
+             body + "  }\n  if (outside) atomicOr(outside_, 1u);\n}\n";
+      return src;
+    }
     src += "constexpr int kStep = " + std::to_string(kStep) + ";\n\n";
     src += "static __attribute__((noinline)) unsigned fused_loop(";
     for (const std::string& p : params) src += p + ", ";
@@ -265,7 +283,8 @@ struct Generator {
         "void* const* out_, const double* f_, const std::int64_t* i_, std::int64_t n) {\n"
         "  (void)in_; (void)out_; (void)f_; (void)i_;\n  return fused_loop(";
     for (const std::string& a : args) src += a + ", ";
-    src += "n);\n}\n";
+    src += "n);\n"
+        "}\n";
     return src;
   }
 };
@@ -459,10 +478,10 @@ void set_native_mode(NativeMode mode) {
 
 std::int64_t native_min_elements() { return std::int64_t(1) << 16; }
 
-std::string native_source(const NativeGroup& g) { return Generator(g)(); }
+std::string native_source(const NativeGroup& g, NativeTarget target) { return Generator(g, target)(); }
 
 std::shared_ptr<const NativeKernel> native_kernel(const NativeGroup& g) {
-  Generator gen(g);
+  Generator gen(g, NativeTarget::Cpu);
   const std::string src = gen();
   if (src.empty()) return nullptr;
   std::string id = src + "\n// " + compiler();

@@ -81,9 +81,15 @@ void set_native_mode(NativeMode mode);
 /// Auto mode compiles a group whose largest block has at least this many elements.
 std::int64_t native_min_elements();
 
+/// Which compiler a loop's source is for: the host's C++ compiler (a shared
+/// object with the CPU loop), or NVRTC (a CUDA kernel, one element per
+/// thread). Both are the same member expressions over the same prelude
+/// (core/portable.hpp, core/scalar_math.hpp), written for the target.
+enum class NativeTarget { Cpu, Cuda };
+
 /// The source of g's loop, or "" when some member has no element
 /// expression this generator knows.
-std::string native_source(const NativeGroup& g);
+std::string native_source(const NativeGroup& g, NativeTarget target = NativeTarget::Cpu);
 
 /// g's compiled loop: from the in-memory cache, the disk cache or the
 /// compiler (under one lock, so concurrent callers compile it once);
