@@ -32,6 +32,14 @@
 // block_until_ready() (dispatch: `inner` calls, then one block), divided by
 // `inner`; `inner` grows until a sample takes >= 2 ms so that clock
 // resolution does not matter. One untimed warm-up call precedes the samples.
+//
+// seed_<tanh|matmul2d|normalize|allgather_matmul>[_jit] (the "seeds" group):
+// the small programs of the distributed-JAX introduction, on 8 devices
+// (--devices 8) whatever the machine: eager (the C++ function called
+// directly) or under ts::jit. Latency rows: every sample is at least 20 ms
+// and 200 calls (fewer where 200 would take over 0.5 s: JAX's eager
+// shard_map takes a tenth of a second and more a call), each call ending in
+// block_until_ready(); no limit.
 #include <cblas.h>
 #include <sys/resource.h>
 
@@ -60,6 +68,10 @@ using json = nlohmann::json;
 namespace {
 
 constexpr double kMinSample = 2e-3;  // seconds per sample, at least
+// The seeds rows take microseconds a call: many calls per sample.
+constexpr double kSeedMinSample = 20e-3;
+constexpr int kSeedMinInner = 200;
+constexpr double kMaxSample = 0.5;  // min_inner gives way where its sample would take longer
 
 struct Timing {
   std::vector<double> samples;  // seconds per call
@@ -67,16 +79,21 @@ struct Timing {
 };
 
 // One warm-up call, then `inner` calibrated so that a sample takes >=
-// kMinSample, then `reps` samples. `call` runs one complete call (blocking).
-Timing time_calls(int reps, const std::function<void()>& call) {
+// min_sample, and raised to min_inner unless such a sample would take over
+// kMaxSample; then `reps` samples. `call` runs one complete call (blocking).
+Timing time_calls(int reps, const std::function<void()>& call, double min_sample = kMinSample, int min_inner = 1) {
   call();
   Timing t;
   for (;;) {
     const double t0 = tb::now_seconds();
     for (int i = 0; i < t.inner; ++i) call();
     const double dt = tb::now_seconds() - t0;
-    if (dt >= kMinSample || t.inner >= (1 << 20)) break;
-    t.inner = dt <= 0 ? t.inner * 16 : std::min(t.inner * 16, static_cast<int>(t.inner * 1.5 * kMinSample / dt) + 1);
+    if (dt >= min_sample || t.inner >= (1 << 20)) {
+      if (t.inner < min_inner)
+        t.inner = std::max(t.inner, std::min(min_inner, static_cast<int>(kMaxSample * t.inner / std::max(dt, 1e-9))));
+      break;
+    }
+    t.inner = dt <= 0 ? t.inner * 16 : std::min(t.inner * 16, static_cast<int>(t.inner * 1.5 * min_sample / dt) + 1);
   }
   for (int r = 0; r < reps; ++r) {
     const double t0 = tb::now_seconds();
@@ -175,6 +192,8 @@ class Runner {
         for (const char* m : {"4099", "100000"})
           for (const char* form : {"fwd", "fwd16", "fwd64", "fwd128", "rev", "rev16", "rev64", "rev128"})
             out.push_back(std::string("stel_n") + n + "_m" + m + "_" + form);
+      for (const char* w : {"tanh", "matmul2d", "normalize", "allgather_matmul"})
+        for (const char* form : {"", "_jit"}) out.push_back(std::string("seed_") + w + form);
       return out;
     }();
     return v;
@@ -193,6 +212,7 @@ class Runner {
     if (w == "jac_vmap" || w == "jac_map") return jacobian(w == "jac_map");
     if (w == "mlp_grad") return mlp_grad();
     if (auto spec = parse_stel(w)) return stellarator(w, *spec);
+    if (w.rfind("seed_", 0) == 0) return seed(w);
     for (const char* size : {"_4k", "_64m"}) {
       const std::string suffix(size);
       if (w.size() > suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0)
@@ -640,6 +660,72 @@ class Runner {
     r["jacobian_device_mb"] = static_cast<double>(jac_device_bytes) / mib;
     r["jacobian_mb"] = static_cast<double>(m * p * 8) / mib;
     r["inputs_mb"] = static_cast<double>((m * p + p) * 8) / mib;
+    r["limit"] = "none";
+    return r;
+  }
+
+  // The seeds: the small programs of the distributed-JAX introduction on 8
+  // devices, eager (the function called directly) or under ts::jit (JAX's
+  // twin: the jnp / shard_map-wrapped function called directly, or
+  // jax.jit of it). tanh: arange(8) i32 over a 1-d mesh "i"; the others on
+  // a (4, 2) mesh ("i", "j"): dot(x, w) + b; shard_map normalize over "j";
+  // shard_map x @ all_gather(w, "i"). The normalize body computes x - mean
+  // twice and squares by a multiply, as JAX's (x - mean)**2 ... (x - mean)
+  // does (integer_pow), so both sides run the same seven ops.
+  json seed(const std::string& w) {
+    const std::string jit_suffix = "_jit";
+    const bool jitted =
+        w.size() > jit_suffix.size() && w.compare(w.size() - jit_suffix.size(), jit_suffix.size(), jit_suffix) == 0;
+    const std::string base = jitted ? w.substr(0, w.size() - jit_suffix.size()) : w;
+    if (n_ != 8) throw std::runtime_error(w + " is for 8 devices (--devices 8), the runner has " + nstr());
+    const ts::Mesh m1 = ts::make_mesh({8}, {"i"});
+    const ts::Mesh m2 = ts::make_mesh({4, 2}, {"i", "j"});
+    auto on2 = [&](const ts::PartitionSpec& s) { return ts::NamedSharding(m2, s); };
+    auto normal = [](std::uint32_t k, const ts::Shape& shape, const ts::NamedSharding& s) {
+      return ts::random::normal(ts::random::key(k), shape, ts::f32, s);
+    };
+    std::function<ts::Array()> call;
+    auto bind = [&](auto f, auto... args) {
+      if (jitted) {
+        auto jf = ts::jit(f, {}, base);
+        call = [jf, args...] { return jf(args...); };
+      } else {
+        call = [f, args...] { return f(args...); };
+      }
+    };
+    std::string layout;
+    if (base == "seed_tanh") {
+      bind([](ts::Array v) { return ts::tanh(v); }, ts::arange(0, 8, 1, ts::i32, ts::NamedSharding(m1, ts::P("i"))));
+      layout = "(8,) P(i)";
+    } else if (base == "seed_matmul2d") {
+      bind([](ts::Array x, ts::Array wt, ts::Array b) { return ts::matmul(x, wt) + b; },
+           normal(0, {192, 64}, on2(ts::P("i", ts::none))), normal(1, {64, 128}, on2(ts::P(ts::none, "j"))),
+           normal(2, {128}, on2(ts::P("j"))));
+      layout = "(4,2) x P(i,) w P(,j)";
+    } else if (base == "seed_normalize") {
+      auto f = ts::shard_map(
+          [](ts::Array x) {
+            const ts::Array mean = ts::pmean(x, "j");
+            const ts::Array d = x - mean;
+            const ts::Array sd = ts::sqrt(ts::pmean(d * d, "j"));
+            return (x - mean) / sd;
+          },
+          m2, {ts::P("i", "j")}, ts::P("i", "j"));
+      bind(f, normal(3, {192, 64}, on2(ts::P("i", "j"))));
+      layout = "(4,2) x P(i,j)";
+    } else if (base == "seed_allgather_matmul") {
+      auto f = ts::shard_map([](ts::Array x, ts::Array wt) { return ts::matmul(x, ts::all_gather(wt, "i", 0, true)); },
+                             m2, {ts::P("i", ts::none), ts::P("i", ts::none)}, ts::P("i", ts::none));
+      bind(f, normal(0, {192, 64}, on2(ts::P("i", ts::none))), normal(4, {64, 128}, on2(ts::P("i", ts::none))));
+      layout = "(4,2) x w P(i,)";
+    } else {
+      throw std::invalid_argument("unknown workload '" + w + "' (--list shows them)");
+    }
+    auto t = time_calls(reps_, [&] { call().block_until_ready(); }, kSeedMinSample, kSeedMinInner);
+    json r = result(w, layout, t);
+    const ts::Array y = call();
+    r["dtype"] = ts::dtype_name(y.dtype());
+    r["shape"] = y.shape();
     r["limit"] = "none";
     return r;
   }

@@ -2,7 +2,7 @@
 """Tessera and JAX side by side: alternates the two runners and prints one table.
 
     python compare.py --build build/default [--rounds 5] [--reps 3] [--devices N]
-                      [--only diff,sum,jit,jac_stellarator] [--out DIR]
+                      [--only diff,sum,jit,seeds,jac_stellarator] [--out DIR]
                       [--jac-sizes 4099,100000] [--jac-devices 2,8] [--jac-rounds 2]
 
 For every group of workloads and every round, runs bench_compare_tessera and
@@ -21,6 +21,14 @@ f64 with rows sharded; jacfwd and jacrev whole and chunked) runs every
 peak RSS is that row's; N comes from --jac-devices, not --devices, and the
 family runs at most --jac-rounds rounds (a call of M = 1e5 rows takes about a
 second). Its rows get a table of their own, with the peaks beside the times.
+
+The seeds group (the small programs of the distributed-JAX introduction:
+tanh of arange(8), dot(x, w) + b on a 4x2 mesh, a shard_map normalize with
+pmean, a shard_map matmul with all_gather; each eagerly and under jit) runs
+on 8 devices whatever --devices says: 8 virtual devices on a machine of few
+cores measure dispatch overhead. Latency rows: the median time per call,
+block_until_ready() included, with at least 200 calls per sample (fewer
+where a sample would take over 0.5 s), and no machine limit.
 
 Writes <out>/compare.json (everything, samples included) and compare.md (the
 table in Markdown); <out> defaults to <build>/bench-results.
@@ -52,7 +60,12 @@ GROUPS = [
     ("autodiff jac_vmap", ["jac_vmap"]),
     ("autodiff jac_map", ["jac_map"]),
     ("autodiff mlp_grad", ["mlp_grad"]),
+    # A third element fixes the group's device count (else --devices).
+    ("seeds", [f"seed_{w}{form}" for w in ("tanh", "matmul2d", "normalize", "allgather_matmul")
+               for form in ("", "_jit")], 8),
 ]
+# Groups whose rows have no machine limit: they alone need no limits run.
+NO_LIMIT_GROUPS = {"seeds"}
 TITLES = {
     "diff_1dev": "diff axis 0, 4096² f64, prepend 0",
     "diff_rows": "  same, along the sharded axis",
@@ -72,6 +85,14 @@ TITLES = {
     "jac_vmap": "Jacobian 4096x8 rows, 24 params f64: vmap(jacfwd)",
     "jac_map": "  same, chunked 128 rows (JAX lax.map batch_size)",
     "mlp_grad": "jit(grad) 3-layer MLP 8192x256 f32, batch sharded",
+    "seed_tanh": "seeds (8 dev): tanh(arange(8)) i32, eager",
+    "seed_tanh_jit": "  same, jit",
+    "seed_matmul2d": "seeds: dot(x,w)+b 192x64 @ 64x128 f32, eager",
+    "seed_matmul2d_jit": "  same, jit",
+    "seed_normalize": "seeds: shard_map normalize (pmean j) 192x64, eager",
+    "seed_normalize_jit": "  same, jit",
+    "seed_allgather_matmul": "seeds: shard_map x @ all_gather(w, i) 192x64x128, eager",
+    "seed_allgather_matmul_jit": "  same, jit",
 }
 JAC_FAMILY = "jac_stellarator"
 JAC_FORMS = ("fwd", "fwd16", "fwd64", "fwd128", "rev", "rev16", "rev64", "rev128")
@@ -289,8 +310,8 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     n = args.devices
 
-    groups = [(g, ws, n) for g, ws in GROUPS] + jac_groups([int(m) for m in args.jac_sizes.split(",")],
-                                                          [int(d) for d in args.jac_devices.split(",")])
+    groups = [(g[0], g[1], g[2] if len(g) > 2 else n) for g in GROUPS]
+    groups += jac_groups([int(m) for m in args.jac_sizes.split(",")], [int(d) for d in args.jac_devices.split(",")])
     if args.only:
         want = set(args.only.split(","))
         groups = [(g, [w for w in ws if g in want or w in want or g.split()[0] in want], gn) for g, ws, gn in groups]
@@ -309,6 +330,9 @@ def main():
         k = min(args.rounds, args.jac_rounds)
         print(f"  {JAC_FAMILY}: N = {args.jac_devices.replace(',', ', ')} devices, {k} round{'s' if k != 1 else ''}",
               flush=True)
+    fixed = [(g, gn) for g, _, gn in groups if not is_jac(g) and gn != n]
+    if fixed:
+        print("  " + ", ".join(f"{g}: {gn} devices" for g, gn in fixed), flush=True)
     if busy_before is not None and busy_before > 0.1:
         print(f"  warning: other programs keep {busy_before:.0%} of the CPUs busy before the run; "
               f"times will be noisy (both sides alike, thanks to the alternation)", flush=True)
@@ -336,7 +360,7 @@ def main():
         return r
 
     # The Jacobian rows use no limit: measured only when other rows need them.
-    need_limits = any(not is_jac(g) for g, _, _ in groups)
+    need_limits = any(not is_jac(g) and g not in NO_LIMIT_GROUPS for g, _, _ in groups)
     lim_runs = [limits()] if need_limits else []
     samples = {}  # (side, workload) -> [seconds]
     meta = {}     # (side, workload) -> last result (without samples)
@@ -499,6 +523,15 @@ def main():
             notes.append(f"tessera {w} with OpenBLAS's AVX-512 kernel (OPENBLAS_CORETYPE=SkylakeX): {fmt_time(t)}"
                          + (f", {t / tj:.2f} of JAX's time" if tj else "")
                          + f", {vs_limit(w, t)[0]:.2f} of the limit")
+    seeds = [r for r in table if r["workload"].startswith("seed_")]
+    if seeds:
+        inner = {side: sorted({(r[f"{side}_meta"] or {}).get("inner") for r in seeds} - {None})
+                 for side in ("tessera", "jax")}
+        notes.append("seeds: 8 devices (a 1-d mesh i for tanh, a (4, 2) mesh i, j for the rest); eager: the function "
+                     "called as it is (JAX: the jnp function or the shard_map-wrapped one, without jax.jit), jit: "
+                     "ts::jit / jax.jit of it; median time per call, block_until_ready() included, calls per sample "
+                     + ", ".join(f"{side} {v[0]}-{v[-1]}" if len(v) > 1 else f"{side} {v[0]}"
+                                 for side, v in inner.items() if v))
     jd = meta.get(("jax", "dispatch"), {})
     if "eager_seconds" in jd:
         notes.append(f"jax dispatch without jit (x + 1 eagerly): {fmt_time(jd['eager_seconds'])} per op")

@@ -20,6 +20,14 @@ untimed warm-up call (it compiles) precedes the samples; `inner` grows until a
 sample takes >= 2 ms. Axis types are Auto on every mesh, as on the Tessera
 side.
 
+seed_<tanh|matmul2d|normalize|allgather_matmul>[_jit] (the "seeds" group, 8
+devices): the small programs of the distributed-JAX introduction, eager (the
+jnp function or the shard_map-wrapped function called without jax.jit, as
+the tutorial does) or under jax.jit of it; every sample is at least 20 ms
+and 200 calls (fewer where 200 would take over 0.5 s: the eager shard_map
+rows take a tenth of a second and more a call), each call ending in
+block_until_ready().
+
 stel_* rows (the jac_stellarator family, any N, M and chunk; the name's N
 must be --devices) take one warm-up call and `reps` single calls, and report
 the process's peak RSS and its RSS before the inputs existed.
@@ -39,9 +47,13 @@ WORKLOADS = (["diff_1dev", "diff_rows", "diff_cols", "sin", "sin_jit", "sum", "m
              + ["dispatch", "uneven_diff", "chain_jit", "chain_eager", "trace_compile", "mlp_big_jit",
                 "mlp_big_explicit", "jac_vmap", "jac_map", "mlp_grad"]
              + [f"stel_n{n}_m{m}_{form}" for n in (2, 8) for m in (4099, 100000)
-                for form in ("fwd", "fwd16", "fwd64", "fwd128", "rev", "rev16", "rev64", "rev128")])
+                for form in ("fwd", "fwd16", "fwd64", "fwd128", "rev", "rev16", "rev64", "rev128")]
+             + [f"seed_{w}{form}" for w in ("tanh", "matmul2d", "normalize", "allgather_matmul")
+                for form in ("", "_jit")])
 
 MIN_SAMPLE = 2e-3  # seconds per sample, at least
+SEED_MIN_SAMPLE, SEED_MIN_INNER = 20e-3, 200  # the seeds take microseconds a call: many calls per sample
+MAX_SAMPLE = 0.5  # min_inner gives way where its sample would take longer
 STEL_NAME = re.compile(r"stel_n(\d+)_m(\d+)_(fwd|rev)(\d*)")
 STEL_PARAMS = 512
 
@@ -59,8 +71,11 @@ def configure(n):
     return jax
 
 
-def time_calls(reps, call):
-    """One warm-up call, calibrated inner count, `reps` samples (seconds per call)."""
+def time_calls(reps, call, min_sample=MIN_SAMPLE, min_inner=1):
+    """One warm-up call, calibrated inner count, `reps` samples (seconds per call).
+
+    inner grows until a sample takes >= min_sample, then to min_inner unless
+    such a sample would take over MAX_SAMPLE."""
     call()
     inner = 1
     while True:
@@ -68,9 +83,11 @@ def time_calls(reps, call):
         for _ in range(inner):
             call()
         dt = time.perf_counter() - t0
-        if dt >= MIN_SAMPLE or inner >= (1 << 20):
+        if dt >= min_sample or inner >= (1 << 20):
+            if inner < min_inner:
+                inner = max(inner, min(min_inner, int(MAX_SAMPLE * inner / max(dt, 1e-9))))
             break
-        inner = inner * 16 if dt <= 0 else min(inner * 16, int(inner * 1.5 * MIN_SAMPLE / dt) + 1)
+        inner = inner * 16 if dt <= 0 else min(inner * 16, int(inner * 1.5 * min_sample / dt) + 1)
     samples = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -150,6 +167,8 @@ class Runner:
             return self.mlp_grad()
         if STEL_NAME.fullmatch(w):
             return self.stellarator(w)
+        if w.startswith("seed_"):
+            return self.seed(w)
         for suffix, nbytes in (("_4k", 4096), ("_64m", 64 << 20)):
             if w.endswith(suffix):
                 return self.collective(w, w[: -len(suffix)], nbytes)
@@ -500,6 +519,56 @@ class Runner:
             samples.append(time.perf_counter() - t0)
         return self.result(w, f"A rows ({n},)", samples, 1, peak_rss_mb=peak_rss_mb(), rss_start_mb=rss_start,
                            jacobian_mb=m * p * 8 / (1 << 20), inputs_mb=(m * p + p) * 8 / (1 << 20), **extra)
+
+
+    # The seeds: the small programs of the distributed-JAX introduction on 8
+    # devices. Eager: the jnp function, or the shard_map-wrapped function,
+    # called without jax.jit (as the tutorial does); _jit: jax.jit of it
+    # (no in/out shardings: the arguments' own). Same shapes, dtypes and
+    # layouts as the Tessera runner; values random normal.
+    def seed(self, w):
+        jax, jnp, P = self.jax, self.jnp, self.P
+        lax = jax.lax
+        if self.n != 8:
+            raise ValueError(f"{w} is for 8 devices (--devices 8), the runner has {self.n}")
+        jitted = w.endswith("_jit")
+        base = w[: -len("_jit")] if jitted else w
+        m1 = self.mesh((8,), ("i",))
+        m2 = self.mesh((4, 2), ("i", "j"))
+
+        def normal(k, shape, spec):
+            v = jax.random.normal(jax.random.PRNGKey(k), shape, dtype=jnp.float32)
+            return jax.device_put(v, self.NamedSharding(m2, spec))
+
+        if base == "seed_tanh":
+            f = jnp.tanh
+            args = (jax.device_put(jnp.arange(8, dtype=jnp.int32), self.NamedSharding(m1, P("i"))),)
+            layout = "(8,) P(i)"
+        elif base == "seed_matmul2d":
+            f = lambda x, wt, b: jnp.dot(x, wt) + b  # noqa: E731
+            args = (normal(0, (192, 64), P("i", None)), normal(1, (64, 128), P(None, "j")), normal(2, (128,), P("j")))
+            layout = "(4,2) x P(i,) w P(,j)"
+        elif base == "seed_normalize":
+            def norm(x):
+                mean = lax.pmean(x, "j")
+                std = jnp.sqrt(lax.pmean((x - mean) ** 2, "j"))
+                return (x - mean) / std
+            f = self.shard_map(norm, m2, (P("i", "j"),), P("i", "j"))
+            args = (normal(3, (192, 64), P("i", "j")),)
+            layout = "(4,2) x P(i,j)"
+        elif base == "seed_allgather_matmul":
+            f = self.shard_map(lambda x, wt: jnp.dot(x, lax.all_gather(wt, "i", axis=0, tiled=True)), m2,
+                               (P("i", None), P("i", None)), P("i", None))
+            args = (normal(0, (192, 64), P("i", None)), normal(4, (64, 128), P("i", None)))
+            layout = "(4,2) x w P(i,)"
+        else:
+            raise ValueError(f"unknown workload '{w}'")
+        if jitted:
+            f = jax.jit(f)
+        out = f(*args)
+        samples, inner = time_calls(self.reps, lambda: f(*args).block_until_ready(), SEED_MIN_SAMPLE,
+                                    SEED_MIN_INNER)
+        return self.result(w, layout, samples, inner, dtype=str(out.dtype), shape=list(out.shape))
 
 
 def peak_rss_mb():

@@ -9,8 +9,9 @@
 # tests), builds bench_compare_tessera, and runs compare.py, which alternates
 # the two sides, prints one table and writes BUILD_DIR/bench-results/
 # compare.json and compare.md. Extra arguments go to compare.py (--rounds,
-# --reps, --only diff,sum, --devices N; the Jacobian family: --only
-# jac_stellarator, --jac-sizes, --jac-devices, --jac-rounds).
+# --reps, --only diff,sum, --devices N; the tutorial's small programs on 8
+# devices: --only seeds; the Jacobian family: --only jac_stellarator,
+# --jac-sizes, --jac-devices, --jac-rounds).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
