@@ -46,58 +46,46 @@ std::string Convert::params() const { return std::string("to=") + dtype_name(res
 
 // ------------------------------------------------------------ element_expr
 
-std::optional<ElementExpr> Unary::element_expr() const {
+namespace {
+ElementExpr expr(ElementExpr::Kind kind, DType t, DType result) {
   ElementExpr e;
-  e.kind = ElementExpr::Kind::Unary;
+  e.kind = kind;
+  e.t = t;
+  e.result = result;
+  return e;
+}
+}  // namespace
+
+std::optional<ElementExpr> Unary::element_expr() const {
+  ElementExpr e = expr(ElementExpr::Kind::Unary, t_, result_);
   e.unary = op_;
-  e.t = t_;
-  e.result = result_;
   return e;
 }
 
 std::optional<ElementExpr> Binary::element_expr() const {
-  ElementExpr e;
-  e.kind = ElementExpr::Kind::Binary;
+  ElementExpr e = expr(ElementExpr::Kind::Binary, t_, result_);
   e.binary = op_;
-  e.t = t_;
-  e.result = result_;
   return e;
 }
 
 std::optional<ElementExpr> BinaryScalar::element_expr() const {
-  ElementExpr e;
-  e.kind = ElementExpr::Kind::BinaryScalar;
+  ElementExpr e = expr(ElementExpr::Kind::BinaryScalar, t_, result_);
   e.binary = op_;
-  e.t = t_;
-  e.result = result_;
   e.scalar = s_;
   e.scalar_first = left_;
   return e;
 }
 
-std::optional<ElementExpr> Select::element_expr() const {
-  ElementExpr e;
-  e.kind = ElementExpr::Kind::Select;
-  e.t = e.result = t_;
-  return e;
-}
+std::optional<ElementExpr> Select::element_expr() const { return expr(ElementExpr::Kind::Select, t_, t_); }
 
 std::optional<ElementExpr> SelectScalar::element_expr() const {
-  ElementExpr e;
-  e.kind = ElementExpr::Kind::SelectScalar;
-  e.t = e.result = t_;
+  ElementExpr e = expr(ElementExpr::Kind::SelectScalar, t_, t_);
   e.scalar = s_;
   e.scalar_first = is_x_;
   return e;
 }
 
-std::optional<ElementExpr> Convert::element_expr() const {
-  ElementExpr e;
-  e.kind = ElementExpr::Kind::Convert;
-  e.t = from_;
-  e.result = result_;
-  return e;
-}
+std::optional<ElementExpr> Convert::element_expr() const { return expr(ElementExpr::Kind::Convert, from_, result_); }
 
 std::vector<TypeInfo> Constraint::infer(std::span<const AbstractArray> in) const {
   return {TypeInfo{in[0].shape, in[0].dtype}};
