@@ -146,6 +146,31 @@ class LinearTrace final : public Trace {
     return outs;
   }
 
+  // The program run forwards: the tangents of values `outputs` from
+  // tangents `ts` of values `inputs` (empty: zero). It binds the ops the
+  // JVP rules bound, with the same constants, so its results are those
+  // jvp would give, bit for bit, without the primal computation.
+  std::vector<Array> forward(const std::vector<int>& inputs, const std::vector<Array>& ts,
+                             const std::vector<int>& outputs) const {
+    std::vector<Array> val(values.size());
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (inputs[k] >= 0) val[inputs[k]] = like(ts[k], values[static_cast<size_t>(inputs[k])].sharding);
+    for (const LinearEqn& e : eqns) {
+      bool any = false;
+      for (int v : e.in) any = any || (v >= 0 && val[v].valid());
+      if (!any) continue;  // every linear operand is zero: so are the results
+      std::vector<Array> args;
+      for (size_t k = 0; k < e.in.size(); ++k)
+        args.push_back(e.in[k] < 0 ? e.constants[k] : instantiate(val[e.in[k]], e.types[k]));
+      const auto got = bind(e.prim, args);
+      for (size_t r = 0; r < e.out.size() && r < got.size(); ++r)
+        val[e.out[r]] = like(got[r], values[static_cast<size_t>(e.out[r])].sharding);
+    }
+    std::vector<Array> out;
+    for (int v : outputs) out.push_back(v >= 0 ? val[v] : Array());
+    return out;
+  }
+
   // Cotangents of values `inputs` from cotangents `cts` of values `outputs`
   // (-1: not a value of the program; its cotangent is dropped).
   std::vector<Array> transpose(const std::vector<int>& inputs, const std::vector<int>& outputs,
@@ -241,13 +266,13 @@ struct VjpState {
   std::vector<Array> primals, results;
 };
 
-JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals_in, Pullback& pullback) {
-  const std::vector<Array> primals = manual_inputs(primals_in);  // inside a shard_map body: captures as local copies
-  check_inputs(primals, "vjp");
+// Runs f once under a JVP trace whose tangents are the values of a linear
+// trace: the primal results come back in `outs`, the tangent computation is
+// recorded in st->lin (vjp transposes it; jacfwd runs it forwards).
+static std::shared_ptr<VjpState> linearize(const TraceFn& f, const std::vector<Array>& primals, std::any& tree,
+                                    std::vector<Array>& outs) {
   auto st = std::make_shared<VjpState>();
   st->primals = primals;
-  auto tree = std::make_shared<std::any>();
-  std::vector<Array> outs;
   {
     TraceScope lin_scope(&st->lin);
     JvpTrace jvp;  // made inside: its rules' tangent ops reach the linear trace
@@ -263,13 +288,22 @@ JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals_in, Pullb
       in.push_back(jvp.wrap(p, t));
     }
     TraceScope scope(&jvp);
-    outs = f(in, *tree);
+    outs = f(in, tree);
     for (Array& o : outs) {
       Dual d = jvp.unwrap(o);
       st->outputs.push_back(st->lin.owns(d.tangent) ? d.tangent.impl()->value : -1);
       o = d.primal;
     }
   }
+  return st;
+}
+
+JitResult vjp_call(const TraceFn& f, const std::vector<Array>& primals_in, Pullback& pullback) {
+  const std::vector<Array> primals = manual_inputs(primals_in);  // inside a shard_map body: captures as local copies
+  check_inputs(primals, "vjp");
+  auto tree = std::make_shared<std::any>();
+  std::vector<Array> outs;
+  auto st = linearize(f, primals, *tree, outs);
   st->results = outs;
   pullback = [st](const std::vector<Array>& cts) {
     if (cts.size() != st->outputs.size())
@@ -318,25 +352,30 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
   VmapOptions opt;
   opt.chunk_size = chunk;
   Array cols;  // (*out, n) for forward, (m, *in) for reverse
-  Shape out_shape;
+  TraceFn one = [&](const std::vector<Array>& a, std::any&) { return std::vector<Array>{f(a[0])}; };
   if (forward) {
+    // Linearized once: the primal computation runs here, and each chunk of
+    // directions runs only the recorded tangent program (the products with
+    // the directions), as JAX's jacfwd does under jit once XLA hoists the
+    // loop-invariant primal out of its map.
+    std::any tree;
+    std::vector<Array> outs;
+    const auto st = linearize(one, {x}, tree, outs);
+    const Array y = outs[0];
     TraceFn g = [&](const std::vector<Array>& idx, std::any&) {
-      std::vector<Array> t_out;
-      TraceFn one = [&](const std::vector<Array>& a, std::any&) { return std::vector<Array>{f(a[0])}; };
-      auto r = jvp_call(one, {x}, {one_hot(idx[0], x)}, t_out);
-      out_shape = r.outs[0].shape();
-      return t_out;
+      if (st->outputs[0] < 0) return std::vector<Array>{zeros(y.shape(), y.dtype(), y.sharding(), {})};
+      auto t = st->lin.forward(st->inputs, {one_hot(idx[0], x)}, st->outputs);
+      return std::vector<Array>{instantiate(t[0], type_of(y))};
     };
     // The directions go last, (*out, n): a chunk's columns are written
     // straight into their place, with no transposed copy of the whole.
     opt.out_axes = {-1};
     cols = vmap_call({indices(x)}, {0}, opt, g, name).outs[0];
-    Shape js = out_shape;
+    Shape js = y.shape();
     js.insert(js.end(), x.shape().begin(), x.shape().end());
     return reshape(cols, js);
   }
   Pullback back;
-  TraceFn one = [&](const std::vector<Array>& a, std::any&) { return std::vector<Array>{f(a[0])}; };
   auto r = vjp_call(one, {x}, back);
   const Array y = r.outs[0];
   if (!has_tangent(y.dtype())) throw DTypeError(msg(name, "the function's result must be floating point, got " + typeof(y)));

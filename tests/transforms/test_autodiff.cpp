@@ -242,6 +242,23 @@ TEST(Autodiff, JacfwdEqualsJacrevAndChunksAreBitwise) {
   }
 }
 
+// Tall operands against a few columns (a chunk of directions) run the GEMM
+// in blocks of rows, the whole Jacobian in one call: the bits must agree.
+// 1300 rows over 2 devices: 650 per device, blocked at n <= 64, k = 512.
+TEST(Autodiff, ChunkedJacobianOfATallProductIsBitwise) {
+  const ts::Mesh m = line(2);
+  const ts::Array a = input({1300, 512}, ts::NamedSharding(m, ts::P("x")));
+  const ts::Array x = input({512}, ts::NamedSharding(m, ts::P()), 1);
+  auto f = [&](const ts::Array& v) { return ts::tanh(ts::matmul(a, v)) * 2.0 + 1.0; };
+  const ts::Array whole = ts::jacfwd(f)(x);
+  for (std::int64_t c : {16, 64, 100})
+    EXPECT_EQ(ts::jacfwd(f, {.chunk_size = c})(x).to_vector<double>(), whole.to_vector<double>()) << "chunk " << c;
+  // The narrow product itself against columns of the wide one.
+  const ts::Array w = input({512, 512}, ts::NamedSharding(m, ts::P()), 2);
+  const ts::Array wide = ts::matmul(a, w), narrow = ts::matmul(a, ts::slice(w, {{0, 512}, {40, 56}}));
+  EXPECT_EQ(narrow.to_vector<double>(), ts::slice(wide, {{0, 1300}, {40, 56}}).to_vector<double>());
+}
+
 // A chunked Jacobian holds its output and one chunk's values at a time:
 // each chunk's columns are written into their place, not kept for a
 // concatenation (and jacfwd's columns go last, with no transposed copy).

@@ -75,6 +75,24 @@ void gemm_one(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, 
     return;
   }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    // A narrow product (a tall operand against a few columns, as a chunk of
+    // Jacobian directions makes) runs in blocks of rows: OpenBLAS packs the
+    // tall operand for the whole call, and blocks keep that packed copy in
+    // cache (1.4x faster at n = 16, k = 512). Each element's sum over k is
+    // the same whatever the rows around it, so the bits do not change. A
+    // block keeps m*n*k >= 2^21, above the size where OpenBLAS switches to
+    // its small-matrix kernels (another summation order: for a 848 x 512 by
+    // 512 x 1 block they differ in the last bit).
+    if (n <= 64 && !ta) {
+      const std::int64_t rows = std::max<std::int64_t>(256, (std::int64_t{1} << 21) / std::max<std::int64_t>(1, n * k));
+      if (m >= 2 * rows) {
+        for (std::int64_t i = 0, len = 0; i < m; i += len) {
+          len = m - i < 2 * rows ? m - i : rows;  // the last block takes the remainder: none is under `rows`
+          gemm_one(ta, tb, len, n, k, a + i * k, b, c + i * n);
+        }
+        return;
+      }
+    }
     const int M = blas_int(m), N = blas_int(n), K = blas_int(k);
     const int lda = ta ? M : K, ldb = tb ? K : N;
     const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
