@@ -53,8 +53,15 @@ struct Interp2dOptions {
 /// - Sharding: elementwise over Q (xq and yq are brought to one layout as
 ///   for a binary elementwise op); x, y and f are made whole on every
 ///   device; the rest dims of the result are unsharded.
-/// - Transformations: vmap over the queries stays one call; differentiation
-///   is not supported (apply stop_gradient to the inputs).
+/// - Transformations: vmap over the queries stays one call. Derivatives
+///   (jvp, grad) in xq and yq are the slopes of the query's cell polynomial
+///   (the cell chosen as above, so at a knot the cell to its right, as JAX
+///   differentiates interpax) and 0 where `fill` replaces the value; in f
+///   the op is linear (reverse mode scatters the cotangent back to the
+///   table with the same weights; sharded queries are summed into partial
+///   tables, not gathered). Tangents of the grid x, y raise Error
+///   ("[interp2d] is not differentiable with respect to the grid x/y");
+///   second derivatives in xq, yq raise likewise.
 ///
 /// Errors: ShapeError for ranks and sizes (x or y not 1-d or with fewer
 /// than 2 points, f not (nx, ny, ...), xq and yq of different shapes), ValueError

@@ -56,6 +56,15 @@ struct ResampleOptions {
 /// raises ValueError naming it. Rows may be sharded (partial
 /// accumulators are summed over the mesh, exactly); target and the wave
 /// grid are brought whole to every device.
+///
+/// Derivatives (jvp, grad) in flux, weights, wave_scale and init; the wave
+/// and target grids raise Error. The tangent is an exact accumulator too:
+/// the rows' tangent terms split into limbs for a bound measured on them
+/// (the largest |term| over every row), so exact_total of it is the
+/// derivative of the total with the same bits on every mesh. In reverse
+/// mode the accumulator's cotangent is read from its first limb (where
+/// exact_total's transpose puts the value's cotangent, as on every limb),
+/// and each row's cotangent is computed from it alone.
 Array resample_accumulate(const Array& flux, const Array& wave, const Array& target, const Array& segment_ids,
                           std::int64_t num_segments, double max_abs, const ResampleOptions& opt = {},
                           std::source_location loc = std::source_location::current());
@@ -65,6 +74,10 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
 /// dim (sum over axis k+1) is exact and order-independent, under any mesh.
 /// The bound is a precondition, not checked (that would cost a pass over x):
 /// a larger term keeps its limbs but loses the 2^30-term guarantee.
+///
+/// Linear for differentiation: the tangent is an accumulator holding the
+/// tangent's value in limb 0 (exact_total reads it back), and the
+/// transpose reads the cotangent of limb 0.
 Array exact_limbs(const Array& x, double max_abs, std::source_location loc = std::source_location::current());
 
 /// The value of an exact accumulator (3, ...): (limb0 + limb1) + limb2,

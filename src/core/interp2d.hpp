@@ -7,4 +7,8 @@ namespace tessera::detail {
 
 enum class Interp2dMethod { Linear, Cubic };
 
+/// What an interp2d primitive evaluates: the interpolant, or its derivative
+/// in the query's x or y coordinate (the rule of its JVP in xq, yq).
+enum class Interp2dDeriv { Value, X, Y };
+
 }  // namespace tessera::detail

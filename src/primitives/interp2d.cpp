@@ -50,16 +50,62 @@ double Interp2d::work(std::span<const AbstractArray>, const std::vector<TypeInfo
   return 2 * taps * static_cast<double>(num_elements(out[0].shape));
 }
 
-std::string Interp2d::params() const {
+namespace {
+
+std::string interp_params(Interp2dMethod method, const std::optional<double>& fill, Interp2dDeriv deriv) {
   std::string s = "method=";
-  s += method_ == Interp2dMethod::Cubic ? "cubic" : "linear";
+  s += method == Interp2dMethod::Cubic ? "cubic" : "linear";
   s += " fill=";
-  s += fill_ ? number_str(*fill_) : std::string("extrapolate");
+  s += fill ? number_str(*fill) : std::string("extrapolate");
+  if (deriv == Interp2dDeriv::X) s += " deriv=x";
+  if (deriv == Interp2dDeriv::Y) s += " deriv=y";
   return s;
 }
 
-PrimitivePtr make_interp2d(Interp2dMethod method, std::optional<double> fill) {
-  return std::make_shared<Interp2d>(method, fill);
+}  // namespace
+
+std::string Interp2d::params() const { return interp_params(method_, fill_, deriv_); }
+
+PrimitivePtr make_interp2d(Interp2dMethod method, std::optional<double> fill, Interp2dDeriv deriv) {
+  return std::make_shared<Interp2d>(method, fill, deriv);
 }
+
+// ======================================================= interp2d_transpose
+
+std::vector<TypeInfo> Interp2dTranspose::infer(std::span<const AbstractArray> in) const {
+  Shape s{in[2].shape[0], in[3].shape[0]};
+  s.insert(s.end(), in[4].shape.begin() + static_cast<std::ptrdiff_t>(in[0].shape.size()), in[4].shape.end());
+  return {TypeInfo{s, in[4].dtype}};
+}
+
+// The queries are summed over (a reduction factor shared by xq, yq and ct);
+// the table's dims are whole on every device, as in interp2d.
+ShardingRule Interp2dTranspose::rule(std::span<const AbstractArray> in) const {
+  ShardingRule r;
+  auto add = [&](std::int64_t n, FactorKind kind) {
+    r.factors.push_back(Factor{n, kind});
+    return static_cast<int>(r.factors.size()) - 1;
+  };
+  std::vector<int> q;
+  for (std::int64_t n : in[0].shape) q.push_back(add(n, FactorKind::Reduction));
+  const int fx = add(in[2].shape[0], FactorKind::NeedReplication);
+  const int fy = add(in[3].shape[0], FactorKind::NeedReplication);
+  std::vector<int> ct = q, out{fx, fy};
+  for (size_t d = in[0].shape.size(); d < in[4].shape.size(); ++d) {
+    const int k = add(in[4].shape[d], FactorKind::NeedReplication);
+    ct.push_back(k);
+    out.push_back(k);
+  }
+  r.operands = {q, q, {fx}, {fy}, ct};
+  r.results = {out};
+  return r;
+}
+
+double Interp2dTranspose::work(std::span<const AbstractArray> in, const std::vector<TypeInfo>&) const {
+  const double taps = method_ == Interp2dMethod::Cubic ? 16 : 4;
+  return 2 * taps * static_cast<double>(num_elements(in[4].shape));
+}
+
+std::string Interp2dTranspose::params() const { return interp_params(method_, fill_, deriv_); }
 
 }  // namespace tessera::detail

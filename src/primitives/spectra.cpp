@@ -7,7 +7,9 @@
 // backend/cpu/eval_spectra.cpp).
 #include "primitives/spectra.hpp"
 
+#include <array>
 #include <cstdio>
+#include <string>
 
 namespace tessera::detail {
 
@@ -50,6 +52,82 @@ std::string ResampleAccumulate::params() const {
   if (has_init_) s += " init";
   return s;
 }
+
+namespace {
+
+// The factors of the primal operands (flux, wave, target, segment_ids,
+// weights, wave_scale); `rows` of the given kind. Returns (rows, spec, tgt).
+std::array<int, 3> primal_factors(ShardingRule& r, std::span<const AbstractArray> in, FactorKind rows_kind,
+                                  bool has_weights, bool has_scale) {
+  const int rows = add_factor(r, in[0].shape[0], rows_kind);
+  const int spec = add_factor(r, in[0].shape[1], FactorKind::NeedReplication);
+  const int tgt = add_factor(r, in[2].shape[0], FactorKind::NeedReplication);
+  r.operands = {{rows, spec}, in[1].shape.size() == 2 ? std::vector<int>{rows, spec} : std::vector<int>{spec},
+                {tgt}, {rows}};
+  if (has_weights) r.operands.push_back({rows});
+  if (has_scale) r.operands.push_back({rows});
+  return {rows, spec, tgt};
+}
+
+std::string spectra_params(std::int64_t num_segments, bool has_weights, bool has_scale) {
+  std::string s = "num_segments=" + std::to_string(num_segments);
+  if (has_weights) s += " weights";
+  if (has_scale) s += " wave_scale";
+  return s;
+}
+
+}  // namespace
+
+// ========================================================= resample_tangent
+
+std::vector<TypeInfo> ResampleTangent::infer(std::span<const AbstractArray> in) const {
+  if (rowmax_) return {TypeInfo{{in[0].shape[0]}, DType::f64}};
+  return {TypeInfo{{3, num_segments_, in[2].shape[0]}, DType::f64}};
+}
+
+ShardingRule ResampleTangent::rule(std::span<const AbstractArray> in) const {
+  ShardingRule r;
+  const auto [rows, spec, tgt] = primal_factors(
+      r, in, rowmax_ ? FactorKind::PassThrough : FactorKind::Reduction, has_weights_, has_scale_);
+  r.operands.push_back({rows, spec});
+  if (has_weights_) r.operands.push_back({rows});
+  if (has_scale_) r.operands.push_back({rows});
+  if (rowmax_) {
+    r.results = {{rows}};
+    return r;
+  }
+  r.operands.push_back({});  // the bound
+  const int limb = add_factor(r, 3, FactorKind::NeedReplication);
+  const int seg = add_factor(r, num_segments_, FactorKind::NeedReplication);
+  r.results = {{limb, seg, tgt}};
+  return r;
+}
+
+std::string ResampleTangent::params() const { return spectra_params(num_segments_, has_weights_, has_scale_); }
+
+// ======================================================= resample_transpose
+
+std::vector<TypeInfo> ResampleTranspose::infer(std::span<const AbstractArray> in) const {
+  std::vector<TypeInfo> r{TypeInfo{in[0].shape, DType::f64}};
+  const Shape rows{in[0].shape[0]};
+  if (has_weights_) r.push_back(TypeInfo{rows, DType::f64});
+  if (has_scale_) r.push_back(TypeInfo{rows, DType::f64});
+  return r;
+}
+
+ShardingRule ResampleTranspose::rule(std::span<const AbstractArray> in) const {
+  ShardingRule r;
+  const auto [rows, spec, tgt] = primal_factors(r, in, FactorKind::PassThrough, has_weights_, has_scale_);
+  const int limb = add_factor(r, 3, FactorKind::NeedReplication);
+  const int seg = add_factor(r, num_segments_, FactorKind::NeedReplication);
+  r.operands.push_back({limb, seg, tgt});
+  r.results = {{rows, spec}};
+  if (has_weights_) r.results.push_back({rows});
+  if (has_scale_) r.results.push_back({rows});
+  return r;
+}
+
+std::string ResampleTranspose::params() const { return spectra_params(num_segments_, has_weights_, has_scale_); }
 
 PrimitivePtr make_resample_accumulate(std::int64_t num_segments, double max_abs, bool has_weights, bool has_scale,
                                       bool has_init) {

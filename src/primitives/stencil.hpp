@@ -106,6 +106,8 @@ class Convolve2d final : public Primitive {
   TESSERA_DECLARE_RULE;
   int keeps_layout_of() const override { return 0; }
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_JVP;
+  TESSERA_DECLARE_TRANSPOSE;
 };
 
 /// jnp.gradient along `axis` with uniform `spacing` (edge_order 1): central

@@ -553,15 +553,16 @@ TEST(Interp2d, Errors) {
   expect_error<ts::Error>([&] { ts::interp2d(q, ts::Array{}, x, y, f); }, "[interp2d]", {"yq"});
   const auto other = ts::zeros({4}, ts::f32, ts::NamedSharding(test_meshes()[1], ts::P()));
   expect_error<ts::ShardingError>([&] { ts::interp2d(q, q, other, y, f); }, "[interp2d]", {"different meshes"});
-  // Not differentiable (the default rule): its message names the op and
-  // the way out; without tangents, or with stop_gradient, it runs.
+  // Not differentiable in the grid (tests/transforms/test_ifu_rules.cpp has
+  // the derivatives): the message names the op and the way out; with
+  // stop_gradient, it runs.
   const auto xv = ts::device_put(std::vector<float>{0, 1, 2, 3}, {4}, s);
   const auto yv = ts::device_put(std::vector<float>{0, 1, 2, 3, 4}, {5}, s);
-  const auto fn = [&](ts::Array xq, ts::Array table) { return ts::interp2d(xq, xq, xv, yv, table); };
-  expect_error<ts::Error>([&] { ts::jvp(fn, {q, f}, {ts::Array(), ts::ones(f.shape(), f.dtype(), f.sharding())}); }, "[interp2d]",
-                          {"not differentiable", "stop_gradient"});
-  auto [val, tan] = ts::jvp([&](ts::Array xq, ts::Array table) { return fn(xq, ts::stop_gradient(table)); }, {q, f},
-                            {ts::Array(), ts::ones(f.shape(), f.dtype(), f.sharding())});
+  const auto fn = [&](ts::Array xq, ts::Array grid) { return ts::interp2d(xq, xq, grid, yv, f); };
+  expect_error<ts::Error>([&] { ts::jvp(fn, {q, xv}, {ts::Array(), ts::ones(xv.shape(), xv.dtype(), xv.sharding())}); },
+                          "[interp2d]", {"not differentiable with respect to the grid x/y", "stop_gradient"});
+  auto [val, tan] = ts::jvp([&](ts::Array xq, ts::Array grid) { return fn(xq, ts::stop_gradient(grid)); }, {q, xv},
+                            {ts::Array(), ts::ones(xv.shape(), xv.dtype(), xv.sharding())});
   EXPECT_EQ(val.shape(), (ts::Shape{3, 2}));
 }
 

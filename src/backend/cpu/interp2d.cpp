@@ -104,21 +104,34 @@ struct Taps {
 /// the result is the knot's row.
 double frac(double v, double a, double h) { return h == 0 ? 0.0 : (v - a) / h; }
 
-/// Linear: (x[i] - v) / h on knot i-1, (v - x[i-1]) / h on knot i.
-Taps<2> linear_taps(const Axis& a, std::int64_t i, double v) {
+/// Linear: (x[i] - v) / h on knot i-1, (v - x[i-1]) / h on knot i. Their
+/// derivatives in v (`slope`): -1 / h and 1 / h (0 for an empty cell).
+Taps<2> linear_taps(const Axis& a, std::int64_t i, double v, bool slope) {
   const double h = a.knot[i] - a.knot[i - 1];
+  if (slope) return {{i - 1, i}, {-a.inv[i - 1], a.inv[i - 1]}};
   return {{i - 1, i}, {frac(a.knot[i], v, h), frac(v, a.knot[i - 1], h)}};
 }
 
 /// Cubic (Hermite with finite-difference knot derivatives) on knots
-/// i-2 .. i+1; see the top of the file.
-Taps<4> cubic_taps(const Axis& a, std::int64_t i, double v) {
+/// i-2 .. i+1; see the top of the file. With `slope`, the weights of the
+/// interpolant's derivative in v instead: the basis functions' derivatives
+/// times dt/dv = 1 / h (the knot derivatives are fixed by the table, so the
+/// taps and the way they combine stay the same).
+Taps<4> cubic_taps(const Axis& a, std::int64_t i, double v, bool slope) {
   const double h = a.knot[i] - a.knot[i - 1];
   const double s = a.inv[i - 1];  // secant of the cell: (f[i] - f[i-1]) * s
   const double t = frac(v, a.knot[i - 1], h);
   const double t2 = t * t, t3 = t2 * t;
-  const double h0 = 1 - 3 * t2 + 2 * t3, h1 = 3 * t2 - 2 * t3;
-  const double g0 = h * (t - 2 * t2 + t3), g1 = h * (t3 - t2);  // h G0(t), h G1(t)
+  double h0 = 1 - 3 * t2 + 2 * t3, h1 = 3 * t2 - 2 * t3;
+  double g0 = h * (t - 2 * t2 + t3), g1 = h * (t3 - t2);  // h G0(t), h G1(t)
+  if (slope) {
+    // d/dv of H0, H1 is (-6t + 6t^2) / h and its negative; of h G0 and h G1,
+    // 1 - 4t + 3t^2 and 3t^2 - 2t. An empty cell (s = 0) has t fixed at 0.
+    h0 = (6 * t2 - 6 * t) * s;
+    h1 = -h0;
+    g0 = s == 0 ? 0.0 : 1 - 4 * t + 3 * t2;
+    g1 = s == 0 ? 0.0 : 3 * t2 - 2 * t;
+  }
   Taps<4> r{{i - 2, i - 1, i, i + 1}, {0, h0, h1, 0}};
   // g0 * f'[i-1]: the secant of the cell alone at the first knot, else the
   // mean of the secants before and after knot i-1.
@@ -150,11 +163,17 @@ Taps<4> cubic_taps(const Axis& a, std::int64_t i, double v) {
 template <class T>
 class Kernel {
  public:
-  Kernel(Interp2dMethod method, const std::optional<double>& fill, const Interp2dGrid& g, const T* f,
-         std::int64_t rest, T* out)
+  /// `f` and `out` are the table and the result rows; transposed, the
+  /// result rows' cotangents and the table's (accumulated into).
+  Kernel(Interp2dMethod method, const std::optional<double>& fill, Interp2dDeriv deriv, const Interp2dGrid& g,
+         const T* f, std::int64_t rest, T* out, bool transposed)
       : method_(method),
         extrapolate_(!fill.has_value()),
-        fill_(fill ? static_cast<T>(*fill) : T(0)),
+        // A constant fill has zero slope.
+        fill_(fill && deriv == Interp2dDeriv::Value ? static_cast<T>(*fill) : T(0)),
+        slope_x_(deriv == Interp2dDeriv::X),
+        slope_y_(deriv == Interp2dDeriv::Y),
+        transposed_(transposed),
         ax_(g.x, g.x_dtype, g.nx),
         ay_(g.y, g.y_dtype, g.ny),
         f_(f),
@@ -177,20 +196,32 @@ class Kernel {
  private:
   /// Result row q for the query (u, v).
   void one(std::int64_t q, double u, double v) {
-    T* o = out_ + q * rest_;
     if (!extrapolate_ && !(ax_.inside(u) && ay_.inside(v))) {
-      std::fill_n(o, rest_, fill_);
+      // The fill does not depend on the table: nothing to scatter back.
+      if (!transposed_) std::fill_n(out_ + q * rest_, rest_, fill_);
       return;
     }
     const std::int64_t i = ax_.cell(u), j = ay_.cell(v);
     if (method_ == Interp2dMethod::Linear)
-      tensor(linear_taps(ax_, i, u), linear_taps(ay_, j, v), o);
+      tensor(q, linear_taps(ax_, i, u, slope_x_), linear_taps(ay_, j, v, slope_y_));
     else
-      tensor(cubic_taps(ax_, i, u), cubic_taps(ay_, j, v), o);
+      tensor(q, cubic_taps(ax_, i, u, slope_x_), cubic_taps(ay_, j, v, slope_y_));
   }
 
   template <int K>
-  void tensor(const Taps<K>& tx, const Taps<K>& ty, T* o) const {
+  void tensor(std::int64_t q, const Taps<K>& tx, const Taps<K>& ty) const {
+    if (transposed_) {
+      // Each tap's table row receives its weight times the query's row, in
+      // query order and tap order (a fixed order: the same bits every run).
+      const T* c = f_ + q * rest_;
+      for (int k = 0; k < K; ++k)
+        for (int l = 0; l < K; ++l) {
+          const T w = static_cast<T>(tx.w[k] * ty.w[l]);
+          T* o = out_ + (tx.idx[k] * ay_.n + ty.idx[l]) * rest_;
+          for (std::int64_t r = 0; r < rest_; ++r) o[r] += w * c[r];
+        }
+      return;
+    }
     const T* rows[K * K];
     T w[K * K];
     for (int k = 0; k < K; ++k)
@@ -198,12 +229,13 @@ class Kernel {
         rows[k * K + l] = f_ + (tx.idx[k] * ay_.n + ty.idx[l]) * rest_;
         w[k * K + l] = static_cast<T>(tx.w[k] * ty.w[l]);
       }
-    weighted_rows<T, K * K>(rows, w, o, rest_);
+    weighted_rows<T, K * K>(rows, w, out_ + q * rest_, rest_);
   }
 
   Interp2dMethod method_;
   bool extrapolate_;
   T fill_;
+  bool slope_x_, slope_y_, transposed_;
   Axis ax_, ay_;
   const T* f_;
   std::int64_t rest_;
@@ -212,13 +244,30 @@ class Kernel {
 
 }  // namespace
 
-void interp2d(Interp2dMethod method, const std::optional<double>& fill, const Interp2dGrid& grid, const void* xq,
-              DType xq_dtype, const void* yq, DType yq_dtype, std::int64_t n, const void* f, DType t,
-              std::int64_t rest, void* out) {
+void interp2d(Interp2dMethod method, const std::optional<double>& fill, Interp2dDeriv deriv,
+              const Interp2dGrid& grid, const void* xq, DType xq_dtype, const void* yq, DType yq_dtype,
+              std::int64_t n, const void* f, DType t, std::int64_t rest, void* out) {
   if (n == 0 || rest == 0) return;
   auto go = [&](auto tag) {
     using T = decltype(tag);
-    Kernel<T>(method, fill, grid, static_cast<const T*>(f), rest, static_cast<T*>(out))
+    Kernel<T>(method, fill, deriv, grid, static_cast<const T*>(f), rest, static_cast<T*>(out), false)
+        .run(xq, xq_dtype, yq, yq_dtype, n);
+  };
+  if (t == DType::f64)
+    go(double{});
+  else
+    go(float{});
+}
+
+void interp2d_transpose(Interp2dMethod method, const std::optional<double>& fill, Interp2dDeriv deriv,
+                        const Interp2dGrid& grid, const void* xq, DType xq_dtype, const void* yq, DType yq_dtype,
+                        std::int64_t n, const void* ct, DType t, std::int64_t rest, void* table) {
+  const std::int64_t size = grid.nx * grid.ny * rest;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    std::fill_n(static_cast<T*>(table), size, T(0));
+    if (n == 0 || rest == 0) return;
+    Kernel<T>(method, fill, deriv, grid, static_cast<const T*>(ct), rest, static_cast<T*>(table), true)
         .run(xq, xq_dtype, yq, yq_dtype, n);
   };
   if (t == DType::f64)

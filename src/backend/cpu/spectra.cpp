@@ -255,4 +255,229 @@ std::string resample_accumulate(const ResampleArgs& a) {
   return {};
 }
 
+// ================================================================ derivatives
+//
+// The derivative of row i's contribution out[j] = m p[j] L_in / L_out (m the
+// weight, c the wave scale, w = c * base, s the flux row). Differentiated
+// almost everywhere: which cell a target falls in and which wavelengths
+// count in L_in are piecewise constant, so only the values move:
+//   p[j] = s[a] + (t[j] - w[a]) slope, slope = (s[b] - s[a]) / (w[b] - w[a])
+//     (a = b - 1, the cell's knots; p held at s[0] or s[K-1] off the ends),
+//   dp[j] = (1-u) ds[a] + u ds[b] - slope ((1-u) base[a] + u base[b]) dc,
+//     u = (t[j] - w[a]) / (w[b] - w[a]) (an empty cell: ds[a]);
+//   dL_in = sum_k [inside] (ds[k] (w[k] - w[k-1]) + s[k] (base[k] - base[k-1]) dc),
+//   dL_out = sum_{j>=1} dp[j] dt[j],
+//   d ratio = (dL_in - ratio dL_out) / L_out,
+//   d out[j] = dm p[j] ratio + m (dp[j] ratio + p[j] d ratio).
+// A row whose ratio the primal replaces by 0 (NaN, or L_out = 0) has zero
+// derivative, as a constant branch. The rows are computed by plain loops:
+// these kernels run once per derivative, not per pipeline step.
+
+namespace {
+
+/// One row's primal quantities and the cells of its targets.
+struct RowModel {
+  std::vector<double> w, p, u, slope;
+  std::vector<std::int64_t> cell;  // upper knot b in [1, K-1]; -1: held at s[0]; -2: held at s[K-1]
+  std::vector<char> inside;        // wavelength k (k >= 1) counts in L_in
+  double lin = 0, lout = 0, ratio = 0, bsum = 0;
+  bool valid = false;
+
+  RowModel(std::int64_t K, std::int64_t T)
+      : w(static_cast<std::size_t>(K)),
+        p(static_cast<std::size_t>(T)),
+        u(static_cast<std::size_t>(T)),
+        slope(static_cast<std::size_t>(T)),
+        cell(static_cast<std::size_t>(T)),
+        inside(static_cast<std::size_t>(K)) {}
+
+  void run(const double* base, double c, const double* s, std::int64_t K, const double* t, const double* dt,
+           std::int64_t T) {
+    const double tlo = t[0], thi = t[T - 1];
+    for (std::int64_t k = 0; k < K; ++k) w[k] = base[k] * c;
+    lin = bsum = 0;
+    for (std::int64_t k = 1; k < K; ++k) {
+      inside[k] = w[k] >= tlo && w[k] <= thi;
+      if (!inside[k]) continue;
+      lin += s[k] * (w[k] - w[k - 1]);
+      bsum += s[k] * (base[k] - base[k - 1]);
+    }
+    std::int64_t b = 1;
+    for (std::int64_t j = 0; j < T; ++j) {
+      const double tj = t[j];
+      u[j] = slope[j] = 0;
+      if (K == 1 || tj < w[0]) {
+        cell[j] = -1;
+        p[j] = s[0];
+      } else if (tj > w[K - 1]) {
+        cell[j] = -2;
+        p[j] = s[K - 1];
+      } else {
+        while (b < K - 1 && w[b] <= tj) ++b;
+        cell[j] = b;
+        const double dx = w[b] - w[b - 1];
+        if (dx > 0) {
+          slope[j] = (s[b] - s[b - 1]) / dx;
+          u[j] = (tj - w[b - 1]) / dx;
+        }
+        p[j] = s[b - 1] + (tj - w[b - 1]) * slope[j];
+      }
+    }
+    lout = 0;
+    for (std::int64_t j = 1; j < T; ++j) lout += p[j] * dt[j];
+    ratio = lin / lout;
+    valid = !(std::isnan(ratio) || lout == 0.0);
+  }
+};
+
+/// The primal grids and rows of one call, read as f64.
+struct RowReader {
+  const ResampleArgs& a;
+  std::vector<double> t, dt, base, s;
+  std::vector<std::int64_t> id;
+
+  explicit RowReader(const ResampleArgs& args)
+      : a(args),
+        t(static_cast<std::size_t>(args.T)),
+        dt(static_cast<std::size_t>(args.T), 0.0),
+        base(static_cast<std::size_t>(args.K)),
+        s(static_cast<std::size_t>(args.K)),
+        id(static_cast<std::size_t>(args.n)) {
+    load_row(a.target, a.target_dt, 0, a.T, t.data());
+    for (std::int64_t j = 1; j < a.T; ++j) dt[j] = t[j] - t[j - 1];
+    if (!a.wave_per_row && a.K > 0) load_row(a.wave, a.wave_dt, 0, a.K, base.data());
+    for (std::int64_t i = 0; i < a.n; ++i) {
+      const std::int64_t v = load_id(a.seg, a.seg_dt, i);
+      id[i] = (v >= 0 && v < a.S) ? v : -1;
+    }
+  }
+  /// Loads row i into base and s and runs the model; false for a dropped row.
+  bool row(std::int64_t i, RowModel& m) {
+    if (id[i] < 0) return false;
+    if (a.wave_per_row) load_row(a.wave, a.wave_dt, i * a.K, a.K, base.data());
+    load_row(a.flux, a.flux_dt, i * a.K, a.K, s.data());
+    m.run(base.data(), scale(i), s.data(), a.K, t.data(), dt.data(), a.T);
+    return m.valid;
+  }
+  double weight(std::int64_t i) const { return a.weights ? load(a.weights, a.weights_dt, i) : 1.0; }
+  double scale(std::int64_t i) const { return a.scale ? load(a.scale, a.scale_dt, i) : 1.0; }
+};
+
+}  // namespace
+
+std::string resample_tangent(const ResampleTangentArgs& x) {
+  const ResampleArgs& a = x.a;
+  const std::int64_t S = a.S, T = a.T, K = a.K, n = a.n;
+  if (x.rowmax) std::fill_n(x.rowmax, n, 0.0);
+  if (x.out) std::fill_n(x.out, 3 * S * T, 0.0);
+  if (n == 0 || T == 0 || S == 0 || K == 0) return {};
+  if (x.out && !std::isfinite(x.bound)) {
+    std::fill_n(x.out, 3 * S * T, std::numeric_limits<double>::quiet_NaN());
+    return {};
+  }
+  if (x.out && x.bound == 0.0) return {};  // every term is 0
+  if (x.out && x.bound > 0x1p900) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "[resample_accumulate] a tangent term of %.6g is too large for an exact accumulator (expected at "
+                  "most 2^900)",
+                  x.bound);
+    return buf;
+  }
+  const ExactLimbs limbs(std::max(x.bound, 0x1p-900));
+  RowReader rd(a);
+  RowModel m(K, T);
+  std::vector<double> ts(static_cast<std::size_t>(K), 0.0), dp(static_cast<std::size_t>(T)),
+      term(static_cast<std::size_t>(T));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (!rd.row(i, m)) continue;
+    if (x.tflux) load_row(x.tflux, x.tflux_dt, i * K, K, ts.data());
+    const double tm = x.tweights ? load(x.tweights, x.tweights_dt, i) : 0.0;
+    const double tc = x.tscale ? load(x.tscale, x.tscale_dt, i) : 0.0;
+    const double* base = rd.base.data();
+    double dlin = tc * m.bsum;
+    for (std::int64_t k = 1; k < K; ++k)
+      if (m.inside[k]) dlin += ts[k] * (m.w[k] - m.w[k - 1]);
+    for (std::int64_t j = 0; j < T; ++j) {
+      const std::int64_t b = m.cell[j];
+      if (b == -1) {
+        dp[j] = ts[0];
+      } else if (b == -2) {
+        dp[j] = ts[K - 1];
+      } else {
+        const double u = m.u[j];
+        dp[j] = (1 - u) * ts[b - 1] + u * ts[b] - m.slope[j] * ((1 - u) * base[b - 1] + u * base[b]) * tc;
+      }
+    }
+    double dlout = 0;
+    for (std::int64_t j = 1; j < T; ++j) dlout += dp[j] * rd.dt[j];
+    const double dratio = (dlin - m.ratio * dlout) / m.lout;
+    const double wt = rd.weight(i);
+    double mx = 0;
+    for (std::int64_t j = 0; j < T; ++j) {
+      term[j] = tm * m.p[j] * m.ratio + wt * (dp[j] * m.ratio + m.p[j] * dratio);
+      const double v = std::abs(term[j]);
+      if (!(v <= mx)) mx = v;  // NaN sticks
+    }
+    if (x.rowmax) {
+      x.rowmax[i] = mx;
+      continue;
+    }
+    double* o0 = x.out + rd.id[i] * T;
+    double* o1 = o0 + S * T;
+    double* o2 = o1 + S * T;
+    accumulate_row(term.data(), 1.0, T, limbs.sigma, o0, o1, o2);
+  }
+  return {};
+}
+
+void resample_transpose(const ResampleTransposeArgs& x) {
+  const ResampleArgs& a = x.a;
+  const std::int64_t T = a.T, K = a.K, n = a.n;
+  if (x.gflux) std::fill_n(x.gflux, n * K, 0.0);
+  if (x.gweights) std::fill_n(x.gweights, n, 0.0);
+  if (x.gscale) std::fill_n(x.gscale, n, 0.0);
+  if (n == 0 || T == 0 || a.S == 0 || K == 0) return;
+  RowReader rd(a);
+  RowModel m(K, T);
+  std::vector<double> e(static_cast<std::size_t>(T));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (!rd.row(i, m)) continue;
+    const double* c = x.ct + rd.id[i] * T;
+    const double* base = rd.base.data();
+    double G = 0;
+    for (std::int64_t j = 0; j < T; ++j) G += c[j] * m.p[j];
+    if (x.gweights) x.gweights[i] = m.ratio * G;
+    const double wt = rd.weight(i);
+    const double q = G * m.ratio / m.lout, amp = wt * G / m.lout;
+    for (std::int64_t j = 0; j < T; ++j) e[j] = wt * (m.ratio * c[j] - q * rd.dt[j]);
+    if (x.gflux) {
+      double* g = x.gflux + i * K;
+      for (std::int64_t j = 0; j < T; ++j) {
+        const std::int64_t b = m.cell[j];
+        if (b == -1) {
+          g[0] += e[j];
+        } else if (b == -2) {
+          g[K - 1] += e[j];
+        } else {
+          g[b - 1] += (1 - m.u[j]) * e[j];
+          g[b] += m.u[j] * e[j];
+        }
+      }
+      for (std::int64_t k = 1; k < K; ++k)
+        if (m.inside[k]) g[k] += amp * (m.w[k] - m.w[k - 1]);
+    }
+    if (x.gscale) {
+      double g = amp * m.bsum;
+      for (std::int64_t j = 0; j < T; ++j) {
+        const std::int64_t b = m.cell[j];
+        if (b < 0) continue;
+        const double u = m.u[j];
+        g -= e[j] * m.slope[j] * ((1 - u) * base[b - 1] + u * base[b]);
+      }
+      x.gscale[i] = g;
+    }
+  }
+}
+
 }  // namespace tessera::cpu

@@ -1,7 +1,7 @@
 // The transformation rules of the stencil and scan primitives
 // (primitives/stencil.hpp): batching, JVPs and transposes, written with ops.
 // Every one of them is linear in x (the convolutions in x and the kernel
-// separately); convolve2d and interp keep the default rules.
+// separately); interp keeps the default rules.
 #include "primitives/stencil.hpp"
 
 #include "tessera/ops.hpp"
@@ -123,6 +123,30 @@ std::vector<Array> Convolve::transpose(const std::vector<Array>& ct, const std::
                         "); use jacfwd/jvp"));
   if (!ct[0].valid()) return {Array(), Array()};
   Array r = convolve(ct[0], flip(in[1], 0, {}), axis_, {});
+  return {r.dtype() == types[0].dtype ? r : astype(r, types[0].dtype, {}), Array()};
+}
+
+// =============================================================== convolve2d
+
+std::vector<Array> Convolve2d::jvp(const std::vector<Array>& p, const std::vector<Array>& t,
+                                   std::vector<Array>& to) const {
+  return bilinear_jvp(*this, p, t, to);
+}
+
+// As convolve: linear in x for a fixed kernel, transposed by the 'same'
+// convolution with the kernel reversed along both dims (odd sizes, where
+// 'same' is centred both ways).
+std::vector<Array> Convolve2d::transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
+                                         const std::vector<AbstractArray>& types,
+                                         const std::vector<bool>& linear) const {
+  const Shape& k = types[1].shape;
+  if (linear[1] || k[0] % 2 == 0 || k[1] % 2 == 0)
+    throw Error(msg("convolve2d", "reverse-mode differentiation is supported for x with an odd-sized kernel only "
+                                  "(got a kernel of shape " +
+                                      shape_str(k) + (linear[1] ? ", differentiated itself" : "") +
+                                      "); use jacfwd/jvp"));
+  if (!ct[0].valid()) return {Array(), Array()};
+  Array r = convolve2d(ct[0], flip(flip(in[1], 0, {}), 1, {}), {});
   return {r.dtype() == types[0].dtype ? r : astype(r, types[0].dtype, {}), Array()};
 }
 
