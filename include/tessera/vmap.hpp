@@ -54,8 +54,10 @@ struct MapOptions {
 
 namespace detail {
 /// vmap on flat arrays: axes[i] is array i's batch dim (or not_mapped).
+/// `compile`: called eagerly, each batch (chunk) runs as one jit-compiled
+/// program (the Jacobians' maps).
 JitResult vmap_call(const std::vector<Array>& args, const std::vector<int>& axes, const VmapOptions& opt,
-                    const TraceFn& f, const char* name);
+                    const TraceFn& f, const char* name, bool compile = false);
 }  // namespace detail
 
 /// The callable ts::vmap returns.

@@ -54,6 +54,13 @@ class DotGeneral final : public Primitive {
   TESSERA_DECLARE_JVP;
   TESSERA_DECLARE_TRANSPOSE;
 
+  /// The product with a basis direction (transforms/rules/linalg.cpp):
+  /// operand `side` is the one-hot vector with 1 at `index` (a 1-element
+  /// i32 array), contracted whole against one unsharded dim of `other`.
+  /// That product is `other`'s slice at `index` along the dim: a gather,
+  /// no multiplications. Empty when the contraction has another form.
+  Array with_basis(int side, const Array& other, const Array& index) const;
+
  private:
   // The cotangent of one operand (transforms/rules/linalg.cpp).
   Array transpose_side(const Array& ct, const Array& other, const AbstractArray& me_t, bool lhs) const;

@@ -26,6 +26,7 @@
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"
 #include "primitives/elementwise.hpp"
+#include "primitives/linalg.hpp"
 #include "transforms/rules/rules.hpp"
 #include "sharding/propagate.hpp"
 #include "tessera/ops.hpp"
@@ -150,12 +151,41 @@ class LinearTrace final : public Trace {
   // tangents `ts` of values `inputs` (empty: zero). It binds the ops the
   // JVP rules bound, with the same constants, so its results are those
   // jvp would give, bit for bit, without the primal computation.
+  //
+  // A Jacobian's direction is a one-hot `basis` (a value of the program,
+  // made only when an op other than a product needs it): a product with it
+  // is a gather (DotGeneral::with_basis).
+  struct Basis {
+    int value = -1;
+    Array index;                // (1,) i32: where the one is
+    std::function<Array()> make;  // the direction itself
+  };
   std::vector<Array> forward(const std::vector<int>& inputs, const std::vector<Array>& ts,
-                             const std::vector<int>& outputs) const {
+                             const std::vector<int>& outputs, const Basis* direction = nullptr) const {
+    const Basis none;
+    const Basis& basis = direction ? *direction : none;
     std::vector<Array> val(values.size());
     for (size_t k = 0; k < inputs.size(); ++k)
-      if (inputs[k] >= 0) val[inputs[k]] = like(ts[k], values[static_cast<size_t>(inputs[k])].sharding);
+      if (inputs[k] >= 0 && inputs[k] != basis.value)
+        val[inputs[k]] = like(ts[k], values[static_cast<size_t>(inputs[k])].sharding);
+    bool basis_made = basis.value < 0;
     for (const LinearEqn& e : eqns) {
+      if (!basis_made) {
+        const auto at = std::find(e.in.begin(), e.in.end(), basis.value);
+        if (at != e.in.end()) {
+          const auto* dot = dynamic_cast<const DotGeneral*>(e.prim.get());
+          const int side = static_cast<int>(at - e.in.begin());
+          Array got;
+          if (dot && e.in.size() == 2 && e.in[1 - side] < 0)
+            got = dot->with_basis(side, e.constants[static_cast<size_t>(1 - side)], basis.index);
+          if (got.valid()) {
+            val[e.out[0]] = like(got, values[static_cast<size_t>(e.out[0])].sharding);
+            continue;
+          }
+          val[basis.value] = like(basis.make(), values[static_cast<size_t>(basis.value)].sharding);
+          basis_made = true;
+        }
+      }
       bool any = false;
       for (int v : e.in) any = any || (v >= 0 && val[v].valid());
       if (!any) continue;  // every linear operand is zero: so are the results
@@ -167,7 +197,10 @@ class LinearTrace final : public Trace {
         val[e.out[r]] = like(got[r], values[static_cast<size_t>(e.out[r])].sharding);
     }
     std::vector<Array> out;
-    for (int v : outputs) out.push_back(v >= 0 ? val[v] : Array());
+    for (int v : outputs) {
+      if (v >= 0 && v == basis.value && !val[v].valid()) val[v] = like(basis.make(), values[static_cast<size_t>(v)].sharding);
+      out.push_back(v >= 0 ? val[v] : Array());
+    }
     return out;
   }
 
@@ -345,8 +378,12 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
   // inside the map, so a chunk of c directions holds c basis arrays, never
   // the whole n x n identity.
   auto indices = [&](const Array& like) { return arange(0, static_cast<double>(like.size()), 1, DType::i32, rep); };
+  // A direction is laid out as the array it is a direction of: a device
+  // holds the part of each one-hot over its own block (a local slice of
+  // the replicated positions), not the whole.
   auto one_hot = [&](const Array& idx, const Array& like) {
-    const Array pos = reshape(indices(like), like.shape());
+    Array pos = reshape(indices(like), like.shape());
+    if (!(pos.sharding() == like.sharding())) pos = with_sharding_constraint(pos, like.sharding());
     return astype(equal(pos, idx), like.dtype());
   };
   VmapOptions opt;
@@ -364,13 +401,14 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
     const Array y = outs[0];
     TraceFn g = [&](const std::vector<Array>& idx, std::any&) {
       if (st->outputs[0] < 0) return std::vector<Array>{zeros(y.shape(), y.dtype(), y.sharding(), {})};
-      auto t = st->lin.forward(st->inputs, {one_hot(idx[0], x)}, st->outputs);
+      LinearTrace::Basis basis{st->inputs[0], reshape(idx[0], {1}), [&] { return one_hot(idx[0], x); }};
+      auto t = st->lin.forward(st->inputs, {Array()}, st->outputs, &basis);
       return std::vector<Array>{instantiate(t[0], type_of(y))};
     };
     // The directions go last, (*out, n): a chunk's columns are written
     // straight into their place, with no transposed copy of the whole.
     opt.out_axes = {-1};
-    cols = vmap_call({indices(x)}, {0}, opt, g, name).outs[0];
+    cols = vmap_call({indices(x)}, {0}, opt, g, name, true).outs[0];
     Shape js = y.shape();
     js.insert(js.end(), x.shape().begin(), x.shape().end());
     return reshape(cols, js);
@@ -380,7 +418,7 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
   const Array y = r.outs[0];
   if (!has_tangent(y.dtype())) throw DTypeError(msg(name, "the function's result must be floating point, got " + typeof(y)));
   TraceFn g = [&](const std::vector<Array>& idx, std::any&) { return back({one_hot(idx[0], y)}); };
-  cols = vmap_call({indices(y)}, {0}, opt, g, name).outs[0];
+  cols = vmap_call({indices(y)}, {0}, opt, g, name, true).outs[0];
   Shape js = y.shape();
   js.insert(js.end(), x.shape().begin(), x.shape().end());
   return reshape(cols, js);

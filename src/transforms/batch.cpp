@@ -19,6 +19,7 @@
 // chunks, so no device ever holds more than c examples' intermediates.
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 #include "core/promote.hpp"
 #include "primitives/shape.hpp"
@@ -132,9 +133,27 @@ int out_axis_for(const VmapOptions& opt, size_t r, size_t nres, const char* name
   return oa[r];
 }
 
-// One batch (or chunk) of `size` examples: args[i] mapped along axes[i].
 JitResult run_batch(const std::vector<Array>& args, const std::vector<int>& axes, std::int64_t size,
-                    const VmapOptions& opt, const TraceFn& f, const char* name) {
+                    const VmapOptions& opt, const TraceFn& f, const char* name, JitCache* compile = nullptr);
+
+// One batch compiled: the batched program traced under jit (cached by the
+// chunk's shape, so equal chunks trace once) and run as one compiled
+// program, whose elementwise chains are fused loops. jit gives eager's
+// bits, so the results are those of the eager batch.
+JitResult run_compiled(const std::vector<Array>& args, const std::vector<int>& axes, std::int64_t size,
+                       const VmapOptions& opt, const TraceFn& f, const char* name, JitCache& cache) {
+  return cache.call(args, std::to_string(size), [&](const std::vector<Array>& traced, std::any& tree) {
+    JitResult r = run_batch(traced, axes, size, opt, f, name);
+    tree = *r.tree;
+    return r.outs;
+  });
+}
+
+// One batch (or chunk) of `size` examples: args[i] mapped along axes[i].
+// With `compile` (concrete arguments only), as one compiled program.
+JitResult run_batch(const std::vector<Array>& args, const std::vector<int>& axes, std::int64_t size,
+                    const VmapOptions& opt, const TraceFn& f, const char* name, JitCache* compile) {
+  if (compile) return run_compiled(args, axes, size, opt, f, name, *compile);
   BatchTrace trace(size, opt.spmd_axis_name);
   std::vector<Array> ins;
   for (size_t i = 0; i < args.size(); ++i) ins.push_back(axes[i] == not_mapped ? args[i] : trace.wrap(args[i], axes[i]));
@@ -230,9 +249,9 @@ class ChunkJoin {
 };
 
 JitResult chunked(const std::vector<Array>& args, const std::vector<int>& axes, std::int64_t size,
-                  const VmapOptions& opt, const TraceFn& f, const char* name) {
+                  const VmapOptions& opt, const TraceFn& f, const char* name, JitCache* compile = nullptr) {
   const std::int64_t c = opt.chunk_size;
-  if (size <= c) return run_batch(args, axes, size, opt, f, name);
+  if (size <= c) return run_batch(args, axes, size, opt, f, name, compile);
   // Per result: its chunks in order (traced results, joined at the end), or
   // its output written in place (concrete ones).
   std::vector<std::vector<Array>> parts;
@@ -251,7 +270,7 @@ JitResult chunked(const std::vector<Array>& args, const std::vector<int>& axes, 
       sl[axes[i]] = SliceSpec{lo, hi, 1};
       chunk.push_back(slice(args[i], sl, {}));
     }
-    JitResult r = run_batch(chunk, axes, hi - lo, opt, f, name);
+    JitResult r = run_batch(chunk, axes, hi - lo, opt, f, name, compile);
     if (!tree) {
       tree = r.tree;
       parts.resize(r.outs.size());
@@ -295,7 +314,7 @@ JitResult chunked(const std::vector<Array>& args, const std::vector<int>& axes, 
 }  // namespace
 
 JitResult vmap_call(const std::vector<Array>& args_in, const std::vector<int>& axes_in, const VmapOptions& opt,
-                    const TraceFn& f, const char* name) {
+                    const TraceFn& f, const char* name, bool compile) {
   const std::vector<Array> args = manual_inputs(args_in);  // inside a shard_map body: captures as local copies
   if (opt.chunk_size < 0)
     throw ShapeError(msg(name, "chunk_size must be >= 0, got " + std::to_string(opt.chunk_size)));
@@ -322,13 +341,18 @@ JitResult vmap_call(const std::vector<Array>& args_in, const std::vector<int>& a
     }
   }
   if (size < 0) throw ShapeError(msg(name, "no argument is mapped (every in_axes entry is not_mapped)"));
-  if (opt.chunk_size == 0) return run_batch(args, axes, size, opt, f, name);
+  bool concrete = true;
+  for (const Array& a : args) concrete = concrete && !a.impl()->trace;
+  // Compiled batches only at the top: under a trace the enclosing
+  // transformation decides, and a shard_map body runs per device.
+  std::optional<JitCache> cache;
+  if (compile && concrete && !in_manual_body() && !current_trace()) cache.emplace(name, JitOptions{});
+  JitCache* const jc = cache ? &*cache : nullptr;
+  if (opt.chunk_size == 0) return run_batch(args, axes, size, opt, f, name, jc);
 
   // A batch sharded over devices: each device chunks its own block.
   const std::vector<std::string> baxes = batch_axes(args[first], axes[first]);
-  bool concrete = true;
-  for (const Array& a : args) concrete = concrete && !a.impl()->trace;
-  if (baxes.empty() || !concrete || in_manual_body()) return chunked(args, axes, size, opt, f, name);
+  if (baxes.empty() || !concrete || in_manual_body()) return chunked(args, axes, size, opt, f, name, jc);
 
   const Mesh& mesh = args[first].sharding().mesh();
   std::vector<PartitionSpec> in_specs;

@@ -259,6 +259,30 @@ TEST(Autodiff, ChunkedJacobianOfATallProductIsBitwise) {
   EXPECT_EQ(narrow.to_vector<double>(), ts::slice(wide, {{0, 1300}, {40, 56}}).to_vector<double>());
 }
 
+// A product with a basis direction is the operand's column itself: the
+// Jacobian of A @ x is A exactly, -0 and inf entries included (a GEMM with
+// the identity would add +0 to -0 and make inf * 0 = NaN terms).
+TEST(Autodiff, JacfwdOfAProductIsTheMatrixExactly) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> av(6 * 4);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = 0.25 * static_cast<double>(i) - 2.0;
+  av[5] = -0.0;
+  av[10] = inf;
+  for (int n : {1, 2, 3}) {
+    const ts::Mesh m = line(n);
+    const ts::Array a = ts::device_put(av, {6, 4}, ts::NamedSharding(m, ts::P("x")));
+    const ts::Array x = input({4}, ts::NamedSharding(m, ts::P()), 1);
+    for (std::int64_t c : {0, 1, 3}) {
+      const auto j = ts::jacfwd([&](const ts::Array& v) { return ts::matmul(a, v); }, {.chunk_size = c})(x)
+                         .to_vector<double>();
+      ASSERT_EQ(j.size(), av.size());
+      for (size_t i = 0; i < av.size(); ++i)
+        EXPECT_TRUE(j[i] == av[i] && std::signbit(j[i]) == std::signbit(av[i]))
+            << "entry " << i << ": " << j[i] << " for " << av[i] << " on " << n << " devices, chunk " << c;
+    }
+  }
+}
+
 // A chunked Jacobian holds its output and one chunk's values at a time:
 // each chunk's columns are written into their place, not kept for a
 // concatenation (and jacfwd's columns go last, with no transposed copy).

@@ -48,7 +48,21 @@ Array kept_rows(const Array& ct_in, const Array& ids_in, std::int64_t n, bool wr
 
 std::vector<Array> Take::batch(const std::vector<Array>& in, const std::vector<int>& bd, std::int64_t size,
                                std::vector<int>& ob) const {
-  if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);  // indices per example: one at a time
+  bool idx_whole = true;  // replicated indices: their reshapes move nothing
+  for (const auto& e : in[1].sharding().spec().entries()) idx_whole = idx_whole && e.axes().empty();
+  if (bd[1] >= 0 && bd[0] < 0 && idx_whole) {
+    // Indices per example into a shared x: one gather with every example's
+    // indices in a row, its gathered dim then split into (example, index).
+    const Array idx = move_dim(in[1], bd[1], 0);
+    const std::int64_t n = idx.shape()[1];
+    const Array g = bind1(shared_from_this(), {in[0], reshape(idx, {size * n}, {}, {})});
+    Shape s = g.shape();
+    s[axis_] = n;
+    s.insert(s.begin() + axis_, size);
+    ob = {axis_};
+    return {reshape(g, s, {}, {})};
+  }
+  if (bd[1] >= 0) return Primitive::batch(in, bd, size, ob);  // x and indices per example: one at a time
   ob = {0};
   return {bind1(std::make_shared<Take>(axis_ + 1), {move_dim(in[0], bd[0], 0), in[1]})};
 }

@@ -66,6 +66,30 @@ std::vector<Array> DotGeneral::transpose(const std::vector<Array>& ct, const std
   return r;
 }
 
+// Jacobians push one-hot directions through the function; where the first
+// op on them is a product, its value is a column (or row) of the other
+// operand, exactly: sum_k a[i,k] e[k] has one nonzero term. The gather
+// gives the same numbers as the GEMM with the basis except that a -0 entry
+// stays -0 and an inf stays inf (the GEMM adds +0 and inf * 0 = NaN terms).
+Array DotGeneral::with_basis(int side, const Array& other, const Array& index) const {
+  const DotSide& me = side == 0 ? c_.lhs : c_.rhs;
+  const DotSide& ot = side == 0 ? c_.rhs : c_.lhs;
+  if (!c_.out_perm.empty() || !c_.lhs.batch.empty() || other.dtype() != t_) return {};
+  if (me.contract.size() != 1 || !me.free.empty() || !me.summed.empty()) return {};
+  if (ot.contract.size() != 1 || !ot.summed.empty()) return {};
+  const int d = ot.contract[0];
+  std::vector<int> rest;
+  for (int i = 0; i < other.ndim(); ++i)
+    if (i != d) rest.push_back(i);
+  if (ot.free != rest) return {};  // the result keeps the other operand's dims in order
+  // A sharded contraction dim would gather the operand; the GEMM's partial
+  // sums move only the result.
+  if (d < other.sharding().spec().size() && !other.sharding().spec()[d].axes().empty()) return {};
+  Shape s = other.shape();
+  s.erase(s.begin() + d);
+  return reshape(take(other, index, d, {}), s, {}, {});
+}
+
 // The cotangent of one operand: a contraction of the result's cotangent
 // with the other operand. The result's dims that came from the other
 // operand's free dims contract with them; those from this operand's free
