@@ -283,7 +283,6 @@ Runtime::Runtime(int n, int process, std::vector<int> first_device)
                       " CPU devices (one worker thread each): " + e.what() +
                       "; ask for fewer with config::set_num_cpu_devices or TESSERA_NUM_CPU_DEVICES");
   }
-  cores_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 void Runtime::shutdown() {

@@ -116,8 +116,9 @@ class ThreadsSession final : public Session {
   // Waits until done(), the slot fails, the session aborts, or the timeout.
   template <class Done>
   void wait(std::unique_lock<std::mutex>& lock, const GroupSpec& g, Slot& slot, Done done, const char* what) {
-    // When every device has a core, the others are usually microseconds
-    // away: poll briefly before sleeping on the condition variable.
+    // The others are usually microseconds away (or, with more devices than
+    // cores, waiting for this core): poll briefly, yielding, before sleeping
+    // on the condition variable (Runtime::polls_for).
     if (poll_) {
       const auto until = Clock::now() + std::chrono::microseconds(50);
       while (!done() && slot.error_.empty() && !aborted_ && Clock::now() < until) {
