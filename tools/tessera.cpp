@@ -108,8 +108,9 @@ int run(int argc, char** argv) {
   CLI::App* ifu = app.add_subcommand("ifu", "star particles to a mock IFU datacube (FITS) and quick-look PNGs");
   cli::IfuOptions iopt;
   ifu->add_option("--config", iopt.config, "Rubix user config (YAML); default: MUSE at z = 0.1 with PSF and LSF");
-  ifu->add_option("--input", iopt.input, "galaxy: Rubix HDF5 (.h5) or .npz; default: the config's "
-                                         "output_path/rubix_galaxy.h5, else a generated disk");
+  ifu->add_option("--input", iopt.input,
+                  "galaxy: Rubix HDF5 (.h5), an IllustrisTNG subhalo cutout (HDF5) or .npz; default: the config's "
+                  "output_path/rubix_galaxy.h5, else a generated disk");
   ifu->add_option("--output", iopt.output, "FITS cube to write")->capture_default_str();
   ifu->add_option("--devices", ctx.num_devices, "number of devices the particles are sharded over (as --num-devices)");
   ifu->add_option("--ssp", iopt.ssp, "BC03lr.h5 (default: $TESSERA_IFU_DATA or the build's ifu-data/)");

@@ -1,8 +1,6 @@
 // Galaxy files: the Rubix HDF5 layout (HDF5 C API) and .npz archives.
 #include "ifu/galaxy_io.hpp"
 
-#include <hdf5.h>
-
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -14,6 +12,8 @@
 #include <tuple>
 
 #include "ifu/errors.hpp"
+#include "ifu/h5.hpp"
+#include "ifu/tng.hpp"
 #include "tessera/sharding.hpp"
 #include "ifu/npy.hpp"
 #include "tessera/version.hpp"
@@ -26,193 +26,10 @@ namespace {
   fail_input(ctx, path, what);
 }
 
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  q += s;
-  q += "'";
-  return q;
-}
-
-// ---- HDF5 plumbing ----
-
-// Silences HDF5's automatic error printing while alive (failures become
-// InputErrors with the library's innermost message instead) and restores it.
-class QuietHdf5 {
- public:
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  QuietHdf5(const QuietHdf5&) = delete;
-  QuietHdf5& operator=(const QuietHdf5&) = delete;
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
-
-// The innermost description on HDF5's error stack (the root cause), or "".
-std::string hdf5_message() {
-  std::string out;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_DOWNWARD,
-      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
-        if (e->desc && *e->desc) *static_cast<std::string*>(data) = e->desc;
-        return 0;
-      },
-      &out);
-  H5Eclear2(H5E_DEFAULT);
-  return out;
-}
-
-// An owned HDF5 identifier, closed with the matching H5?close.
-class Id {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Id() = default;
-  Id(hid_t id, Closer close) : id_(id), close_(close) {}
-  Id(Id&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
-  Id& operator=(Id&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = o.id_;
-      close_ = o.close_;
-      o.id_ = H5I_INVALID_HID;
-    }
-    return *this;
-  }
-  Id(const Id&) = delete;
-  Id& operator=(const Id&) = delete;
-  ~Id() { reset(); }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  void reset() {
-    if (id_ >= 0 && close_) close_(id_);
-    id_ = H5I_INVALID_HID;
-  }
-  hid_t id_ = H5I_INVALID_HID;
-  Closer close_ = nullptr;
-};
-
-// An open HDF5 file and the context for its messages.
-class H5File {
- public:
-  H5File(const std::string& path, const char* ctx, bool create) : path_(path), ctx_(ctx) {
-    if (create) {
-      file_ = Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-      if (!file_.ok()) bad("cannot create the HDF5 file", true);
-      return;
-    }
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec))
-      bad(std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
-    file_ = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (!file_.ok()) bad("cannot open as HDF5", true);
-  }
-
-  [[noreturn]] void bad(const std::string& what, bool with_hdf5 = false) const {
-    std::string w = what;
-    if (with_hdf5) {
-      const std::string h = hdf5_message();
-      if (!h.empty()) {
-        w += " (HDF5: ";
-        w += h;
-        w += ")";
-      }
-    }
-    fail(ctx_, path_, w);
-  }
-
-  // Whether every component of `name` ("a/b/c") exists as a link.
-  bool exists(const std::string& name) const {
-    std::size_t pos = 0;
-    for (;;) {
-      pos = name.find('/', pos + 1);
-      const std::string part = name.substr(0, pos);
-      if (H5Lexists(file_.get(), part.c_str(), H5P_DEFAULT) <= 0) return false;
-      if (pos == std::string::npos) return true;
-    }
-  }
-
-  Id open_dataset(const std::string& name) const {
-    if (!exists(name)) bad("missing dataset " + quoted("/" + name));
-    Id d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!d.ok()) bad(quoted("/" + name) + " is not a dataset", true);
-    return d;
-  }
-
-  // The dataset's shape; its element type must be an integer or a float.
-  std::vector<std::int64_t> numeric_shape(const Id& d, const std::string& name) const {
-    Id type(H5Dget_type(d.get()), H5Tclose);
-    const H5T_class_t cls = H5Tget_class(type.get());
-    if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
-      std::string w = quoted("/" + name);
-      w += " must hold numbers, it holds ";
-      w += cls == H5T_STRING     ? "strings"
-           : cls == H5T_COMPOUND ? "compound records"
-           : cls == H5T_ENUM     ? "enum values"
-                                 : "non-numeric values";
-      bad(w);
-    }
-    Id space(H5Dget_space(d.get()), H5Sclose);
-    const int rank = H5Sget_simple_extent_ndims(space.get());
-    if (rank < 0) bad(quoted("/" + name) + ": unreadable dataspace", true);
-    std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-    return {dims.begin(), dims.end()};
-  }
-
-  // The whole dataset converted by HDF5 to T (float or double), one H5Dread.
-  template <class T>
-  std::vector<T> read(const Id& d, const std::string& name, std::int64_t count) const {
-    std::vector<T> out(static_cast<std::size_t>(count));
-    const hid_t mem = std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
-    if (count > 0 && H5Dread(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-      bad("cannot read " + quoted("/" + name), true);
-    return out;
-  }
-
-  // The string attribute `unit` of a dataset, if it has one.
-  std::optional<std::string> unit(const Id& d, const std::string& name) const {
-    if (H5Aexists(d.get(), "unit") <= 0) return std::nullopt;
-    Id attr(H5Aopen(d.get(), "unit", H5P_DEFAULT), H5Aclose);
-    Id type(H5Aget_type(attr.get()), H5Tclose);
-    Id space(H5Aget_space(attr.get()), H5Sclose);
-    if (H5Tget_class(type.get()) != H5T_STRING || H5Sget_simple_extent_npoints(space.get()) != 1)
-      bad("the 'unit' attribute of " + quoted("/" + name) + " must be a single string");
-    Id mem(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));  // HDF5 does not convert between ASCII and UTF-8
-    std::string text;
-    if (H5Tis_variable_str(type.get()) > 0) {
-      H5Tset_size(mem.get(), H5T_VARIABLE);
-      char* s = nullptr;
-      if (H5Aread(attr.get(), mem.get(), &s) < 0) bad("cannot read the unit of " + quoted("/" + name), true);
-      if (s) text = s;
-      H5free_memory(s);
-    } else {
-      const std::size_t size = H5Tget_size(type.get());
-      H5Tset_size(mem.get(), size);
-      H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
-      std::vector<char> buf(size + 1, '\0');
-      if (H5Aread(attr.get(), mem.get(), buf.data()) < 0) bad("cannot read the unit of " + quoted("/" + name), true);
-      text.assign(buf.data(), strnlen(buf.data(), size));
-    }
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-    return text;
-  }
-
-  hid_t id() const { return file_.get(); }
-  const std::string& path() const { return path_; }
-  const char* ctx() const { return ctx_; }
-
- private:
-  std::string path_;
-  const char* ctx_;
-  Id file_;
-};
+using h5::H5File;
+using h5::Id;
+using h5::QuietHdf5;
+using h5::quoted;
 
 // ---- units ----
 
@@ -363,6 +180,9 @@ double read_scalar(const H5File& f, const std::string& name, Quantity q) {
 GalaxyData read_galaxy_h5(const std::string& path) {
   QuietHdf5 quiet;
   const H5File f(path, "ifu galaxy", false);
+  // Rubix's star ages from formation times use astropy's Planck15 whatever
+  // the config's cosmology (utils.SFTtoAge), so the reader needs no config.
+  if (looks_like_tng_cutout(f)) return read_tng_cutout(f, cosmology("PLANCK15"));
   GalaxyData g;
   std::vector<std::int64_t> shape;
   const auto center = read_quantity<double>(f, "galaxy/center", Quantity::kLength, shape);
@@ -525,7 +345,7 @@ GalaxyData read_galaxy(const std::string& path) {
   if (starts_with_bytes(path, "PK", 2)) return read_galaxy_npz(path);
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf") return read_galaxy_h5(path);  // e.g. with a user block
-  fail("ifu galaxy", path, "neither an HDF5 file (Rubix's rubix_galaxy.h5 layout) nor a .npz archive");
+  fail("ifu galaxy", path, "neither an HDF5 file (Rubix's rubix_galaxy.h5 layout or an IllustrisTNG cutout) nor a .npz archive");
 }
 
 void write_galaxy_h5(const std::string& path, const GalaxyData& g) {

@@ -1,4 +1,5 @@
-// Star particles of one galaxy: the Rubix HDF5 galaxy file, or a .npz archive.
+// Particles of one galaxy: the Rubix HDF5 galaxy file, an IllustrisTNG
+// subhalo cutout, or a .npz archive.
 #pragma once
 
 #include <array>
@@ -8,6 +9,23 @@
 #include <vector>
 
 namespace tessera::ifu {
+
+/// Gas cells, with Rubix's names and units (its GasData and BaseHandler
+/// config). The pipeline does not use them yet; a field the input lacks is
+/// empty (n = 0 when there is no gas).
+struct GasData {
+  std::int64_t n = 0;                      // number of gas cells
+  std::vector<float> coords;               // n x 3 row-major, kpc
+  std::vector<float> velocity;             // n x 3, km/s
+  std::vector<float> mass;                 // Msun
+  std::vector<float> density;              // Msun / kpc^3
+  std::vector<float> internal_energy;      // erg / g
+  std::vector<float> metallicity;          // mass fraction Z
+  std::vector<float> metals;               // n x metals_per_cell mass fractions (TNG: H, He, C, N, O, Ne, Mg, Si, Fe, total)
+  std::int64_t metals_per_cell = 0;
+  std::vector<float> sfr;                  // star formation rate (see docs/ifu.md on its unit)
+  std::vector<float> electron_abundance;   // electrons per hydrogen atom
+};
 
 /// The galaxy in canonical units: kpc, km/s, Msun, Gyr, mass fraction Z.
 struct GalaxyData {
@@ -20,6 +38,7 @@ struct GalaxyData {
   std::vector<float> mass;                // Msun
   std::vector<float> age;                 // Gyr
   std::vector<float> metallicity;         // mass fraction Z
+  GasData gas;                            // only IllustrisTNG cutouts bring gas so far
 };
 
 /// Reads a galaxy (the format is told by the file's signature, whatever its extension):
@@ -34,6 +53,9 @@ struct GalaxyData {
 ///    InputError naming the dataset; a missing attribute means the canonical unit.
 ///    (Rubix 0.0.5 itself reads the attribute but never converts: the files it
 ///    writes always hold the canonical units.)
+///  * HDF5, an IllustrisTNG subhalo cutout (a /Header group with the attributes
+///    HubbleParam, Time and Redshift, and a /PartType4 group; tng.hpp),
+///    converted to the units above as Rubix's IllustrisHandler does.
 ///  * .npz (np.savez / np.savez_compressed): arrays coords, velocity, mass, age,
 ///    metallicity and optional center, halfmassrad_stars, redshift, all in the
 ///    canonical units; other arrays are ignored.
