@@ -157,10 +157,7 @@ std::string shape_text(const std::vector<std::int64_t>& s) { return tessera::sha
 template <class T>
 std::vector<T> read_quantity(const H5File& f, const std::string& name, Quantity q, std::vector<std::int64_t>& shape) {
   const Id d = f.open_dataset(name);
-  shape = f.numeric_shape(d, name);
-  std::int64_t count = 1;
-  for (auto s : shape) count *= s;
-  std::vector<T> v = f.read<T>(d, name, count);
+  std::vector<T> v = f.read_all<T>(d, name, shape);
   const auto unit = f.unit(d, name);
   const double factor = unit ? unit_factor(f, name, *unit, q) : 1.0;
   if (factor != 1.0)
@@ -395,10 +392,7 @@ std::vector<H5Numbers> read_h5_numbers(const std::string& path, const std::vecto
   for (const auto& name : datasets) {
     const Id d = f.open_dataset(name);
     H5Numbers a;
-    a.shape = f.numeric_shape(d, name);
-    std::int64_t count = 1;
-    for (auto s : a.shape) count *= s;
-    a.values = f.read<double>(d, name, count);
+    a.values = f.read_all<double>(d, name, a.shape);
     out.push_back(std::move(a));
   }
   return out;

@@ -164,6 +164,15 @@ class H5File {
     return out;
   }
 
+  // The whole numeric dataset as T, with its shape.
+  template <class T>
+  std::vector<T> read_all(const Id& d, const std::string& name, std::vector<std::int64_t>& shape) const {
+    shape = numeric_shape(d, name);
+    std::int64_t count = 1;
+    for (auto s : shape) count *= s;
+    return read<T>(d, name, count);
+  }
+
   // The string attribute `unit` of a dataset, if it has one.
   std::optional<std::string> unit(const Id& d, const std::string& name) const {
     if (H5Aexists(d.get(), "unit") <= 0) return std::nullopt;

@@ -140,10 +140,7 @@ class Cutout {
     const std::string name = group + "/" + field;
     const Id d = f_.open_dataset(name);
     Field out;
-    out.shape = f_.numeric_shape(d, name);
-    std::int64_t count = 1;
-    for (auto s : out.shape) count *= s;
-    out.values = f_.read<double>(d, name, count);
+    out.values = f_.read_all<double>(d, name, out.shape);
     out.scaling = scaling(d, name, field);
     const double fa = std::pow(header_.a, out.scaling.a_exp), fh = std::pow(header_.h, out.scaling.h_exp);
     const double unit = target_factor(t);
@@ -156,12 +153,11 @@ class Cutout {
   double subhalo_scalar(const std::string& field, const Scaling& like) const {
     const std::string name = "SubhaloData/" + field;
     const Id d = f_.open_dataset(name);
-    const auto shape = f_.numeric_shape(d, name);
-    std::int64_t count = 1;
-    for (auto s : shape) count *= s;
-    if (count != 1 || shape.size() > 1)
+    std::vector<std::int64_t> shape;
+    const auto all = f_.read_all<double>(d, name, shape);
+    if (all.size() != 1 || shape.size() > 1)
       f_.bad(quoted("/" + name) + " must be a scalar, its shape is " + tessera_shape(shape));
-    const double v = f_.read<double>(d, name, 1)[0];
+    const double v = all[0];
     return v * std::pow(header_.a, like.a_exp) * std::pow(header_.h, like.h_exp) * like.to_cgs *
            target_factor(Target::kKpc);
   }

@@ -23,25 +23,43 @@ std::vector<TypeInfo> Interp2d::infer(std::span<const AbstractArray> in) const {
   return {TypeInfo{s, in[4].dtype}};
 }
 
-ShardingRule Interp2d::rule(std::span<const AbstractArray> in) const {
+namespace {
+
+// The factors both directions share: the query dims (of `kind`), the
+// table's grid dims x and y and its trailing dims (whole on every device).
+struct InterpFactors {
   ShardingRule r;
-  auto add = [&](std::int64_t n, FactorKind kind) {
-    r.factors.push_back(Factor{n, kind});
-    return static_cast<int>(r.factors.size()) - 1;
+  std::vector<int> q, rest;
+  int fx = 0, fy = 0;
+};
+InterpFactors interp_factors(const Shape& queries, std::int64_t nx, std::int64_t ny, std::span<const std::int64_t> rest,
+                             FactorKind kind) {
+  InterpFactors f;
+  auto add = [&](std::int64_t n, FactorKind k) {
+    f.r.factors.push_back(Factor{n, k});
+    return static_cast<int>(f.r.factors.size()) - 1;
   };
-  std::vector<int> q;
-  for (std::int64_t n : in[0].shape) q.push_back(add(n, FactorKind::PassThrough));
-  const int fx = add(in[2].shape[0], FactorKind::NeedReplication);
-  const int fy = add(in[3].shape[0], FactorKind::NeedReplication);
-  std::vector<int> fdims{fx, fy}, out = q;
-  for (size_t d = 2; d < in[4].shape.size(); ++d) {
-    const int k = add(in[4].shape[d], FactorKind::NeedReplication);
-    fdims.push_back(k);
-    out.push_back(k);
-  }
-  r.operands = {q, q, {fx}, {fy}, fdims};
-  r.results = {out};
-  return r;
+  for (std::int64_t n : queries) f.q.push_back(add(n, kind));
+  f.fx = add(nx, FactorKind::NeedReplication);
+  f.fy = add(ny, FactorKind::NeedReplication);
+  for (std::int64_t n : rest) f.rest.push_back(add(n, FactorKind::NeedReplication));
+  return f;
+}
+
+std::vector<int> cat(std::vector<int> a, const std::vector<int>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+ShardingRule Interp2d::rule(std::span<const AbstractArray> in) const {
+  const Shape& f = in[4].shape;
+  InterpFactors k = interp_factors(in[0].shape, in[2].shape[0], in[3].shape[0],
+                                   std::span<const std::int64_t>(f).subspan(2), FactorKind::PassThrough);
+  k.r.operands = {k.q, k.q, {k.fx}, {k.fy}, cat({k.fx, k.fy}, k.rest)};
+  k.r.results = {cat(k.q, k.rest)};
+  return std::move(k.r);
 }
 
 // One weighted row per query: 4 or 16 multiply-adds per result element.
@@ -81,24 +99,13 @@ std::vector<TypeInfo> Interp2dTranspose::infer(std::span<const AbstractArray> in
 // The queries are summed over (a reduction factor shared by xq, yq and ct);
 // the table's dims are whole on every device, as in interp2d.
 ShardingRule Interp2dTranspose::rule(std::span<const AbstractArray> in) const {
-  ShardingRule r;
-  auto add = [&](std::int64_t n, FactorKind kind) {
-    r.factors.push_back(Factor{n, kind});
-    return static_cast<int>(r.factors.size()) - 1;
-  };
-  std::vector<int> q;
-  for (std::int64_t n : in[0].shape) q.push_back(add(n, FactorKind::Reduction));
-  const int fx = add(in[2].shape[0], FactorKind::NeedReplication);
-  const int fy = add(in[3].shape[0], FactorKind::NeedReplication);
-  std::vector<int> ct = q, out{fx, fy};
-  for (size_t d = in[0].shape.size(); d < in[4].shape.size(); ++d) {
-    const int k = add(in[4].shape[d], FactorKind::NeedReplication);
-    ct.push_back(k);
-    out.push_back(k);
-  }
-  r.operands = {q, q, {fx}, {fy}, ct};
-  r.results = {out};
-  return r;
+  const Shape& ct = in[4].shape;
+  InterpFactors k = interp_factors(in[0].shape, in[2].shape[0], in[3].shape[0],
+                                   std::span<const std::int64_t>(ct).subspan(in[0].shape.size()),
+                                   FactorKind::Reduction);
+  k.r.operands = {k.q, k.q, {k.fx}, {k.fy}, cat(k.q, k.rest)};
+  k.r.results = {cat({k.fx, k.fy}, k.rest)};
+  return std::move(k.r);
 }
 
 double Interp2dTranspose::work(std::span<const AbstractArray> in, const std::vector<TypeInfo>&) const {

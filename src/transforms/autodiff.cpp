@@ -386,6 +386,12 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
     if (!(pos.sharding() == like.sharding())) pos = with_sharding_constraint(pos, like.sharding());
     return astype(equal(pos, idx), like.dtype());
   };
+  // The columns as the Jacobian: f(x).shape + x.shape.
+  auto jacobian_shape = [&](const Array& columns, const Array& y) {
+    Shape js = y.shape();
+    js.insert(js.end(), x.shape().begin(), x.shape().end());
+    return reshape(columns, js);
+  };
   VmapOptions opt;
   opt.chunk_size = chunk;
   Array cols;  // (*out, n) for forward, (m, *in) for reverse
@@ -409,9 +415,7 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
     // straight into their place, with no transposed copy of the whole.
     opt.out_axes = {-1};
     cols = vmap_call({indices(x)}, {0}, opt, g, name, true).outs[0];
-    Shape js = y.shape();
-    js.insert(js.end(), x.shape().begin(), x.shape().end());
-    return reshape(cols, js);
+    return jacobian_shape(cols, y);
   }
   Pullback back;
   auto r = vjp_call(one, {x}, back);
@@ -419,9 +423,7 @@ Array jacobian_call(const std::function<Array(const Array&)>& f, const Array& x_
   if (!has_tangent(y.dtype())) throw DTypeError(msg(name, "the function's result must be floating point, got " + typeof(y)));
   TraceFn g = [&](const std::vector<Array>& idx, std::any&) { return back({one_hot(idx[0], y)}); };
   cols = vmap_call({indices(y)}, {0}, opt, g, name, true).outs[0];
-  Shape js = y.shape();
-  js.insert(js.end(), x.shape().begin(), x.shape().end());
-  return reshape(cols, js);
+  return jacobian_shape(cols, y);
 }
 
 }  // namespace detail

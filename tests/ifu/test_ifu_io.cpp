@@ -33,6 +33,7 @@
 #include "ifu/npy.hpp"
 #include "ifu/ssp.hpp"
 #include "ifu/telescope.hpp"
+#include "ifu/temp_dir.hpp"
 #include "test_util.hpp"
 
 namespace ifu = tessera::ifu;
@@ -44,29 +45,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh folder per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = "tessera_ifu_io_";
-    name += info->test_suite_name();
-    name += "_";
-    name += info->name();
-    name += "_";
-    name += std::to_string(::getpid());
-    dir_ = fs::path(::testing::TempDir()) / name;
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string operator/(const std::string& file) const { return (dir_ / file).string(); }
-  const fs::path& path() const { return dir_; }
-
- private:
-  fs::path dir_;
+struct TempDir : tessera::testing::TempDir {
+  TempDir() : tessera::testing::TempDir("tessera_ifu_io_") {}
 };
 
 void write_bytes(const std::string& path, const std::string& bytes) {

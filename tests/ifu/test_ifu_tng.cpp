@@ -36,6 +36,7 @@
 #include "ifu/fits.hpp"
 #include "ifu/galaxy_io.hpp"
 #include "ifu/tng.hpp"
+#include "ifu/temp_dir.hpp"
 #include "test_util.hpp"
 
 namespace ifu = tessera::ifu;
@@ -46,23 +47,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("tessera_ifu_tng_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string operator/(const std::string& file) const { return (dir_ / file).string(); }
-
- private:
-  fs::path dir_;
+// A fresh folder per test, removed afterwards.
+struct TempDir : tessera::testing::TempDir {
+  TempDir() : tessera::testing::TempDir("tessera_ifu_tng_") {}
 };
 
 // ------------------------------------------------------------ the generator

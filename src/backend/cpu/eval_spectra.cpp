@@ -63,22 +63,7 @@ void ResampleTranspose::eval_cpu(const LocalArgs& in, LocalOuts& out) const {
 
 void ResampleAccumulate::eval_cpu(const LocalArgs& in, LocalOuts& out) const {
   cpu::ResampleArgs a;
-  a.n = in[0].shape[0];
-  a.K = in[0].shape[1];
-  a.T = in[2].shape[0];
-  a.S = num_segments_;
-  a.flux = in[0].data;
-  a.flux_dt = in[0].dtype;
-  a.wave = in[1].data;
-  a.wave_dt = in[1].dtype;
-  a.wave_per_row = in[1].shape.size() == 2;
-  a.target = in[2].data;
-  a.target_dt = in[2].dtype;
-  a.seg = in[3].data;
-  a.seg_dt = in[3].dtype;
-  std::size_t k = 4;
-  if (has_weights_) a.weights = in[k].data, a.weights_dt = in[k].dtype, ++k;
-  if (has_scale_) a.scale = in[k].data, a.scale_dt = in[k].dtype, ++k;
+  const std::size_t k = read_primal(in, num_segments_, has_weights_, has_scale_, a);
   if (has_init_) a.init = static_cast<const double*>(in[k].data);
   a.max_abs = max_abs_;
   a.out = static_cast<double*>(out[0].data);

@@ -75,18 +75,31 @@ std::vector<Array> Interp2d::jvp(const std::vector<Array>& p, const std::vector<
   return {y};
 }
 
+namespace {
+
+// interp2d and interp2d_transpose are each other's transposes in their last
+// operand (the table, the cotangent), with the same queries and grid.
+std::vector<Array> transpose_last(const std::vector<Array>& ct, const std::vector<Array>& in,
+                                  const std::vector<AbstractArray>& types, const std::vector<bool>& linear,
+                                  const char* operand, const PrimitivePtr& other) {
+  if (linear[0] || linear[1] || linear[2] || linear[3])
+    throw Error(msg("interp2d", std::string("internal: transposed in an operand other than ") + operand));
+  std::vector<Array> r(5);
+  if (!ct[0].valid()) return r;
+  const Array c = ct[0].dtype() == types[4].dtype ? ct[0] : astype(ct[0], types[4].dtype, {});
+  r[4] = bind1(other, {in[0], in[1], in[2], in[3], c});
+  return r;
+}
+
+}  // namespace
+
 // Only f is ever a linear operand: the JVP above binds interp2d on a
 // tangent table alone (the slopes multiply the query tangents outside it).
 std::vector<Array> Interp2d::transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
                                        const std::vector<AbstractArray>& types,
                                        const std::vector<bool>& linear) const {
-  if (linear[0] || linear[1] || linear[2] || linear[3])
-    throw Error(msg("interp2d", "internal: transposed in an operand other than the table f"));
-  std::vector<Array> r(5);
-  if (!ct[0].valid()) return r;
-  const Array c = ct[0].dtype() == types[4].dtype ? ct[0] : astype(ct[0], types[4].dtype, {});
-  r[4] = bind1(std::make_shared<Interp2dTranspose>(method_, fill_, deriv_), {in[0], in[1], in[2], in[3], c});
-  return r;
+  return transpose_last(ct, in, types, linear, "the table f",
+                        std::make_shared<Interp2dTranspose>(method_, fill_, deriv_));
 }
 
 // Queries and grid shared, a cotangent per example: the batch rides along
@@ -111,13 +124,7 @@ std::vector<Array> Interp2dTranspose::jvp(const std::vector<Array>& p, const std
 std::vector<Array> Interp2dTranspose::transpose(const std::vector<Array>& ct, const std::vector<Array>& in,
                                                 const std::vector<AbstractArray>& types,
                                                 const std::vector<bool>& linear) const {
-  if (linear[0] || linear[1] || linear[2] || linear[3])
-    throw Error(msg("interp2d", "internal: transposed in an operand other than the cotangent"));
-  std::vector<Array> r(5);
-  if (!ct[0].valid()) return r;
-  const Array c = ct[0].dtype() == types[4].dtype ? ct[0] : astype(ct[0], types[4].dtype, {});
-  r[4] = bind1(make_interp2d(method_, fill_, deriv_), {in[0], in[1], in[2], in[3], c});
-  return r;
+  return transpose_last(ct, in, types, linear, "the cotangent", make_interp2d(method_, fill_, deriv_));
 }
 
 }  // namespace tessera::detail
