@@ -126,12 +126,11 @@ TESSERA_SCALAR_FN T trig_fast(T x, TESSERA_STD::uint32_t& outside) {
 // (overflow, deep underflow, inf, NaN) go to lm::exp.
 constexpr float kExpFastLimit = 87.0f;
 
-TESSERA_SCALAR_FN float exp_f32_one(float x) {
+// The polynomial of exp_f32_one for xc already in [-kExpFastLimit,
+// kExpFastLimit] (or NaN): tanh_f32_one calls it on [0, 18], where the
+// clamps would change nothing and only cost instructions.
+TESSERA_SCALAR_FN float exp_f32_unclamped(float xc) {
   const float magic = 12582912.0f;
-  // Clamped by selects (std::fmin is a call that blocks vectorising); NaN
-  // passes through and is recomputed.
-  float xc = x > kExpFastLimit ? kExpFastLimit : x;
-  xc = xc < -kExpFastLimit ? -kExpFastLimit : xc;
   const float n = fma(xc, 1.44269504088896341f, magic) - magic;
   const float r = fma(-n, -2.12194440e-4f, fma(-n, 0.693359375f, xc));
   const float r2 = r * r;
@@ -143,6 +142,14 @@ TESSERA_SCALAR_FN float exp_f32_one(float x) {
   p = fma(p, r2, r) + 1.0f;
   const TESSERA_STD::uint32_t scale = static_cast<TESSERA_STD::uint32_t>(static_cast<int>(n) + 127) << 23;
   return p * __builtin_bit_cast(float, scale);
+}
+
+TESSERA_SCALAR_FN float exp_f32_one(float x) {
+  // Clamped by selects (std::fmin is a call that blocks vectorising); NaN
+  // passes through and is recomputed.
+  float xc = x > kExpFastLimit ? kExpFastLimit : x;
+  xc = xc < -kExpFastLimit ? -kExpFastLimit : xc;
+  return exp_f32_unclamped(xc);
 }
 
 TESSERA_SCALAR_FN bool exp_f32_outside(float x) { return !(lm::fabs(x) <= kExpFastLimit); }
@@ -166,12 +173,19 @@ TESSERA_SCALAR_FN float tanh_f32_one(float x) {
   p = fma(p, z, -3.33332819422e-1f);
   p = fma(p * z, x, x);
   const float ac = a < 9.0f ? a : 9.0f;
-  const float big = 1.0f - 2.0f / (exp_f32_one(2.0f * ac) + 1.0f);
+  const float big = 1.0f - 2.0f / (exp_f32_unclamped(2.0f * ac) + 1.0f);
   // Both branches take x's sign (p alone loses it for x = -0).
   return lm::copysign(a < 0.625f ? p : big, x);
 }
 
-TESSERA_SCALAR_FN float tanh_f32(float x) { return lm::isnan(x) ? x : tanh_f32_one(x); }
+// Computed first and selected after: written as `isnan(x) ? x :
+// tanh_f32_one(x)`, GCC predicates every compare inside on x being a number
+// and vectorises the clamps as pairs of masked compares (48 instructions
+// per vector against 36; the same bits).
+TESSERA_SCALAR_FN float tanh_f32(float x) {
+  const float t = tanh_f32_one(x);
+  return lm::isnan(x) ? x : t;
+}
 
 // log of f32 without calls (the Cephes method): x = m 2^e with m in
 // [sqrt(1/2), sqrt(2)) read from the bits, log(m) by a degree-9 polynomial
