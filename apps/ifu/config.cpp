@@ -467,6 +467,46 @@ void read_galaxy(const Section& s, Config& c) {
   c.rotation = {"euler", r.finite("alpha"), r.finite("beta"), r.finite("gamma")};
 }
 
+// ssp.dust: only the calc_dusty_ifu pipeline applies it, but the names and
+// values are checked whatever the pipeline, so a typo is caught before the
+// dusty pipeline is asked for.
+void read_dust(const Section& d, DustConfig& dust) {
+  d.check_keys({"extinction_model", "dust_to_gas_ratio", "dust_to_metals_ratio", "dust_grain_density", "Rv",
+                "dust_to_gas_model", "Xco"});
+  dust.present = true;
+  if (d.has("extinction_model")) {
+    dust.has_extinction_model = true;
+    dust.extinction_model = d.string("extinction_model");
+    // Rubix's RV_MODELS; its source lists O94, F99, ... as to do.
+    if (dust.extinction_model != "Cardelli89" && dust.extinction_model != "Gordon23")
+      d.unknown_value("extinction_model", dust.extinction_model, "Rubix 0.0.5 knows Cardelli89, Gordon23");
+  }
+  if (d.has("Rv")) {
+    dust.has_Rv = true;
+    dust.Rv = d.positive("Rv");
+  }
+  if (d.has("dust_grain_density")) {
+    dust.has_dust_grain_density = true;
+    dust.dust_grain_density = d.positive("dust_grain_density");
+  }
+  if (d.has("dust_to_gas_model")) {
+    dust.dust_to_gas_model = d.string("dust_to_gas_model");
+    if (dust.dust_to_gas_model == "power law slope fixed")
+      d.unsupported("dust_to_gas_model", dust.dust_to_gas_model,
+                    "Rubix 0.0.5 does not implement it (supported: power law slope free, broken power law fit)");
+    if (dust.dust_to_gas_model != "power law slope free" && dust.dust_to_gas_model != "broken power law fit")
+      d.unknown_value("dust_to_gas_model", dust.dust_to_gas_model,
+                      "Remy-Ruyer et al. 2014 fits in Rubix 0.0.5: power law slope free, broken power law fit");
+  }
+  if (d.has("Xco")) {
+    dust.Xco = d.string("Xco");
+    if (dust.Xco != "MW" && dust.Xco != "Z") d.unknown_value("Xco", dust.Xco, "known: MW, Z");
+  }
+  // Accepted, unused: no Rubix 0.0.5 code reads them.
+  for (const char* k : {"dust_to_gas_ratio", "dust_to_metals_ratio"})
+    if (d.has(k)) d.finite(k);
+}
+
 void read_ssp(const Section& s, Config& c) {
   s.check_keys({"template", "method", "dust"});
   if (!s.has("template")) s.missing("template", "template: {name: BruzualCharlot2003}");
@@ -487,16 +527,7 @@ void read_ssp(const Section& s, Config& c) {
     if (c.ssp_method != "cubic" && c.ssp_method != "linear")
       s.unknown_value("method", c.ssp_method, "supported: cubic, linear");
   }
-  // Dust parameters: only the calc_dusty_ifu pipeline reads them.
-  if (s.has("dust")) {
-    const Section d = s.section("dust");
-    d.check_keys({"extinction_model", "dust_to_gas_ratio", "dust_to_metals_ratio", "dust_grain_density", "Rv",
-                  "dust_to_gas_model", "Xco"});
-    for (const char* k : {"extinction_model", "dust_to_gas_model", "Xco"})
-      if (d.has(k)) d.string(k);
-    for (const char* k : {"dust_to_gas_ratio", "dust_to_metals_ratio", "dust_grain_density", "Rv"})
-      if (d.has(k)) d.finite(k);
-  }
+  if (s.has("dust")) read_dust(s.section("dust"), c.dust);
 }
 
 }  // namespace
@@ -578,7 +609,28 @@ Config parse_config(const std::string& yaml_text, const std::string& source) {
   if (top.has("cosmology")) read_cosmology(top.section("cosmology"), c);
   read_galaxy(top.section("galaxy"), c);
   read_ssp(top.section("ssp"), c);
+  if (c.pipeline == "calc_dusty_ifu") check_dusty_config(c);
   return c;
+}
+
+void check_dusty_config(const Config& c) {
+  const DustConfig& d = c.dust;
+  const char* key = !d.present                  ? "ssp.dust"
+                    : !d.has_extinction_model   ? "ssp.dust.extinction_model"
+                    : !d.has_Rv                 ? "ssp.dust.Rv"
+                    : !d.has_dust_grain_density ? "ssp.dust.dust_grain_density"
+                                                : nullptr;
+  if (!key) return;
+  std::string msg = "[ifu config] ";
+  if (!c.source.empty()) {
+    msg += c.source;
+    msg += ": ";
+  }
+  msg += "missing required key '";
+  msg += key;
+  msg += "' (pipeline calc_dusty_ifu needs ssp.dust with extinction_model (Cardelli89 or Gordon23), Rv and "
+         "dust_grain_density in g/cm^3)";
+  throw InputError(msg);
 }
 
 Config load_config(const std::string& path) {

@@ -13,11 +13,15 @@
 //   simulation.args.*      (paths of the raw simulation snapshot).
 //   logger.log_file_path, logger.format (Rubix ignores the format too).
 //   cosmology.args.*       (only used by Rubix's CUSTOM cosmology, not supported yet).
-//   ssp.dust.*             calc_ifu never applies dust, exactly as in Rubix
-//                          (only calc_dusty_ifu reads these, and that pipeline
-//                          is not supported yet); unlike Rubix 0.0.5, which
-//                          builds the extinction stage even for calc_ifu,
-//                          ssp.dust.extinction_model is not required.
+//   ssp.dust.*             read into Config::dust and validated (model names,
+//                          Rv > 0, grain density > 0), but calc_ifu never
+//                          applies dust, exactly as in Rubix (only
+//                          calc_dusty_ifu does, and that pipeline is not
+//                          supported yet); unlike Rubix 0.0.5, which builds
+//                          the extinction stage even for calc_ifu,
+//                          ssp.dust.extinction_model is not required then.
+//                          dust_to_gas_ratio and dust_to_metals_ratio are
+//                          accepted and unused (Rubix reads neither).
 // Where Rubix requires a section the pipeline can do without, it is optional
 // here: pipeline (calc_ifu), logger, data, simulation (NIHAO), cosmology
 // (PLANCK15), galaxy.rotation (no rotation), telescope.psf / lsf / noise (the
@@ -35,6 +39,23 @@ namespace tessera::ifu {
 struct RotationConfig {
   std::string type = "euler";  // "euler" (alpha, beta, gamma in degrees), "face-on", "edge-on"
   double alpha = 0, beta = 0, gamma = 0;
+};
+
+/// ssp.dust: Rubix 0.0.5's dust model (calc_dusty_ifu; apps/ifu/dust.hpp).
+/// The defaults are the values of Rubix's packaged rubix_config.yml.
+struct DustConfig {
+  bool present = false;                        // an ssp.dust section was given
+  std::string extinction_model = "Cardelli89";  // "Cardelli89" | "Gordon23"
+  double Rv = 3.1;                             // A(V)/E(B-V), > 0
+  /// Remy-Ruyer et al. (2014) Table 1 fit: "broken power law fit" or
+  /// "power law slope free" ("power law slope fixed" is refused: Rubix does
+  /// not implement it).
+  std::string dust_to_gas_model = "broken power law fit";
+  std::string Xco = "Z";             // "Z" or "MW"
+  double dust_grain_density = 3.5;   // g/cm^3, > 0
+  /// Which keys the config gave: Rubix's calc_dusty_ifu requires
+  /// extinction_model, Rv and dust_grain_density (check_dusty_config).
+  bool has_extinction_model = false, has_Rv = false, has_dust_grain_density = false;
 };
 
 struct Config {
@@ -58,6 +79,7 @@ struct Config {
   std::string ssp_template = "BruzualCharlot2003";
   std::string ssp_method = "cubic";   // "cubic" or "linear"
   std::string log_level = "WARNING";  // upper-cased Python logging level name
+  DustConfig dust;                    // ssp.dust (only calc_dusty_ifu applies it)
 };
 
 /// The config `tessera ifu` runs without one: Rubix's reference setup (MUSE
@@ -73,5 +95,11 @@ Config load_config(const std::string& path);
 /// The same from YAML text. `source` names the text in messages; when it has a
 /// folder part, a relative output_path is resolved against that folder.
 Config parse_config(const std::string& yaml_text, const std::string& source);
+
+/// What calc_dusty_ifu needs beyond calc_ifu: an ssp.dust section with
+/// extinction_model, Rv and dust_grain_density (Rubix 0.0.5 fails without
+/// them). InputError naming the missing key otherwise. parse_config calls it
+/// for `pipeline: calc_dusty_ifu`.
+void check_dusty_config(const Config& c);
 
 }  // namespace tessera::ifu
