@@ -9,16 +9,13 @@
 
 #include "ifu/cosmology.hpp"
 #include "ifu/errors.hpp"
+#include "ifu/stages.hpp"
 
 namespace tessera::ifu {
 
 namespace {
 
-constexpr double kSpeedOfLight = 299792.458;  // km/s
 constexpr double kDeg = M_PI / 180.0;
-// The smallest bound an exact accumulator takes (2^-900): any positive bound
-// keeps all-zero terms exact.
-constexpr double kTiny = 0x1p-900;
 
 using Mat3 = std::array<double, 9>;
 
@@ -53,10 +50,6 @@ Array column(const Array& x, std::int64_t k) {
   return reshape(slice(x, {SliceSpec{}, SliceSpec{k, k + 1}}), {x.shape()[0]});
 }
 
-Array f32_array(const std::vector<double>& v, const Shape& shape, const NamedSharding& s) {
-  std::vector<float> f(v.begin(), v.end());
-  return device_put(f, shape, s);
-}
 
 }  // namespace
 
@@ -130,6 +123,13 @@ Geometry geometry(const Config& cfg) {
   return g;
 }
 
+Array Pipeline::real_array(const std::vector<double>& v, const Shape& shape) const {
+  const NamedSharding rep(mesh_, P());
+  if (opt_.dtype == DType::f64) return device_put(v, shape, rep);
+  std::vector<float> f(v.begin(), v.end());
+  return device_put(f, shape, rep);
+}
+
 Pipeline::Pipeline(Config cfg, const SspGrid& ssp, Mesh mesh, PipelineOptions opt)
     : cfg_(std::move(cfg)), geo_(ifu::geometry(cfg_)), mesh_(std::move(mesh)), opt_(std::move(opt)) {
   if (mesh_.axis_names() != std::vector<std::string>{"data"})
@@ -140,6 +140,8 @@ Pipeline::Pipeline(Config cfg, const SspGrid& ssp, Mesh mesh, PipelineOptions op
     text += "' is not supported (normal)";
     throw InputError(text);
   }
+  if (opt_.dtype != DType::f32 && opt_.dtype != DType::f64)
+    throw InputError(std::string("[ifu] the pipeline computes in f32 or f64, got ") + dtype_name(opt_.dtype));
   if (opt_.chunk < 1) throw InputError("[ifu] the chunk size must be >= 1, got " + std::to_string(opt_.chunk));
   const auto nz = static_cast<std::int64_t>(ssp.metallicity.size());
   const auto na = static_cast<std::int64_t>(ssp.age.size());
@@ -148,16 +150,16 @@ Pipeline::Pipeline(Config cfg, const SspGrid& ssp, Mesh mesh, PipelineOptions op
     throw InputError("[ifu] the SSP grid " + ssp.source + " is malformed");
   const NamedSharding rep(mesh_, P());
   // Rubix casts the templates to float32; so does the pipeline.
-  z_grid_ = f32_array(ssp.metallicity, {nz}, rep);
-  age_grid_ = f32_array(ssp.age, {na}, rep);
-  flux_grid_ = f32_array(ssp.flux, {nz, na, nw}, rep);
+  z_grid_ = real_array(ssp.metallicity, {nz});
+  age_grid_ = real_array(ssp.age, {na});
+  flux_grid_ = real_array(ssp.flux, {nz, na, nw});
   for (double f : ssp.flux) flux_max_ = std::max(flux_max_, std::abs(static_cast<double>(static_cast<float>(f))));
   // Observed-frame template wavelengths: (1 + z) * lambda in float32.
   std::vector<float> rest(ssp.wavelength.begin(), ssp.wavelength.end());
   for (float& w : rest) w = static_cast<float>(1.0f + static_cast<float>(cfg_.dist_z)) * w;
-  wave_rest_ = device_put(rest, {nw}, rep);
-  target_ = device_put(geo_.wave, {static_cast<std::int64_t>(geo_.wave.size())}, rep);
-  edges_ = f32_array(geo_.edges, {static_cast<std::int64_t>(geo_.edges.size())}, rep);
+  wave_rest_ = astype(device_put(rest, {nw}, rep), opt_.dtype);
+  target_ = astype(device_put(geo_.wave, {static_cast<std::int64_t>(geo_.wave.size())}, rep), opt_.dtype);
+  edges_ = real_array(geo_.edges, {static_cast<std::int64_t>(geo_.edges.size())});
 }
 
 double Pipeline::dwave() const { return telescope(cfg_.telescope).wave_res; }
@@ -188,18 +190,19 @@ Particles Pipeline::put(const GalaxyData& g) const {
   p.n = g.n;
   p.center = g.center;
   p.halfmassrad = g.halfmassrad_stars;
-  p.coords = device_put(g.coords, {g.n, 3}, rows2);
-  p.velocity = device_put(g.velocity, {g.n, 3}, rows2);
-  p.mass = device_put(g.mass, {g.n}, rows1);
-  p.age = device_put(g.age, {g.n}, rows1);
-  p.metallicity = device_put(g.metallicity, {g.n}, rows1);
+  p.coords = astype(device_put(g.coords, {g.n, 3}, rows2), opt_.dtype);
+  p.velocity = astype(device_put(g.velocity, {g.n, 3}, rows2), opt_.dtype);
+  p.mass = astype(device_put(g.mass, {g.n}, rows1), opt_.dtype);
+  p.age = astype(device_put(g.age, {g.n}, rows1), opt_.dtype);
+  p.metallicity = astype(device_put(g.metallicity, {g.n}, rows1), opt_.dtype);
   return p;
 }
 
-Cube Pipeline::run(const Particles& p) const {
+Pipeline::Frame Pipeline::frame(const Particles& p) const {
   if (p.n == 0) throw InputError("[ifu] the galaxy has no star particles");
   const NamedSharding rep(mesh_, P());
-  const Array center = f32_array({p.center[0], p.center[1], p.center[2]}, {3}, rep);
+  Frame f;
+  f.center = real_array({p.center[0], p.center[1], p.center[2]}, {3});
 
   // --- Centering (Rubix's center_particles): the center must lie inside the
   // particles' bounding box; the systemic velocity is the per-component
@@ -223,13 +226,11 @@ Cube Pipeline::run(const Particles& p) const {
     const Array d = subtract(coords, c);
     return sqrt(sum(multiply(d, d), {1}));
   });
-  const Array radius = distance(p.coords, center);
-  const Array near = less(radius, 10.0f);
-  const Array vsys = median(p.velocity, {0}, {.where = broadcast_to(expand_dims(near, 1), {p.n, 3}), .keepdims = false});
-  Cube out;
-  out.particles = p.n;
-  const auto vs = vsys.to_vector<double>();
-  for (int k = 0; k < 3; ++k) out.systemic_velocity[k] = vs[k];
+  const Array radius = distance(p.coords, f.center);
+  f.near = less(radius, 10.0f);
+  f.vsys = median(p.velocity, {0}, {.where = broadcast_to(expand_dims(f.near, 1), {p.n, 3}), .keepdims = false});
+  const auto vs = f.vsys.to_vector<double>();
+  for (int k = 0; k < 3; ++k) f.vs[k] = vs[k];
   if (std::isnan(vs[0]) || std::isnan(vs[1]) || std::isnan(vs[2]))
     throw InputError("[ifu] no star particle lies within 10 kpc of the galaxy center: cannot take the systemic velocity");
 
@@ -237,16 +238,16 @@ Cube Pipeline::run(const Particles& p) const {
   // particles within the half-mass radius (summed exactly over all of them),
   // then the Euler rotation.
   Mat3 rot = geo_.rotation;
-  const double mass_max = max(abs(p.mass)).item<double>();
+  f.mass_max = max(abs(p.mass)).item<double>();
   if (cfg_.simulation == "IllustrisTNG") {
     if (!(p.halfmassrad > 0))
       throw InputError("[ifu] simulation IllustrisTNG aligns with the inertia tensor within /galaxy/halfmassrad_stars, "
                        "which the galaxy file does not give");
-    const Array inside = less_equal(radius, static_cast<float>(p.halfmassrad));
+    const Array inside = less_equal(radius, real(p.halfmassrad));
     const Array m = astype(where(inside, p.mass, 0.0f), DType::f64);
-    const Array d = astype(subtract(p.coords, center), DType::f64);
+    const Array d = astype(subtract(p.coords, f.center), DType::f64);
     // Terms m x_i x_j, bounded by max(m) * max |x|^2.
-    const double bound = std::max(mass_max * p.halfmassrad * p.halfmassrad * 4.0, kTiny);
+    const double bound = std::max(f.mass_max * p.halfmassrad * p.halfmassrad * 4.0, kTiny);
     Mat3 outer{};
     for (int i = 0; i < 3; ++i)
       for (int j = i; j < 3; ++j) {
@@ -259,21 +260,68 @@ Cube Pipeline::run(const Particles& p) const {
       for (int j = 0; j < 3; ++j) inertia[i * 3 + j] = (i == j ? trace : 0.0) - outer[i * 3 + j];
     rot = matmul3(eigenvectors_sorted(inertia), rot);
   }
-  const Array rmat = f32_array(std::vector<double>(rot.begin(), rot.end()), {3, 3}, rep);
+  f.rot = rot;
+  f.rmat = real_array(std::vector<double>(rot.begin(), rot.end()), {3, 3});
+  f.vmax = max(abs(p.velocity)).item<double>() + std::abs(vs[0]) + std::abs(vs[1]) + std::abs(vs[2]);
+  return f;
+}
 
-  // --- The per-particle stages, a chunk at a time on each device, into the
+Pipeline::ChunkGeometry Pipeline::chunk_geometry(const Frame& f, const Array& coords, const Array& velocity,
+                                                 std::int64_t lo, std::int64_t hi, const GlobalParams& g) const {
+  const std::int64_t nb = geo_.spaxels;
+  const Scalar e_lo = real(geo_.edges.front()), e_hi = real(geo_.edges.back());
+  const Array pos = matmul(subtract(rows(coords, lo, hi), f.center), f.rmat);
+  const Array vel = matmul(subtract(rows(velocity, lo, hi), f.vsys), f.rmat);
+  const Array x = column(pos, 0), y = column(pos, 1);
+  ChunkGeometry c;
+  c.vz = column(vel, 2);
+  if (g.velocity_offset != 0) c.vz = add(c.vz, real(g.velocity_offset));
+  c.inside = logical_and(logical_and(greater_equal(x, e_lo), less_equal(x, e_hi)),
+                         logical_and(greater_equal(y, e_lo), less_equal(y, e_hi)));
+  auto bin = [&](const Array& v) { return clip(subtract(searchsorted(edges_, v, Side::right), 1), 0, nb - 1); };
+  c.pix = add(bin(x), multiply(bin(y), static_cast<int>(nb)));
+  return c;
+}
+
+Array Pipeline::accumulate(const ChunkGeometry& c, const Array& mass, const Array& age, const Array& metallicity,
+                           const Array& vz, double max_abs, const Array& init) const {
+  const std::int64_t nb = geo_.spaxels;
+  const Array m = where(c.inside, mass, 0.0f);
+  const Array z = where(c.inside, metallicity, 0.0f);
+  // Ages in Gyr on the templates' log10(age/yr) axis; filtered particles
+  // get age 0, whose log is -inf: outside the grid, no light.
+  const Array age_yr = multiply(where(c.inside, age, 0.0f), 1e9f);
+  const Array log_age = divide(log(age_yr), real(std::log(10.0)));
+  const Interp2dOptions lookup{.method = cfg_.ssp_method, .fill = 0.0};
+  const Array spectra = interp2d(z, log_age, z_grid_, age_grid_, flux_grid_, lookup);
+  const Array doppler = exp(divide(vz, real(kSpeedOfLight)));
+  // Into the accumulator in the same pass (init): no per-chunk partial
+  // cube, no add.
+  ResampleOptions ro{.weights = m, .wave_scale = doppler};
+  if (init.valid()) ro.init = init;
+  return resample_accumulate(spectra, wave_rest_, target_, c.pix, nb * nb, max_abs, ro);
+}
+
+namespace {
+
+/// The bound of the cube's exact accumulator. Terms are mass * (interpolated
+/// template, resampled): bicubic overshoot and the flux-conservation factor
+/// stay far below 2^10 of the grid's maximum (the kernel refuses a term
+/// above the bound, it never wraps).
+double cube_bound(double mass_max, double flux_max) { return std::max(mass_max * flux_max * 1024.0, kTiny); }
+
+}  // namespace
+
+Pipeline::Partial Pipeline::particle_stage(const Particles& p, const Frame& f, const GlobalParams& g) const {
+  // The per-particle stages, a chunk at a time on each device, into the
   // device's exact partial cube; then one psum.
   const std::int64_t nb = geo_.spaxels;
-  const auto e_lo = static_cast<float>(geo_.edges.front()), e_hi = static_cast<float>(geo_.edges.back());
-  // Terms are mass * (interpolated template, resampled): bicubic overshoot
-  // and the flux-conservation factor stay far below 2^10 of the grid's
-  // maximum (the kernel refuses a term above the bound, it never wraps).
-  const double max_abs = std::max(mass_max * flux_max_ * 1024.0, kTiny);
-  const double vmax = max(abs(p.velocity)).item<double>() + std::abs(vs[0]) + std::abs(vs[1]) + std::abs(vs[2]);
-  const double mv_abs = std::max(mass_max * vmax * 2.0, kTiny);
+  const double scale = std::abs(g.mass_scale);
+  const double max_abs = cube_bound(f.mass_max * scale, flux_max_);
+  const double mv_abs = std::max(f.mass_max * scale * (f.vmax + std::abs(g.velocity_offset)) * 2.0, kTiny);
+  const double m_abs = std::max(f.mass_max * scale, kTiny);
   const std::int64_t chunk = opt_.chunk;
   const auto& progress = opt_.on_progress;
-  const Interp2dOptions lookup{.method = cfg_.ssp_method, .fill = 0.0};
   auto body = [&](const Array& coords, const Array& velocity, const Array& mass, const Array& age,
                   const Array& metallicity) {
     const std::int64_t n = coords.shape()[0];
@@ -283,33 +331,18 @@ Cube Pipeline::run(const Particles& p) const {
     std::int64_t lo = 0;
     do {
       const std::int64_t hi = std::min(n, lo + chunk);
-      const Array pos = matmul(subtract(rows(coords, lo, hi), center), rmat);
-      const Array vel = matmul(subtract(rows(velocity, lo, hi), vsys), rmat);
-      const Array x = column(pos, 0), y = column(pos, 1), vz = column(vel, 2);
-      const Array inside = logical_and(logical_and(greater_equal(x, e_lo), less_equal(x, e_hi)),
-                                       logical_and(greater_equal(y, e_lo), less_equal(y, e_hi)));
-      const Array m = where(inside, rows(mass, lo, hi), 0.0f);
-      const Array z = where(inside, rows(metallicity, lo, hi), 0.0f);
-      // Ages in Gyr on the templates' log10(age/yr) axis; filtered particles
-      // get age 0, whose log is -inf: outside the grid, no light.
-      const Array age_yr = multiply(where(inside, rows(age, lo, hi), 0.0f), 1e9f);
-      const Array log_age = divide(log(age_yr), static_cast<float>(std::log(10.0)));
-      auto bin = [&](const Array& c) { return clip(subtract(searchsorted(edges_, c, Side::right), 1), 0, nb - 1); };
-      const Array pix = add(bin(x), multiply(bin(y), static_cast<int>(nb)));
-      const Array spectra = interp2d(z, log_age, z_grid_, age_grid_, flux_grid_, lookup);
-      const Array doppler = exp(divide(vz, static_cast<float>(kSpeedOfLight)));
-      // Into the device's accumulator in the same pass (init): no per-chunk
-      // partial cube, no add.
-      ResampleOptions ro{.weights = m, .wave_scale = doppler};
-      if (acc.valid()) ro.init = acc;
-      acc = resample_accumulate(spectra, wave_rest_, target_, pix, nb * nb, max_abs, ro);
+      const ChunkGeometry c = chunk_geometry(f, coords, velocity, lo, hi, g);
+      Array mrows = rows(mass, lo, hi);
+      if (g.mass_scale != 1) mrows = multiply(mrows, real(g.mass_scale));
+      acc = accumulate(c, mrows, rows(age, lo, hi), rows(metallicity, lo, hi), c.vz, max_abs, acc);
       // The velocity map's sums, exact too: sum m v_z and sum m per spaxel.
-      const Array mvz = segment_sum(transpose(exact_limbs(multiply(m, vz), mv_abs)), pix, nb * nb);
-      const Array mm = segment_sum(transpose(exact_limbs(m, std::max(mass_max, kTiny))), pix, nb * nb);
+      const Array m = where(c.inside, mrows, 0.0f);
+      const Array mvz = segment_sum(transpose(exact_limbs(multiply(m, c.vz), mv_abs)), c.pix, nb * nb);
+      const Array mm = segment_sum(transpose(exact_limbs(m, m_abs)), c.pix, nb * nb);
       mv = mv.valid() ? add(mv, mvz) : mvz;
       ms = ms.valid() ? add(ms, mm) : mm;
-      const Array c = sum(astype(inside, DType::i64));
-      count = count.valid() ? add(count, c) : c;
+      const Array cnt = sum(astype(c.inside, DType::i64));
+      count = count.valid() ? add(count, cnt) : cnt;
       if (progress) progress(hi - lo);
       lo = hi;
     } while (lo < n);
@@ -330,17 +363,12 @@ Cube Pipeline::run(const Particles& p) const {
     text += ")";
     throw InputError(text);
   }
-  const auto nwave = static_cast<std::int64_t>(geo_.wave.size());
-  Array cube = reshape(exact_total(parts[0], DType::f32), {nb, nb, nwave});
-  {
-    const Array mvz = exact_total(transpose(parts[1]), DType::f64);
-    const Array mm = exact_total(transpose(parts[2]), DType::f64);
-    out.velocity_map = reshape(astype(where(greater(mm, 0.0), divide(mvz, mm), std::numeric_limits<double>::quiet_NaN()),
-                                      DType::f32),
-                               {nb, nb});
-    out.in_aperture = parts[3].item<std::int64_t>();
-  }
+  return Partial{parts[0], parts[1], parts[2], parts[3].item<std::int64_t>()};
+}
 
+Array Pipeline::observe(const Array& cube_in) const {
+  Array cube = cube_in;
+  const NamedSharding rep(mesh_, P());
   // --- PSF: a normalised Gaussian on every wavelength plane, the cube
   // sharded over wavelength (each device convolves its own planes).
   if (cfg_.psf) {
@@ -354,7 +382,7 @@ Cube Pipeline::run(const Particles& p) const {
       }
     for (double& v : kern) v /= total;
     Array planes = with_sharding_constraint(transpose(cube, {2, 0, 1}), P("data", none, none));
-    planes = convolve2d(planes, f32_array(kern, {k, k}, rep));
+    planes = convolve2d(planes, real_array(kern, {k, k}));
     cube = transpose(planes, {1, 2, 0});
   }
   // --- LSF: a normalised Gaussian of 25 taps, one wavelength bin apart
@@ -370,8 +398,36 @@ Cube Pipeline::run(const Particles& p) const {
       total += kern.back();
     }
     for (double& v : kern) v /= total;
-    cube = convolve(with_sharding_constraint(cube, P(none, none, "data")), f32_array(kern, {25}, rep), -1);
+    cube = convolve(with_sharding_constraint(cube, P(none, none, "data")), real_array(kern, {25}), -1);
   }
+  return cube;
+}
+
+Array Pipeline::model(const Particles& p, const GlobalParams& g) const {
+  const Frame f = frame(p);
+  const Partial part = particle_stage(p, f, g);
+  const std::int64_t nb = geo_.spaxels;
+  return observe(reshape(exact_total(part.acc, opt_.dtype), {nb, nb, static_cast<std::int64_t>(geo_.wave.size())}));
+}
+
+Cube Pipeline::run(const Particles& p, const GlobalParams& g) const {
+  const Frame f = frame(p);
+  Cube out;
+  out.particles = p.n;
+  out.systemic_velocity = f.vs;
+  const Partial part = particle_stage(p, f, g);
+  const std::int64_t nb = geo_.spaxels;
+  const auto nwave = static_cast<std::int64_t>(geo_.wave.size());
+  Array cube = reshape(exact_total(part.acc, opt_.dtype), {nb, nb, nwave});
+  {
+    const Array mvz = exact_total(transpose(part.mv), DType::f64);
+    const Array mm = exact_total(transpose(part.ms), DType::f64);
+    out.velocity_map = reshape(astype(where(greater(mm, 0.0), divide(mvz, mm), std::numeric_limits<double>::quiet_NaN()),
+                                      DType::f32),
+                               {nb, nb});
+    out.in_aperture = part.in_aperture;
+  }
+  cube = observe(cube);
   // --- Noise, after the reduction: S/N per spaxel from the median of the
   // positive spaxel totals; one normal draw per cube element from a
   // counter-based key, so the noise is the same on every mesh.
@@ -379,13 +435,13 @@ Cube Pipeline::run(const Particles& p) const {
     // Each spaxel's total, summed exactly: the wavelength dim is sharded, and
     // a float sum of its parts would round differently on every mesh.
     const double peak = std::max(max(abs(cube)).item<double>(), kTiny);
-    const Array total = exact_total(sum(exact_limbs(cube, peak), {3}), DType::f32);
+    const Array total = exact_total(sum(exact_limbs(cube, peak), {3}), opt_.dtype);
     const Array bright = greater(total, 0.0f);
     Array med = median(total, {}, {.where = bright, .keepdims = false});
     med = where(isnan(med), 0.0f, med);
-    const Array s2n = where(bright, divide(divide(sqrt(med), static_cast<float>(cfg_.signal_to_noise)), sqrt(total)), 0.0f);
+    const Array s2n = where(bright, divide(divide(sqrt(med), real(cfg_.signal_to_noise)), sqrt(total)), 0.0f);
     const NamedSharding layout(mesh_, P(none, none, "data"));
-    const Array draw = random::normal(random::key(opt_.noise_seed), cube.shape(), DType::f32, layout);
+    const Array draw = random::normal(random::key(opt_.noise_seed), cube.shape(), opt_.dtype, layout);
     cube = add(cube, multiply(multiply(cube, draw), expand_dims(s2n, 2)));
   }
   out.data = cube;

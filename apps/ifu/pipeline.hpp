@@ -48,6 +48,9 @@ struct PipelineOptions {
   std::function<void(std::int64_t)> on_progress;
   /// Seed of the noise key (Rubix uses PRNGKey(0)).
   std::uint64_t noise_seed = 0;
+  /// The float type of every stage: f32 as Rubix (the cube it makes), or
+  /// f64 (derivative checks by finite differences, precision studies).
+  DType dtype = DType::f32;
 };
 
 /// The geometry and grids a config implies (host values, float32 where Rubix
@@ -80,6 +83,36 @@ struct Particles {
   std::int64_t n = 0;
 };
 
+/// Global parameters of the differentiable pipeline, besides the particle
+/// fields: a line-of-sight velocity offset added to every particle (km/s,
+/// after the systemic velocity is removed) and a factor on every mass.
+/// The defaults leave the cube as run() makes it.
+struct GlobalParams {
+  double velocity_offset = 0;
+  double mass_scale = 1;
+};
+
+/// The losses of a model cube against an observed one (loss.hpp).
+enum class LossKind { nll, cosine, mse };
+
+/// An observed cube to fit (same shape and wavelength grid as the model).
+struct Observation {
+  Array cube;      // f32 (ny, nx, nwave), finite
+  Array variance;  // f32, same shape: per-element variance for nll; invalid: from snr
+  double snr = 0;  // without variance: sigma = |cube| / snr (elements with sigma 0 are left out)
+  Array mask;      // bool, same shape: the elements the loss counts; invalid: all
+  std::string source = "the observed cube";  // named in error messages (a file name)
+};
+
+/// A loss and its gradient w.r.t. every particle field and global parameter.
+struct Gradient {
+  double loss = 0;
+  Array coords, velocity;           // (n, 3) f32, laid out as Particles
+  Array mass, age, metallicity;     // (n,) f32
+  double velocity_offset = 0, mass_scale = 0;
+  Array model;                      // the model cube the loss was taken of
+};
+
 class Pipeline {
  public:
   /// Checks the config against what is supported and puts the SSP grid and
@@ -88,7 +121,19 @@ class Pipeline {
   /// The galaxy's particles sharded over "data" (uneven blocks allowed).
   Particles put(const GalaxyData& g) const;
   /// Runs every stage.
-  Cube run(const Particles& p) const;
+  Cube run(const Particles& p, const GlobalParams& g = {}) const;
+  /// The noiseless model cube (every stage but noise): what a loss compares
+  /// with an observation.
+  Array model(const Particles& p, const GlobalParams& g = {}) const;
+  /// The loss of the model cube against `obs` and its gradient w.r.t. the
+  /// particle fields and the global parameters (gradient.cpp). The particle
+  /// stage runs twice, a chunk at a time both times: once forward for the
+  /// cube, then, from the cube's cotangent, each chunk again under vjp
+  /// (rematerialised), so memory stays bounded by the chunk and the cube.
+  /// Per-particle gradients depend only on the particle and the cotangent;
+  /// sums over particles are exact: the gradient is bitwise the same on
+  /// every device count and chunk size.
+  Gradient value_and_grad(const Particles& p, const Observation& obs, LossKind loss, const GlobalParams& g = {}) const;
 
   const Config& config() const { return cfg_; }
   const Geometry& geometry() const { return geo_; }
@@ -98,11 +143,34 @@ class Pipeline {
   double dwave() const;
 
  private:
+  struct Frame;
+  struct ChunkGeometry;
+  // The global stages (center check, systemic velocity, rotation).
+  Frame frame(const Particles& p) const;
+  // The rotated positions, spaxel, aperture mask and line-of-sight velocity
+  // of rows [lo, hi) of a device's block (nothing here is differentiated
+  // but the velocity).
+  ChunkGeometry chunk_geometry(const Frame& f, const Array& coords, const Array& velocity, std::int64_t lo,
+                               std::int64_t hi, const GlobalParams& g) const;
+  // The rows' spectra accumulated into `init` (or a fresh accumulator):
+  // differentiable in mass, age, metallicity and vz.
+  Array accumulate(const ChunkGeometry& c, const Array& mass, const Array& age, const Array& metallicity,
+                   const Array& vz, double max_abs, const Array& init) const;
+  // The particle stage: the exact cube (before PSF and LSF) and the maps.
+  struct Partial;
+  Partial particle_stage(const Particles& p, const Frame& f, const GlobalParams& g) const;
+  // PSF and LSF on the cube (linear).
+  Array observe(const Array& cube) const;
+
   Config cfg_;
   Geometry geo_;
   Mesh mesh_;
   PipelineOptions opt_;
   double flux_max_ = 0;  // max |flux| of the SSP grid
+  // A constant in the stages' float type (an f32 stage rounds it to float,
+  // as Rubix's float32 program does).
+  Scalar real(double v) const { return opt_.dtype == DType::f64 ? Scalar(v) : Scalar(static_cast<float>(v)); }
+  Array real_array(const std::vector<double>& v, const Shape& shape) const;
   Array z_grid_, age_grid_, flux_grid_, wave_rest_, target_, edges_;
 };
 

@@ -1,0 +1,45 @@
+// The pipeline's intermediate results, shared by the forward pass
+// (pipeline.cpp) and the gradient (gradient.cpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "ifu/pipeline.hpp"
+
+namespace tessera::ifu {
+
+inline constexpr double kSpeedOfLight = 299792.458;  // km/s
+// The smallest bound an exact accumulator takes (2^-900): any positive bound
+// keeps all-zero terms exact.
+inline constexpr double kTiny = 0x1p-900;
+
+/// The global stages' results.
+struct Pipeline::Frame {
+  Array center;                  // (3,) f32, replicated
+  Array near;                    // (n,) bool: within 10 kpc of the center (the systemic velocity's particles)
+  Array vsys;                    // (3,) f32: the systemic velocity, subtracted
+  std::array<double, 3> vs{};    // the same on the host
+  std::array<double, 9> rot{};   // new = old @ rot
+  Array rmat;                    // rot, (3, 3) f32
+  double mass_max = 0;           // max |mass| (before the mass scale)
+  double vmax = 0;               // bounds |line-of-sight velocity|
+};
+
+/// One chunk of a device's rows, the parts no derivative flows through but
+/// the line-of-sight velocity.
+struct Pipeline::ChunkGeometry {
+  Array pix;     // (rows,) i32: spaxel
+  Array inside;  // (rows,) bool: within the aperture
+  Array vz;      // (rows,) f32: line-of-sight velocity, the offset added
+};
+
+/// The particle stage's sums, exact, over all particles.
+struct Pipeline::Partial {
+  Array acc;  // the cube's exact accumulator (3, spaxels^2, nwave)
+  Array mv;   // sum m v_z per spaxel, limbs
+  Array ms;   // sum m per spaxel, limbs
+  std::int64_t in_aperture = 0;
+};
+
+}  // namespace tessera::ifu
