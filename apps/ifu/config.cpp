@@ -288,10 +288,10 @@ void read_pipeline(const Section& s, Config& c) {
   s.check_keys({"name"});
   if (!s.has("name")) s.missing("name", "calc_ifu");
   c.pipeline = s.string("name");
-  if (c.pipeline == "calc_ifu") return;
-  if (c.pipeline == "calc_dusty_ifu")
-    s.unsupported("name", c.pipeline, "dust is not supported yet (supported: calc_ifu)");
-  s.unknown_value("name", c.pipeline, "Rubix 0.0.5 pipelines: calc_ifu, calc_dusty_ifu; supported: calc_ifu");
+  // calc_dusty_ifu's ssp.dust keys are checked once the whole file is read
+  // (parse_config calls check_dusty_config).
+  if (c.pipeline == "calc_ifu" || c.pipeline == "calc_dusty_ifu") return;
+  s.unknown_value("name", c.pipeline, "supported: calc_ifu, calc_dusty_ifu");
 }
 
 void read_logger(const Section& s, Config& c) {

@@ -2,13 +2,16 @@
 //
 // Every key a Rubix 0.0.5 user config may hold is accepted; an unknown key
 // anywhere is an InputError naming the full dotted key and the known keys at
-// its level. Keys that only matter to Rubix's download/conversion step or to
-// its dusty pipeline are accepted, type-checked where cheap, and ignored:
+// its level. Keys that only matter to Rubix's download/conversion step are
+// accepted, type-checked where cheap, and ignored:
 //   data.*                 (name, args.*, load_galaxy_args.*): the galaxy is
 //                          always read from <output_path>/rubix_galaxy.h5 or a
 //                          file given on the command line; nothing is downloaded.
 //                          data.args.particle_type must include "stars" when given;
-//                          gas particles do not enter the calc_ifu cube.
+//                          gas never enters the calc_ifu cube, and calc_dusty_ifu
+//                          reads the galaxy's gas whatever particle_type says
+//                          (Rubix loads, rotates and filters gas only when it
+//                          is listed, and its dusty pipeline fails without it).
 //   data.subset.use_subset must be false ("not supported yet").
 //   simulation.args.*      (paths of the raw simulation snapshot).
 //   logger.log_file_path, logger.format (Rubix ignores the format too).
@@ -16,14 +19,13 @@
 //   ssp.dust.*             read into Config::dust and validated (model names,
 //                          Rv > 0, grain density > 0), but calc_ifu never
 //                          applies dust, exactly as in Rubix (only
-//                          calc_dusty_ifu does, and that pipeline is not
-//                          supported yet); unlike Rubix 0.0.5, which builds
+//                          calc_dusty_ifu does); unlike Rubix 0.0.5, which builds
 //                          the extinction stage even for calc_ifu,
 //                          ssp.dust.extinction_model is not required then.
 //                          dust_to_gas_ratio and dust_to_metals_ratio are
 //                          accepted and unused (Rubix reads neither).
 // Where Rubix requires a section the pipeline can do without, it is optional
-// here: pipeline (calc_ifu), logger, data, simulation (NIHAO), cosmology
+// here: pipeline (calc_ifu; calc_dusty_ifu applies ssp.dust), logger, data, simulation (NIHAO), cosmology
 // (PLANCK15), galaxy.rotation (no rotation), telescope.psf / lsf / noise (the
 // stage is skipped when its section is absent). output_path is optional too
 // (empty when absent). Required: telescope.name, galaxy.dist_z, ssp.template.name.
@@ -60,7 +62,7 @@ struct DustConfig {
 
 struct Config {
   std::string source;                 // file path or name (for messages)
-  std::string pipeline = "calc_ifu";  // only calc_ifu is supported
+  std::string pipeline = "calc_ifu";  // "calc_ifu" | "calc_dusty_ifu" (dust.hpp, with the galaxy's gas)
   std::string simulation = "NIHAO";   // "NIHAO" | "IllustrisTNG" (the latter aligns with the inertia tensor first)
   std::string output_path;  // folder holding rubix_galaxy.h5, relative paths resolved against the config's folder
   std::string telescope = "MUSE";  // a name of telescope_names() with a square aperture

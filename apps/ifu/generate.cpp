@@ -44,6 +44,42 @@ GalaxyData generate_disk(const DiskOptions& o) {
   return g;
 }
 
+GasData generate_gas(const DiskOptions& o, std::int64_t cells, double total_mass, std::uint64_t seed) {
+  GasData g;
+  g.n = cells;
+  std::mt19937_64 rng(seed);
+  std::gamma_distribution<double> radius(2.0, 1.25 * o.scale_length);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  std::exponential_distribution<double> height(2.0 / o.scale_height);
+  std::normal_distribution<double> disp(0.0, 10.0);
+  g.metals_per_cell = 10;
+  g.mass.assign(static_cast<std::size_t>(cells),
+                static_cast<float>(total_mass / static_cast<double>(std::max<std::int64_t>(cells, 1))));
+  for (std::int64_t i = 0; i < cells; ++i) {
+    const double r = radius(rng), phi = 2.0 * M_PI * uni(rng);
+    const double z = (uni(rng) < 0.5 ? -1.0 : 1.0) * height(rng);
+    const double v = o.v_flat * (1.0 - std::exp(-r / o.r_turn));
+    const double pos[3] = {r * std::cos(phi), r * std::sin(phi), z};
+    const double vel[3] = {-v * std::sin(phi) + disp(rng), v * std::cos(phi) + disp(rng), disp(rng)};
+    for (int k = 0; k < 3; ++k) {
+      g.coords.push_back(static_cast<float>(pos[k] + o.center[k]));
+      g.velocity.push_back(static_cast<float>(vel[k] + o.bulk_velocity[k]));
+    }
+    // 12 + log10(X_O / (16 X_H)) = log_oh: X_O = 16 X_H 10^(log_oh - 12).
+    const double log_oh = 8.9 - 0.1 * r + 0.05 * (uni(rng) - 0.5);
+    const double h = 0.74, o_frac = 16.0 * h * std::pow(10.0, log_oh - 12.0);
+    const double metals[10] = {h, 0.25, 0.1 * o_frac, 0.03 * o_frac, o_frac, 0.2 * o_frac, 0.06 * o_frac,
+                               0.06 * o_frac, 0.1 * o_frac, 1.8 * o_frac};
+    for (double m : metals) g.metals.push_back(static_cast<float>(m));
+    g.metallicity.push_back(static_cast<float>(metals[9]));
+    g.density.push_back(static_cast<float>(1e7 * std::exp(-r / o.scale_length)));
+    g.internal_energy.push_back(static_cast<float>(1e12 * (1.0 + uni(rng))));
+    g.sfr.push_back(static_cast<float>(1e-4 * std::exp(-r / o.scale_length)));
+    g.electron_abundance.push_back(static_cast<float>(1.0 + 0.2 * uni(rng)));
+  }
+  return g;
+}
+
 std::int64_t nudge_off_edges(GalaxyData& g, const Config& cfg, double margin) {
   const Geometry geo = geometry(cfg);
   const auto& R = geo.rotation;

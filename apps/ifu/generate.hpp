@@ -32,6 +32,17 @@ struct DiskOptions {
 /// inside the BC03 grid. The same seed gives the same galaxy.
 GalaxyData generate_disk(const DiskOptions& opt);
 
+/// Gas cells for a disk made by generate_disk with the same options (the
+/// dust of calc_dusty_ifu): `cells` cells sharing `total_mass` Msun, in a
+/// thinner exponential disk (scale length 1.25 h, height h_z / 2) around the
+/// same center and rotating with it, with TNG's fields (GFM_Metals: 10
+/// columns, hydrogen 0.74 at column 0, oxygen at column 4 falling from
+/// 12 + log(O/H) = 8.9 at the center by 0.1 dex per kpc, so that both sides
+/// of Remy-Ruyer's broken fit are met), density, internal energy, sfr and
+/// electron abundance plausible but unused. Drawn from `seed`, apart from
+/// the stars: adding gas changes no star.
+GasData generate_gas(const DiskOptions& opt, std::int64_t cells, double total_mass, std::uint64_t seed);
+
 /// Moves particles whose spaxel, aperture membership or systemic-velocity
 /// selection float32 rounding could decide (within `margin` kpc of a bin
 /// edge after the config's rotation, or of the 10 kpc sphere) by 2 * margin

@@ -65,13 +65,16 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
   const std::int64_t chunk = opt_.chunk;
   const auto& progress = opt_.on_progress;
   auto body = [&](const Array& coords, const Array& velocity, const Array& mass, const Array& age,
-                  const Array& metallicity, const Array& ct) {
+                  const Array& metallicity, const Array& ct, const std::vector<Array>& dust) {
     const std::int64_t n = coords.shape()[0];
+    // calc_dusty_ifu: the chunk's transmissions come with its geometry,
+    // outside the vjp (constants: the gas is not differentiated).
+    const Array av = dust.empty() ? Array() : dust[0];
     std::vector<Array> dm, da, dz, dv;
     std::int64_t lo = 0;
     do {
       const std::int64_t hi = std::min(n, lo + chunk);
-      const ChunkGeometry c = chunk_geometry(f, coords, velocity, lo, hi, g);
+      const ChunkGeometry c = chunk_geometry(f, coords, velocity, lo, hi, g, av);
       Array mrows = rows_of(mass, lo, hi);
       if (g.mass_scale != 1) mrows = multiply(mrows, real(g.mass_scale));
       auto stage = [&](const Array& m, const Array& a, const Array& z, const Array& vz) {
@@ -93,8 +96,10 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
   std::vector<Array> per;
   try {
     per = shard_map(body, mesh_,
-                    std::vector<PartitionSpec>{P("data", none), P("data", none), P("data"), P("data"), P("data"), P()},
-                    std::vector<PartitionSpec>{P("data")})(p.coords, p.velocity, p.mass, p.age, p.metallicity, ct_acc);
+                    std::vector<PartitionSpec>{P("data", none), P("data", none), P("data"), P("data"), P("data"), P(),
+                                               P("data")},
+                    std::vector<PartitionSpec>{P("data")})(p.coords, p.velocity, p.mass, p.age, p.metallicity, ct_acc,
+                                                           f.dust_args());
   } catch (const ValueError& e) {
     throw InputError(std::string("[ifu] a particle's spectrum exceeds the bound of the exact cube (") + e.what() + ")");
   }

@@ -195,6 +195,7 @@ Particles Pipeline::put(const GalaxyData& g) const {
   p.mass = astype(device_put(g.mass, {g.n}, rows1), opt_.dtype);
   p.age = astype(device_put(g.age, {g.n}, rows1), opt_.dtype);
   p.metallicity = astype(device_put(g.metallicity, {g.n}, rows1), opt_.dtype);
+  if (dusty()) p.gas = put_gas(g.gas, mesh_);
   return p;
 }
 
@@ -263,11 +264,28 @@ Pipeline::Frame Pipeline::frame(const Particles& p) const {
   f.rot = rot;
   f.rmat = real_array(std::vector<double>(rot.begin(), rot.end()), {3, 3});
   f.vmax = max(abs(p.velocity)).item<double>() + std::abs(vs[0]) + std::abs(vs[1]) + std::abs(vs[2]);
+
+  // --- Dust (calc_dusty_ifu): A_V of every star from the gas in front of
+  // it, in the final frame. Once per run, eagerly (it reads the gas's
+  // spaxels and the column's bound on the host), outside the chunk loop and
+  // outside any vjp: the gradient takes the transmissions as constants.
+  // The positions go in as float32 whatever the dtype: the dust model is
+  // Rubix's float32 one.
+  if (dusty()) {
+    if (p.gas.n <= 0)
+      throw InputError("[ifu] pipeline calc_dusty_ifu needs the galaxy's gas cells (/particles/gas/{coords, mass, "
+                       "metals} in Rubix's galaxy file, PartType0 in an IllustrisTNG cutout), and the particles were "
+                       "put without gas");
+    const DustView view{p.center, f.rot, geo_.edges};
+    f.av = star_extinction_av(cfg_.dust, view, astype(p.coords, DType::f32), p.gas);
+    f.curve = dust_curve_factor(cfg_.dust, geo_.wave, mesh_);
+  }
   return f;
 }
 
 Pipeline::ChunkGeometry Pipeline::chunk_geometry(const Frame& f, const Array& coords, const Array& velocity,
-                                                 std::int64_t lo, std::int64_t hi, const GlobalParams& g) const {
+                                                 std::int64_t lo, std::int64_t hi, const GlobalParams& g,
+                                                 const Array& av) const {
   const std::int64_t nb = geo_.spaxels;
   const Scalar e_lo = real(geo_.edges.front()), e_hi = real(geo_.edges.back());
   const Array pos = matmul(subtract(rows(coords, lo, hi), f.center), f.rmat);
@@ -280,6 +298,7 @@ Pipeline::ChunkGeometry Pipeline::chunk_geometry(const Frame& f, const Array& co
                          logical_and(greater_equal(y, e_lo), less_equal(y, e_hi)));
   auto bin = [&](const Array& v) { return clip(subtract(searchsorted(edges_, v, Side::right), 1), 0, nb - 1); };
   c.pix = add(bin(x), multiply(bin(y), static_cast<int>(nb)));
+  if (av.valid()) c.transmission = dust_transmission(f.curve, rows(av, lo, hi));
   return c;
 }
 
@@ -299,7 +318,11 @@ Array Pipeline::accumulate(const ChunkGeometry& c, const Array& mass, const Arra
   // cube, no add.
   ResampleOptions ro{.weights = m, .wave_scale = doppler};
   if (init.valid()) ro.init = init;
-  return resample_accumulate(spectra, wave_rest_, target_, c.pix, nb * nb, max_abs, ro);
+  if (!c.transmission.valid()) return resample_accumulate(spectra, wave_rest_, target_, c.pix, nb * nb, max_abs, ro);
+  // Dust: each star's resampled spectrum times its transmission, then
+  // added (Rubix dims on the telescope's grid, after resampling). The
+  // transmission lies in [0, 1], so max_abs still bounds every term.
+  return resample_accumulate_extinguished(spectra, wave_rest_, target_, c.pix, nb * nb, max_abs, ro, c.transmission);
 }
 
 namespace {
@@ -323,15 +346,16 @@ Pipeline::Partial Pipeline::particle_stage(const Particles& p, const Frame& f, c
   const std::int64_t chunk = opt_.chunk;
   const auto& progress = opt_.on_progress;
   auto body = [&](const Array& coords, const Array& velocity, const Array& mass, const Array& age,
-                  const Array& metallicity) {
+                  const Array& metallicity, const std::vector<Array>& dust) {
     const std::int64_t n = coords.shape()[0];
+    const Array av = dust.empty() ? Array() : dust[0];
     Array acc, mv, ms, count;
     // At least one step, so that a device without particles still gives its
     // (zero) accumulator to the psum.
     std::int64_t lo = 0;
     do {
       const std::int64_t hi = std::min(n, lo + chunk);
-      const ChunkGeometry c = chunk_geometry(f, coords, velocity, lo, hi, g);
+      const ChunkGeometry c = chunk_geometry(f, coords, velocity, lo, hi, g, av);
       Array mrows = rows(mass, lo, hi);
       if (g.mass_scale != 1) mrows = multiply(mrows, real(g.mass_scale));
       acc = accumulate(c, mrows, rows(age, lo, hi), rows(metallicity, lo, hi), c.vz, max_abs, acc);
@@ -350,8 +374,10 @@ Pipeline::Partial Pipeline::particle_stage(const Particles& p, const Frame& f, c
   };
   std::vector<Array> parts;
   try {
-    parts = shard_map(body, mesh_, std::vector<PartitionSpec>{P("data", none), P("data", none), P("data"), P("data"), P("data")},
-                      std::vector<PartitionSpec>{P()})(p.coords, p.velocity, p.mass, p.age, p.metallicity);
+    parts = shard_map(body, mesh_,
+                      std::vector<PartitionSpec>{P("data", none), P("data", none), P("data"), P("data"), P("data"),
+                                                 P("data")},
+                      std::vector<PartitionSpec>{P()})(p.coords, p.velocity, p.mass, p.age, p.metallicity, f.dust_args());
   } catch (const ValueError& e) {
     // The bound above is 2^10 x (largest mass x largest template flux); only
     // a template grid whose bicubic overshoot exceeds that reaches here.

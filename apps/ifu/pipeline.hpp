@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "ifu/config.hpp"
+#include "ifu/dust.hpp"
 #include "ifu/galaxy_io.hpp"
 #include "ifu/ssp.hpp"
 #include "ifu/telescope.hpp"
@@ -81,6 +82,12 @@ struct Particles {
   std::array<double, 3> center{};   // kpc
   double halfmassrad = 0;           // kpc
   std::int64_t n = 0;
+  /// The gas cells (calc_dusty_ifu only; gas.n = 0 otherwise): the dust in
+  /// front of the stars. Always float32 (the dust model runs in float32, as
+  /// Rubix's), whatever PipelineOptions::dtype. (Initialised by default, so
+  /// that brace-initialised Particles of the dust-free callers need not
+  /// name it.)
+  GasOnMesh gas = {};
 };
 
 /// Global parameters of the differentiable pipeline, besides the particle
@@ -118,7 +125,9 @@ class Pipeline {
   /// Checks the config against what is supported and puts the SSP grid and
   /// the wavelength grids on every device of `mesh` (1-d, axis "data").
   Pipeline(Config cfg, const SspGrid& ssp, Mesh mesh, PipelineOptions opt = {});
-  /// The galaxy's particles sharded over "data" (uneven blocks allowed).
+  /// The galaxy's particles sharded over "data" (uneven blocks allowed);
+  /// with pipeline calc_dusty_ifu its gas cells too (InputError "[ifu] ..."
+  /// when the galaxy has none).
   Particles put(const GalaxyData& g) const;
   /// Runs every stage.
   Cube run(const Particles& p, const GlobalParams& g = {}) const;
@@ -132,10 +141,14 @@ class Pipeline {
   /// (rematerialised), so memory stays bounded by the chunk and the cube.
   /// Per-particle gradients depend only on the particle and the cotangent;
   /// sums over particles are exact: the gradient is bitwise the same on
-  /// every device count and chunk size.
+  /// every device count and chunk size. With calc_dusty_ifu the stars'
+  /// transmissions are constants of the gradient: the gas fields are not
+  /// differentiated, and A_V is not differentiated in the star positions.
   Gradient value_and_grad(const Particles& p, const Observation& obs, LossKind loss, const GlobalParams& g = {}) const;
 
   const Config& config() const { return cfg_; }
+  /// Whether the config asks for Rubix's calc_dusty_ifu (dust.hpp).
+  bool dusty() const { return cfg_.pipeline == "calc_dusty_ifu"; }
   const Geometry& geometry() const { return geo_; }
   const Mesh& mesh() const { return mesh_; }
   /// Wavelength of the cube's first plane and the step (Angstrom).
@@ -148,12 +161,14 @@ class Pipeline {
   // The global stages (center check, systemic velocity, rotation).
   Frame frame(const Particles& p) const;
   // The rotated positions, spaxel, aperture mask and line-of-sight velocity
-  // of rows [lo, hi) of a device's block (nothing here is differentiated
-  // but the velocity).
+  // of rows [lo, hi) of a device's block, and with dust their transmission
+  // from `av` (the device's block of Frame::av; invalid without dust).
+  // Nothing here is differentiated but the velocity.
   ChunkGeometry chunk_geometry(const Frame& f, const Array& coords, const Array& velocity, std::int64_t lo,
-                               std::int64_t hi, const GlobalParams& g) const;
-  // The rows' spectra accumulated into `init` (or a fresh accumulator):
-  // differentiable in mass, age, metallicity and vz.
+                               std::int64_t hi, const GlobalParams& g, const Array& av = Array()) const;
+  // The rows' spectra (dimmed by the chunk's transmission, when it has
+  // one) accumulated into `init` (or a fresh accumulator): differentiable
+  // in mass, age, metallicity and vz.
   Array accumulate(const ChunkGeometry& c, const Array& mass, const Array& age, const Array& metallicity,
                    const Array& vz, double max_abs, const Array& init) const;
   // The particle stage: the exact cube (before PSF and LSF) and the maps.

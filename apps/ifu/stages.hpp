@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "ifu/pipeline.hpp"
 
@@ -24,6 +25,14 @@ struct Pipeline::Frame {
   Array rmat;                    // rot, (3, 3) f32
   double mass_max = 0;           // max |mass| (before the mass scale)
   double vmax = 0;               // bounds |line-of-sight velocity|
+  // calc_dusty_ifu (invalid otherwise): A_V of every star, computed once
+  // per run from the gas in the final frame, and -0.4 A(lambda)/A(V) at the
+  // telescope's wavelengths (dust.hpp).
+  Array av;                      // (n,) f32, laid out like the stars
+  Array curve;                   // (nwave,) f32, replicated
+  // The shard_map argument that brings each device its block of av: {av}
+  // with dust, else nothing (an empty tree, no input).
+  std::vector<Array> dust_args() const { return av.valid() ? std::vector<Array>{av} : std::vector<Array>{}; }
 };
 
 /// One chunk of a device's rows, the parts no derivative flows through but
@@ -32,6 +41,7 @@ struct Pipeline::ChunkGeometry {
   Array pix;     // (rows,) i32: spaxel
   Array inside;  // (rows,) bool: within the aperture
   Array vz;      // (rows,) f32: line-of-sight velocity, the offset added
+  Array transmission;  // (rows, nwave) f32: the dust's, 10^(curve * A_V); invalid without dust
 };
 
 /// The particle stage's sums, exact, over all particles.

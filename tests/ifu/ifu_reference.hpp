@@ -342,11 +342,16 @@ struct Result {
 struct Options {
   bool rubix_ages = false;  // ages hold log10(age/yr) already (Rubix 0.0.5's lookup), not Gyr
   Mat3 rotation{};          // the total rotation (defaults to the config's Euler rotation when all zero)
+  // Dust (calc_dusty_ifu), when av is not empty: particle i's resampled
+  // spectrum is multiplied by 10^(-0.4 curve[j] av[i]) at telescope
+  // wavelength j (curve = A(lambda)/A(V) there) before it is added.
+  std::vector<double> av, curve;
 };
 
 /// Every stage in double, particle by particle: centering, rotation,
 /// aperture, spaxels, SSP lookup, Doppler shift, flux-conserving resampling,
-/// then PSF and LSF when configured (noise is not modelled).
+/// dust when given (Options::av), then PSF and LSF when configured (noise
+/// is not modelled).
 inline Result run(const tessera::ifu::Config& cfg, const tessera::ifu::SspGrid& grid,
                   const tessera::ifu::GalaxyData& g, const Options& opt = {}) {
   const Geometry geo = ifu_ref::geometry(cfg);
@@ -392,7 +397,8 @@ inline Result run(const tessera::ifu::Config& cfg, const tessera::ifu::SspGrid& 
     double lout = 0;
     for (std::size_t j = 1; j < T; ++j) lout += p[j] * (target[j] - target[j - 1]);
     const double f = lout == 0 ? 0 : m * lin / lout;
-    for (std::size_t j = 0; j < T; ++j) res.cube[pl.pix * T + j] += p[j] * f;
+    for (std::size_t j = 0; j < T; ++j)
+      res.cube[pl.pix * T + j] += p[j] * f * (opt.av.empty() ? 1.0 : std::pow(10.0, -0.4 * opt.curve[j] * opt.av[i]));
   }
   res.velocity.resize(nb * nb);
   for (std::size_t s = 0; s < nb * nb; ++s) res.velocity[s] = ms[s] > 0 ? mv[s] / ms[s] : std::nan("");

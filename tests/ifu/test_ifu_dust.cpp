@@ -589,11 +589,16 @@ TEST(IfuDust, ConfigReadsTheDustSection) {
   bad("    Rv: \"3.1\"\n", {"'ssp.dust.Rv' must be a number"});
   bad("    dust_grain_density: 0\n", {"'ssp.dust.dust_grain_density' must be a number > 0"});
   bad("    rv: 3.1\n", {"unknown key 'ssp.dust.rv'", "Rv"});
-  // calc_dusty_ifu: still refused, and what it will need is checked.
+  // calc_dusty_ifu: accepted with the dust keys Rubix requires, refused
+  // without them.
   std::string dusty = base;
   dusty.replace(dusty.find("calc_ifu"), 8, "calc_dusty_ifu");
   expect_error<ifu::InputError>([&] { ifu::parse_config(dusty, "d.yml"); }, "[ifu config] d.yml: ",
-                                {"calc_dusty_ifu", "not supported yet"});
+                                {"missing required key 'ssp.dust'", "calc_dusty_ifu"});
+  c = ifu::parse_config(dusty + "  dust:\n    extinction_model: Gordon23\n    Rv: 3.1\n    dust_grain_density: 3.5\n",
+                        "d.yml");
+  EXPECT_EQ(c.pipeline, "calc_dusty_ifu");
+  EXPECT_EQ(c.dust.extinction_model, "Gordon23");
   c = ifu::parse_config(base + "  dust:\n    extinction_model: Cardelli89\n    Rv: 3.1\n", "d.yml");
   expect_error<ifu::InputError>([&] { ifu::check_dusty_config(c); }, "[ifu config] d.yml: ",
                                 {"missing required key 'ssp.dust.dust_grain_density'", "calc_dusty_ifu"});
