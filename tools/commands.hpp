@@ -62,4 +62,34 @@ struct IfuGenerateOptions {
 };
 int cmd_ifu_generate(const IfuGenerateOptions& opt);
 
+/// What ifu-grad and ifu-fit both take.
+struct IfuFitCommon {
+  std::string config;    // empty: the built-in default config
+  std::string input;     // galaxy (required)
+  std::string observed;  // observed cube, FITS (required)
+  std::string variance;  // variance cube, FITS (nll)
+  double snr = 0;        // without a variance cube: sigma = |observed| / snr (nll)
+  std::string loss = "nll";
+  std::string output;
+  std::string ssp;
+  std::int64_t chunk = 32768;
+  bool quiet = false;
+};
+struct IfuGradOptions : IfuFitCommon {
+  double velocity_offset = 0;  // km/s
+  double mass_scale = 1;
+};
+int cmd_ifu_grad(const Context& ctx, const IfuGradOptions& opt);
+
+struct IfuFitOptions : IfuFitCommon {
+  std::string params = "age,metallicity";
+  std::string optimizer = "adam";
+  int steps = 100;
+  double lr = 0.05;
+  std::string plots;  // folder of the loss and residual PNGs (default: the output's folder)
+  bool no_plots = false;
+  std::string json;
+};
+int cmd_ifu_fit(const Context& ctx, const IfuFitOptions& opt);
+
 }  // namespace tessera::cli

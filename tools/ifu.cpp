@@ -24,6 +24,7 @@
 #include <tessera/tessera.hpp>
 
 #include "commands.hpp"
+#include "ifu_common.hpp"
 #include "ifu/errors.hpp"
 #include "ifu/fits.hpp"
 #include "ifu/generate.hpp"
@@ -48,6 +49,17 @@ double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
 
 ifu::Config load(const std::string& path) {
   if (path.empty()) return ifu::parse_config(ifu::default_config_yaml(), "built-in default config");
@@ -79,17 +91,6 @@ void make_parent(const std::string& file) {
   fs::create_directories(dir, ec);
   if (ec) throw ifu::InputError("[ifu] cannot create the folder " + dir.string() + ": " + ec.message());
 }
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
-}
-
-}  // namespace
 
 int cmd_ifu(const Context& ctx, const IfuOptions& o) {
   const auto t_start = Clock::now();

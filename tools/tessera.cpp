@@ -133,6 +133,43 @@ int run(int argc, char** argv) {
   gen->add_option("--output", gopt.output, "galaxy file to write (ages in Gyr)")->required();
   gen->add_option("--rubix-output", gopt.rubix_output, "also write the galaxy with log10(age/yr) ages, as Rubix 0.0.5 looks them up");
   gen->add_flag("--no-nudge", gopt.no_nudge, "keep particles that lie on spaxel edges where they are");
+
+  // What ifu-grad and ifu-fit share.
+  auto fit_common = [&](CLI::App* c, cli::IfuFitCommon& f) {
+    c->add_option("--config", f.config, "Rubix user config (YAML); default: MUSE at z = 0.1 with PSF and LSF");
+    c->add_option("--input", f.input, "galaxy: Rubix HDF5, IllustrisTNG cutout or .npz")->required();
+    c->add_option("--observed", f.observed, "observed cube (FITS, as tessera ifu writes: the telescope's grid)")
+        ->required();
+    c->add_option("--variance", f.variance, "variance cube (FITS) for the nll loss");
+    c->add_option("--snr", f.snr, "without --variance: sigma = |observed| / SNR for the nll loss");
+    c->add_option("--loss", f.loss, "nll, cosine or mse")->capture_default_str();
+    c->add_option("--devices", ctx.num_devices, "number of devices the particles are sharded over");
+    c->add_option("--ssp", f.ssp, "BC03lr.h5 (default: $TESSERA_IFU_DATA or the build's ifu-data/)");
+    c->add_option("--chunk", f.chunk, "particles per device per step (bounds memory)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    c->add_flag("--quiet", f.quiet, "print nothing but errors");
+  };
+  CLI::App* grad = app.add_subcommand("ifu-grad", "the loss of the model cube against an observed one, and its gradient "
+                                                  "w.r.t. every particle field (HDF5 in the galaxy's layout)");
+  cli::IfuGradOptions ropt;
+  fit_common(grad, ropt);
+  grad->add_option("--output", ropt.output, "gradient file to write (default ifu_grad.h5)");
+  grad->add_option("--velocity-offset", ropt.velocity_offset, "line-of-sight velocity offset, km/s")->capture_default_str();
+  grad->add_option("--mass-scale", ropt.mass_scale, "factor on every mass")->capture_default_str();
+  CLI::App* fitc = app.add_subcommand("ifu-fit", "fit particle fields to an observed cube by gradient descent");
+  cli::IfuFitOptions fopt;
+  fit_common(fitc, fopt);
+  fitc->add_option("--params", fopt.params, "fields to fit: age, metallicity, mass, velocity, velocity_offset, mass_scale")
+      ->capture_default_str();
+  fitc->add_option("--steps", fopt.steps, "optimiser steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  fitc->add_option("--optimizer", fopt.optimizer, "adam or lbfgs")->capture_default_str();
+  fitc->add_option("--lr", fopt.lr, "Adam's step (in the unconstrained parameters); L-BFGS's first step length")
+      ->capture_default_str();
+  fitc->add_option("--output", fopt.output, "fitted galaxy to write, Rubix's HDF5 layout (default fitted.h5)");
+  fitc->add_option("--plots", fopt.plots, "folder for the loss and residual PNGs (default: the output's folder)");
+  fitc->add_flag("--no-plots", fopt.no_plots, "write no pictures");
+  fitc->add_option("--json", fopt.json, "write the losses and the time as JSON");
 #endif
 
   try {
@@ -148,6 +185,8 @@ int run(int argc, char** argv) {
 #ifdef TESSERA_HAVE_IFU
   if (ifu->parsed()) return cli::cmd_ifu(ctx, iopt);
   if (gen->parsed()) return cli::cmd_ifu_generate(gopt);
+  if (grad->parsed()) return cli::cmd_ifu_grad(ctx, ropt);
+  if (fitc->parsed()) return cli::cmd_ifu_fit(ctx, fopt);
 #endif
   return 0;
 }

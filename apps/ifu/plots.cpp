@@ -458,6 +458,20 @@ void draw_spectra(const std::string& path, const QuicklookInput& in, const std::
   pic.finish();
 }
 
+// PLplot's global state is shared by every picture: one at a time.
+std::mutex& plplot_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+void require_device() {
+  if (device_available()) return;
+  std::string what = "PLplot device '";
+  what += kDevice;
+  what += "' is not available; install the PLplot cairo driver (Debian: plplot-driver-cairo)";
+  fail(what);
+}
+
 void validate(const QuicklookInput& in) {
   auto bad = [](const std::string& what) {
     std::string msg = "invalid input: ";
@@ -596,18 +610,71 @@ std::vector<std::string> write_quicklooks(const std::string& dir, const std::str
   std::vector<std::string> paths = {(base / (stem + "_white.png")).string(), (base / (stem + "_spectra.png")).string()};
   if (in.velocity) paths.push_back((base / (stem + "_velocity.png")).string());
 
-  static std::mutex plplot_mutex;
-  std::lock_guard<std::mutex> lock(plplot_mutex);
-  if (!device_available()) {
-    std::string what = "PLplot device '";
-    what += kDevice;
-    what += "' is not available; install the PLplot cairo driver (Debian: plplot-driver-cairo)";
-    fail(what);
-  }
+  std::lock_guard<std::mutex> lock(plplot_mutex());
+  require_device();
   draw_white(paths[0], in, white);
   draw_spectra(paths[1], in, picks);
   if (in.velocity) draw_velocity(paths[2], in);
   return paths;
+}
+
+void write_loss_curve(const std::string& path, const std::vector<double>& losses, const std::string& title) {
+  std::vector<PLFLT> x, y;
+  bool positive = true;
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    if (!std::isfinite(losses[i])) continue;
+    x.push_back(static_cast<double>(i));
+    y.push_back(losses[i]);
+    positive = positive && losses[i] > 0;
+  }
+  if (y.empty()) fail("invalid input: no finite loss to draw");
+  double lo = *std::min_element(y.begin(), y.end()), hi = *std::max_element(y.begin(), y.end());
+  // A loss falling by more than a factor 20 is drawn on a log axis.
+  const bool logy = positive && hi / lo > 20.0;
+  if (logy) {
+    for (auto& v : y) v = std::log10(v);
+    lo = std::log10(lo), hi = std::log10(hi);
+  }
+  const double pad = hi > lo ? 0.05 * (hi - lo) : std::max(std::abs(hi) * 0.05, 1e-12);
+  std::lock_guard<std::mutex> lock(plplot_mutex());
+  require_device();
+  Picture pic(path, quicklook_spectra_width, quicklook_spectra_height);
+  plvpor(0.12, 0.96, 0.14, 0.86);
+  plwind(0, std::max(1.0, x.back()), lo - pad, hi + pad);
+  plcol0(kForeground);
+  plbox("bcnst", 0.0, 0, logy ? "bcnstvl" : "bcnstv", 0.0, 0);
+  pllab("step", "loss", "");
+  plmtex("t", 1.5, 0.5, 0.5, escape_text(title).c_str());
+  plcol0(kLine0);
+  plwidth(1.6);
+  plline(static_cast<PLINT>(x.size()), x.data(), y.data());
+  if (x.size() == 1) plpoin(1, x.data(), y.data(), 17);
+  plwidth(1.0);
+  pic.finish();
+}
+
+void write_residual_map(const std::string& path, const QuicklookInput& in, const std::vector<float>& observed) {
+  validate(in);
+  if (observed.size() != static_cast<std::size_t>(in.nx * in.ny * in.nwave))
+    fail("invalid input: the observed cube has " + std::to_string(observed.size()) + " values, the model " +
+         std::to_string(in.nx * in.ny * in.nwave));
+  QuicklookInput obs = in;
+  obs.cube = observed.data();
+  const std::vector<double> model = white_light(in), data = white_light(obs);
+  std::vector<double> resid(model.size());
+  double lim = 0;
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    resid[i] = model[i] - data[i];
+    lim = std::max(lim, std::abs(resid[i]));
+  }
+  if (!(lim > 0)) lim = 1;
+  std::lock_guard<std::mutex> lock(plplot_mutex());
+  require_device();
+  Picture pic(path, quicklook_map_width, quicklook_map_height);
+  cmap_diverging();
+  draw_map(in, resid, -lim, lim, "white light, model - observed",
+           escape_text(with_unit("residual", integrated_unit(in.bunit))));
+  pic.finish();
 }
 
 }  // namespace tessera::ifu

@@ -50,4 +50,12 @@ std::vector<SpectrumPick> pick_spectrum_spaxels(const std::vector<double>& white
 /// serialised inside).
 std::vector<std::string> write_quicklooks(const std::string& dir, const std::string& stem, const QuicklookInput& in);
 
+/// A fit's loss against the step, as a PNG (log axis when the loss falls by
+/// more than a factor 20).
+void write_loss_curve(const std::string& path, const std::vector<double>& losses, const std::string& title);
+
+/// The white-light image of the model minus that of `observed` (the same
+/// layout as in.cube), as a PNG with a diverging colour map around zero.
+void write_residual_map(const std::string& path, const QuicklookInput& in, const std::vector<float>& observed);
+
 }  // namespace tessera::ifu

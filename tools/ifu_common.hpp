@@ -1,0 +1,20 @@
+// What the IFU commands (ifu.cpp, ifu_fit.cpp) share.
+#pragma once
+
+#include <string>
+
+#include "ifu/config.hpp"
+
+namespace tessera::cli {
+
+/// The config at `path`, or the built-in default config for "".
+ifu::Config load(const std::string& path);
+
+/// The BC03 templates: `given`, $TESSERA_IFU_DATA, or ifu-data/ beside the
+/// build's tools/ folder (where scripts/fetch-bc03.sh puts them).
+std::string find_ssp(const std::string& given);
+
+/// Creates the folder a file is to be written in.
+void make_parent(const std::string& file);
+
+}  // namespace tessera::cli
