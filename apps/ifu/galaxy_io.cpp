@@ -174,6 +174,43 @@ double read_scalar(const H5File& f, const std::string& name, Quantity q) {
   return v[0];
 }
 
+// /particles/gas of Rubix's layout, when the file has it: what the dust of
+// calc_dusty_ifu reads (coords, mass, metals) is required then, velocity
+// and metallicity are read when present; Rubix's other gas fields (density,
+// internal_energy, sfr, electron_abundance) are left: no stage uses them.
+void read_gas_h5(const H5File& f, GasData& gas) {
+  const std::string group = "particles/gas/";
+  std::vector<std::int64_t> shape;
+  for (const char* need : {"coords", "mass", "metals"})
+    if (!f.exists(group + need))
+      f.bad("'/particles/gas' lacks " + quoted("/" + group + need) +
+            " (gas cells need coords (n, 3), mass (n,) and metals (n, k): GFM_Metals, hydrogen at column 0, oxygen at "
+            "column 4)");
+  gas.coords = read_quantity<float>(f, group + "coords", Quantity::kLength, shape);
+  if (shape.size() != 2 || shape[1] != 3)
+    f.bad("'/particles/gas/coords' must have shape (n, 3), it has " + shape_text(shape));
+  gas.n = shape[0];
+  auto check = [&](const char* field, std::vector<std::int64_t> want) {
+    if (shape != want)
+      f.bad(quoted("/" + group + field) + " must have shape " + shape_text(want) + " (one row per gas cell of coords), it has " +
+            shape_text(shape));
+  };
+  gas.mass = read_quantity<float>(f, group + "mass", Quantity::kMass, shape);
+  check("mass", {gas.n});
+  gas.metals = read_quantity<float>(f, group + "metals", Quantity::kDimensionless, shape);
+  if (shape.size() != 2 || shape[0] != gas.n)
+    f.bad("'/particles/gas/metals' must have shape (" + std::to_string(gas.n) + ", k), it has " + shape_text(shape));
+  gas.metals_per_cell = shape[1];
+  if (f.exists(group + "velocity")) {
+    gas.velocity = read_quantity<float>(f, group + "velocity", Quantity::kVelocity, shape);
+    check("velocity", {gas.n, 3});
+  }
+  if (f.exists(group + "metallicity")) {
+    gas.metallicity = read_quantity<float>(f, group + "metallicity", Quantity::kDimensionless, shape);
+    check("metallicity", {gas.n});
+  }
+}
+
 GalaxyData read_galaxy_h5(const std::string& path) {
   QuietHdf5 quiet;
   const H5File f(path, "ifu galaxy", false);
@@ -219,6 +256,7 @@ GalaxyData read_galaxy_h5(const std::string& path) {
       f.bad(w);
     }
   }
+  if (f.is_group("particles/gas")) read_gas_h5(f, g.gas);
   return g;
 }
 
@@ -378,6 +416,31 @@ void write_galaxy_h5(const std::string& path, const GalaxyData& g) {
   write_dataset<float>(f, "particles/stars/mass", {n}, g.mass.data(), "Msun");
   write_dataset<float>(f, "particles/stars/age", {n}, g.age.data(), "Gyr");
   write_dataset<float>(f, "particles/stars/metallicity", {n}, g.metallicity.data(), "");
+  // The gas, when there is some, with the fields and units of Rubix's
+  // BaseHandler (those the galaxy holds).
+  if (g.gas.n > 0) {
+    const GasData& gas = g.gas;
+    make_group(f, "particles/gas");
+    const auto m = static_cast<hsize_t>(gas.n);
+    auto field = [&](const char* name, const std::vector<float>& v, std::vector<hsize_t> dims, const char* unit) {
+      hsize_t count = 1;
+      for (hsize_t d : dims) count *= d;
+      if (v.empty()) return;
+      if (v.size() != count)
+        fail("ifu galaxy", path, std::string("gas ") + name + " holds " + std::to_string(v.size()) +
+                                     " values, expected " + std::to_string(count));
+      write_dataset<float>(f, std::string("particles/gas/") + name, dims, v.data(), unit);
+    };
+    field("coords", gas.coords, {m, 3}, "kpc");
+    field("velocity", gas.velocity, {m, 3}, "km/s");
+    field("mass", gas.mass, {m}, "Msun");
+    field("metallicity", gas.metallicity, {m}, "");
+    field("metals", gas.metals, {m, static_cast<hsize_t>(std::max<std::int64_t>(gas.metals_per_cell, 1))}, "");
+    field("density", gas.density, {m}, "Msun/kpc^3");
+    field("internal_energy", gas.internal_energy, {m}, "erg/g");
+    field("sfr", gas.sfr, {m}, "Msun/yr");
+    field("electron_abundance", gas.electron_abundance, {m}, "");
+  }
   // Provenance, on the free-form meta group (nothing reads it).
   write_attr_string(f, meta.get(), "created_by", std::string("tessera ifu ") + kVersion);
 }

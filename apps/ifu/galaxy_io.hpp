@@ -11,8 +11,8 @@
 namespace tessera::ifu {
 
 /// Gas cells, with Rubix's names and units (its GasData and BaseHandler
-/// config). The pipeline does not use them yet; a field the input lacks is
-/// empty (n = 0 when there is no gas).
+/// config). Only calc_dusty_ifu uses them (coords, mass, metals: dust.hpp);
+/// a field the input lacks is empty (n = 0 when there is no gas).
 struct GasData {
   std::int64_t n = 0;                      // number of gas cells
   std::vector<float> coords;               // n x 3 row-major, kpc
@@ -38,13 +38,15 @@ struct GalaxyData {
   std::vector<float> mass;                // Msun
   std::vector<float> age;                 // Gyr
   std::vector<float> metallicity;         // mass fraction Z
-  GasData gas;                            // only IllustrisTNG cutouts bring gas so far
+  GasData gas;                            // IllustrisTNG cutouts and Rubix's /particles/gas
 };
 
 /// Reads a galaxy (the format is told by the file's signature, whatever its extension):
 ///  * HDF5, the Rubix layout: /galaxy/center (3,), /galaxy/halfmassrad_stars ()
 ///    and /galaxy/redshift () (both optional here), /particles/stars/{coords (n,3),
-///    velocity (n,3), mass, age, metallicity (n,)}. Any integer or float storage
+///    velocity (n,3), mass, age, metallicity (n,)}, and optionally
+///    /particles/gas/{coords (m,3), mass (m,), metals (m,k)} (required when the
+///    group exists) with velocity and metallicity when present. Any integer or float storage
 ///    type is converted. A dataset's string attribute `unit` is honoured: lengths
 ///    in kpc, pc, Mpc, m, km, cm; velocities in km/s, m/s, cm/s; masses in Msun
 ///    (Msol, solMass, M_sun), kg, g; ages in Gyr, Myr, kyr, yr; metallicity and
@@ -63,7 +65,7 @@ struct GalaxyData {
 GalaxyData read_galaxy(const std::string& path);
 
 /// Writes the Rubix layout (overwrites), float64 galaxy scalars and float32
-/// particle arrays, each with its `unit` attribute as a variable-length UTF-8
+/// particle arrays (the gas's under /particles/gas when g.gas.n > 0), each with its `unit` attribute as a variable-length UTF-8
 /// string (what h5py writes), so rubix.utils.load_galaxy_data reads it.
 void write_galaxy_h5(const std::string& path, const GalaxyData& g);
 

@@ -14,16 +14,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "ifu/config.hpp"
 #include "ifu/dust.hpp"
 #include "ifu/errors.hpp"
+#include "ifu/fits.hpp"
+#include "ifu/galaxy_io.hpp"
 #include "ifu/generate.hpp"
 #include "ifu/ifu_reference.hpp"
 #include "ifu/loss.hpp"
 #include "ifu/pipeline.hpp"
+#include "ifu/ssp.hpp"
+#include "ifu/temp_dir.hpp"
 #include "test_util.hpp"
 
 namespace ts = tessera;
@@ -35,15 +41,13 @@ namespace {
 // Gas masses that make Rubix's A_V (proton-mass factor included) of order 1.
 constexpr double kGasPerCell = 1e29;  // Msun
 
-ifu::Config dusty_config(bool psf_lsf = true) {
+std::string dusty_yaml() {
   std::string text = ifu::default_config_yaml();
   text.replace(text.find("calc_ifu"), 8, "calc_dusty_ifu");
-  if (!psf_lsf) {
-    text.erase(text.find("  psf:"), text.find("  noise:") - text.find("  psf:"));
-  }
-  text += "  dust:\n    extinction_model: Cardelli89\n    Rv: 3.1\n    dust_grain_density: 3.5\n";
-  return ifu::parse_config(text, "dusty test config");
+  return text + "  dust:\n    extinction_model: Cardelli89\n    Rv: 3.1\n    dust_grain_density: 3.5\n";
 }
+
+ifu::Config dusty_config() { return ifu::parse_config(dusty_yaml(), "dusty test config"); }
 
 ts::Mesh mesh_of(int k) {
   auto d = ts::devices();
@@ -248,6 +252,49 @@ TEST(IfuDusty, GalaxyWithoutGasSaysWhatIsExpected) {
   text.replace(text.find("calc_ifu"), 8, "calc_dusty_ifu");
   expect_error<ifu::InputError>([&] { ifu::parse_config(text, "d.yml"); }, "[ifu config] d.yml: ",
                                 {"missing required key 'ssp.dust'", "calc_dusty_ifu"});
+}
+
+// The gas in Rubix's galaxy file (/particles/gas), written and read back,
+// and `tessera ifu` on a dusty config: the cube the library makes.
+TEST(IfuDusty, GasInRubixsFileAndTheCommandLine) {
+  tessera::testing::TempDir tmp("tessera_ifu_dusty_");
+  const ifu::GalaxyData g = dusty_galaxy(500, 300, 11);
+  ifu::write_galaxy_h5(tmp / "galaxy.h5", g);
+  const ifu::GalaxyData back = ifu::read_galaxy(tmp / "galaxy.h5");
+  ASSERT_EQ(back.gas.n, g.gas.n);
+  EXPECT_EQ(back.gas.coords, g.gas.coords);
+  EXPECT_EQ(back.gas.mass, g.gas.mass);
+  EXPECT_EQ(back.gas.metals, g.gas.metals);
+  EXPECT_EQ(back.gas.metals_per_cell, 10);
+  EXPECT_EQ(back.gas.velocity, g.gas.velocity);
+  EXPECT_EQ(back.gas.metallicity, g.gas.metallicity);
+  const ifu::SspGrid ssp = ifu::generate_ssp_grid(3, 8, 40);
+  ifu::Pipeline pipe(dusty_config(), ssp, mesh_of(2));
+  const std::vector<float> want = pipe.run(pipe.put(back)).data.to_vector<float>();
+#ifndef TESSERA_CLI
+  GTEST_SKIP() << "the tessera program is not built (TESSERA_BUILD_TOOLS off)";
+#else
+  ifu::write_ssp_h5(tmp / "ssp.h5", ssp);
+  std::ofstream(tmp / "dusty.yml") << dusty_yaml();
+  const std::string cmd = std::string("TESSERA_NUM_CPU_DEVICES=3 '") + TESSERA_CLI + "' ifu --config '" +
+                          (tmp / "dusty.yml") + "' --input '" + (tmp / "galaxy.h5") + "' --ssp '" + (tmp / "ssp.h5") +
+                          "' --output '" + (tmp / "cube.fits") + "' --devices 3 --no-plots --quiet";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const ifu::FitsCube got = ifu::read_cube_fits(tmp / "cube.fits");
+  ASSERT_EQ(got.data.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data.data(), want.data(), want.size() * sizeof(float)));
+  // A galaxy file without gas: the command says what is missing.
+  ifu::GalaxyData bare = g;
+  bare.gas = {};
+  ifu::write_galaxy_h5(tmp / "bare.h5", bare);
+  const std::string bad = std::string("TESSERA_NUM_CPU_DEVICES=2 '") + TESSERA_CLI + "' ifu --config '" +
+                          (tmp / "dusty.yml") + "' --input '" + (tmp / "bare.h5") + "' --ssp '" + (tmp / "ssp.h5") +
+                          "' --output '" + (tmp / "bare.fits") + "' --no-plots --quiet 2> '" + (tmp / "err.txt") + "'";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  std::ifstream err(tmp / "err.txt");
+  const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("calc_dusty_ifu needs the galaxy's gas cells"), std::string::npos) << text;
+#endif
 }
 
 // ----------------------------------------------------------------- gradient
