@@ -16,6 +16,16 @@ with the peak RSS of each process, measured by the parent (wait4) for both
 sides alike. Tessera's cube is then compared with Rubix's cube for the same N,
 element by element.
 
+Dusty case (--dusty-particles, 2 x 10^4 by default; --no-dusty skips it): Rubix's
+calc_dusty_ifu on one device against `tessera ifu` with `pipeline:
+calc_dusty_ifu`, on the generated galaxy plus --dusty-gas gas cells written
+into both files as /particles/gas (add_gas). Rubix 0.0.5 multiplies the dust
+column by the proton mass, so physical gas masses give A_V ~ 1e-17 and a cube
+equal to the dust-free one; the gas masses are therefore --dusty-gas-mass per
+cell (1e29 Msun: 1e24 times physical), which makes A_V of order 1 in both
+programs, so that the comparison tests the dust. One device only: Rubix
+computes A_V per shard from that shard's gas.
+
 Large cases (--large): Tessera alone on the largest N; Rubix too, up to
 --rubix-max-particles, with --rubix-large (it takes minutes per call).
 
@@ -180,6 +190,88 @@ def check_galaxies(tessera_file, rubix_file, n, deep):
                 notes.append(f"the Rubix galaxy's ages are not log10 of Tessera's ages in yr "
                              f"(max deviation {dev:.3g})")
     return problems, notes
+
+
+def euler_matrix(alpha, beta, gamma):
+    """Rubix's rotation R = Rz(gamma) Ry(beta) Rx(alpha) (degrees); positions are rows, new = old @ R."""
+    a, b, g = np.radians([alpha, beta, gamma])
+    rx = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+    ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
+    rz = np.array([[np.cos(g), -np.sin(g), 0], [np.sin(g), np.cos(g), 0], [0, 0, 1]])
+    return rz @ ry @ rx
+
+
+def add_gas(files, cells, mass_per_cell, seed, cfg_path, margin=1e-4):
+    """Writes the same gas disk into every galaxy file as /particles/gas, in Rubix's fields and units.
+
+    An exponential disk (scale length 2 kpc, height 0.15 kpc) around the galaxy's center, rotating,
+    with GFM_Metals of 10 columns (hydrogen 0.74 at column 0, oxygen at column 4 for 12 + log(O/H)
+    falling from 8.9 by 0.1 dex per kpc: both sides of Remy-Ruyer's broken fit). Cells within
+    `margin` kpc of a spaxel edge after the config's rotation are moved 2 * margin away from it, as
+    `tessera ifu-generate` moves the stars, so float32 rounding bins them alike in both programs.
+    Returns the number of cells moved.
+    """
+    import yaml
+    from astropy.cosmology import Planck15
+    with open(cfg_path) as f:
+        cfg = yaml.safe_load(f)
+    with h5py.File(files[0], "r") as f:
+        center = f["galaxy/center"][()].astype(np.float64)
+    rot = cfg["galaxy"]["rotation"]
+    R = euler_matrix(rot["alpha"], rot["beta"], rot["gamma"])
+    # MUSE: a 5" field of 0.2" spaxels (the bench's telescope).
+    kpc_arcsec = Planck15.kpc_proper_per_arcmin(cfg["galaxy"]["dist_z"]).value / 60.0
+    aperture = 5.0 * kpc_arcsec
+    edges = -aperture / 2 + aperture / 25 * np.arange(26)
+    rng = np.random.default_rng(seed)
+    r = rng.gamma(2.0, 2.0, cells)
+    phi = rng.uniform(0, 2 * np.pi, cells)
+    z = rng.choice([-1.0, 1.0], cells) * rng.exponential(0.15, cells)
+    pos = np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1)
+    v = 220.0 * (1 - np.exp(-r))
+    vel = np.stack([-v * np.sin(phi), v * np.cos(phi), np.zeros(cells)], axis=1) + rng.normal(0, 10, (cells, 3))
+    p = pos @ R
+    moved = 0
+    for axis in (0, 1):
+        k = np.argmin(np.abs(p[:, axis, None] - edges[None, :]), axis=1)
+        e = edges[k]
+        near = np.abs(p[:, axis] - e) < margin
+        p[near, axis] = e[near] + np.where(p[near, axis] < e[near], -2 * margin, 2 * margin)
+        moved += int(near.sum())
+    coords = (p @ R.T + center).astype(np.float32)
+    log_oh = 8.9 - 0.1 * r + 0.05 * (rng.uniform(size=cells) - 0.5)
+    h = 0.74
+    o = 16 * h * 10 ** (log_oh - 12)
+    metals = np.stack([np.full(cells, h), np.full(cells, 0.25), 0.1 * o, 0.03 * o, o, 0.2 * o, 0.06 * o, 0.06 * o,
+                       0.1 * o, 1.8 * o], axis=1).astype(np.float32)
+    fields = {
+        "coords": (coords, "kpc"),
+        "velocity": ((vel + np.array([120.0, -40.0, 15.0])).astype(np.float32), "km/s"),
+        "mass": (np.full(cells, mass_per_cell, np.float32), "Msun"),
+        "metallicity": (metals[:, 9].copy(), ""),
+        "metals": (metals, ""),
+        "density": ((1e7 * np.exp(-r / 1.6)).astype(np.float32), "Msun/kpc^3"),
+        "internal_energy": (np.full(cells, 1e12, np.float32), "erg/g"),
+        "sfr": ((1e-4 * np.exp(-r / 1.6)).astype(np.float32), "Msun/yr"),
+        "electron_abundance": (np.full(cells, 1.1, np.float32), ""),
+    }
+    for path in files:
+        with h5py.File(path, "a") as f:
+            if "particles/gas" in f:
+                del f["particles/gas"]
+            g = f.create_group("particles/gas")
+            for name, (data, unit) in fields.items():
+                g.create_dataset(name, data=data).attrs["unit"] = unit
+    return moved
+
+
+def dusty_config_text(template):
+    """The bench config as calc_dusty_ifu: Rubix loads, rotates and filters the gas only when listed."""
+    text = template.replace("name: calc_ifu ", "name: calc_dusty_ifu ", 1)
+    text = text.replace('particle_type: ["stars"]', 'particle_type: ["stars", "gas"]', 1)
+    if "calc_dusty_ifu" not in text or '"gas"' not in text:
+        raise ValueError("the config template must hold 'name: calc_ifu ' and 'particle_type: [\"stars\"]'")
+    return text
 
 
 def read_fits_cube(path):
@@ -443,6 +535,12 @@ def main():
     ap.add_argument("--rubix-max-particles", type=int, default=1_000_000)
     ap.add_argument("--rubix-large-repeat", type=int, default=2, help="run_sharded calls per process for --large")
     ap.add_argument("--no-rubix", action="store_true", help="Tessera only (no timings or cubes from Rubix)")
+    ap.add_argument("--dusty-particles", type=int, default=20_000, help="stars of the dusty case (calc_dusty_ifu)")
+    ap.add_argument("--dusty-gas", type=int, default=4000, help="gas cells of the dusty case")
+    ap.add_argument("--dusty-gas-mass", type=float, default=1e29,
+                    help="Msun per gas cell (1e24 x physical, so that Rubix's A_V is of order 1)")
+    ap.add_argument("--dusty-repeat", type=int, default=2, help="pipeline calls per process in the dusty case")
+    ap.add_argument("--no-dusty", action="store_true", help="skip the dusty case")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--tolerance", type=float, default=1e-5, help="max relative error per cube element")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per process")
@@ -553,6 +651,28 @@ def main():
             for f in (gen["tessera_file"], gen["rubix_file"]):
                 if os.path.exists(f):
                     os.remove(f)
+    if not args.no_dusty:
+        n = args.dusty_particles
+        wdir = os.path.join(work, f"dusty_n{n}")
+        os.makedirs(wdir, exist_ok=True)
+        cfg = os.path.join(wdir, "config.yml")
+        write_config(dusty_config_text(template), os.path.join(wdir, "rubix"), cfg)
+        gen, err = bench.generate(n, wdir, cfg)
+        if not err:
+            moved = add_gas([gen["tessera_file"], gen["rubix_file"]], args.dusty_gas, args.dusty_gas_mass,
+                            args.seed + 1, cfg)
+            bench.notes.append(f"dusty case: {fmt_count(n)} stars and {args.dusty_gas} gas cells of "
+                               f"{args.dusty_gas_mass:g} Msun ({moved} moved off spaxel edges), calc_dusty_ifu, "
+                               f"1 device (Rubix's A_V is per shard)")
+            sides = {"tessera": args.dusty_repeat}
+            if not args.no_rubix:
+                sides["rubix"] = args.dusty_repeat
+            row = bench.measure(n, 1, sides, 1, wdir, cfg, 0)
+            row["workload"] = f"{fmt_count(n)} particles, dusty"
+            rows.append(row)
+        else:
+            bench.errors.append(err)
+            print(f"  {err}", flush=True)
     elapsed = time.time() - started
     busy_after = helpers.cpu_busy()
 
