@@ -29,7 +29,10 @@ namespace {
 using h5::H5File;
 using h5::Id;
 using h5::QuietHdf5;
+using h5::make_group;
 using h5::quoted;
+using h5::write_attr_string;
+using h5::write_dataset;
 
 // ---- units ----
 
@@ -329,39 +332,6 @@ GalaxyData read_galaxy_npz(const std::string& path) {
 }
 
 // ---- writing ----
-
-void write_attr_string(const H5File& f, hid_t obj, const char* name, const std::string& value) {
-  Id type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  Id space(H5Screate(H5S_SCALAR), H5Sclose);
-  Id attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  const char* s = value.c_str();
-  if (!attr.ok() || H5Awrite(attr.get(), type.get(), &s) < 0)
-    f.bad(std::string("cannot write attribute ") + name, true);
-}
-
-template <class T>
-void write_dataset(const H5File& f, const std::string& name, const std::vector<hsize_t>& dims, const T* data,
-                   const char* unit) {
-  const hid_t type = std::is_same_v<T, float> ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
-  const hid_t mem = std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
-  Id space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-           H5Sclose);
-  Id d(H5Dcreate2(f.id(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  if (!d.ok()) f.bad("cannot create dataset " + quoted("/" + name), true);
-  hsize_t count = 1;
-  for (auto x : dims) count *= x;
-  if (count > 0 && H5Dwrite(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-    f.bad("cannot write dataset " + quoted("/" + name), true);
-  if (unit) write_attr_string(f, d.get(), "unit", unit);
-}
-
-Id make_group(const H5File& f, const char* name) {
-  Id g(H5Gcreate2(f.id(), name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-  if (!g.ok()) f.bad(std::string("cannot create group ") + name, true);
-  return g;
-}
 
 bool starts_with_bytes(const std::string& path, const char* magic, std::size_t n) {
   std::ifstream in(path, std::ios::binary);
