@@ -16,6 +16,7 @@
 // parameters and of the systemic velocity are sums over particles, taken
 // exactly.
 #include <cmath>
+#include <tuple>
 #include <numeric>
 
 #include "ifu/errors.hpp"
@@ -62,7 +63,12 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
 
   const double scale = std::abs(g.mass_scale);
   const double max_abs = std::max(f.mass_max * scale * flux_max_ * 1024.0, kTiny);
-  const std::int64_t chunk = opt_.chunk;
+  // The reverse pass holds about five times the forward's bytes per row
+  // (the flux cotangent in f64 and f32, the interpolation's factors), and
+  // its chunks run fastest at a few thousand rows (smaller ones pay the
+  // ops' dispatch, larger ones fall out of cache and fault in fresh
+  // pages): at most 4096 rows.
+  const std::int64_t chunk = std::min<std::int64_t>(opt_.chunk, 4096);
   const auto& progress = opt_.on_progress;
   auto body = [&](const Array& coords, const Array& velocity, const Array& mass, const Array& age,
                   const Array& metallicity, const Array& ct, const std::vector<Array>& dust) {
@@ -77,12 +83,25 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
       const ChunkGeometry c = chunk_geometry(f, coords, velocity, lo, hi, g, av);
       Array mrows = rows_of(mass, lo, hi);
       if (g.mass_scale != 1) mrows = multiply(mrows, real(g.mass_scale));
-      auto stage = [&](const Array& m, const Array& a, const Array& z, const Array& vz) {
-        return accumulate(c, m, a, z, vz, max_abs, Array());
-      };
-      auto [acc, pull] = vjp(stage, mrows, rows_of(age, lo, hi), rows_of(metallicity, lo, hi), c.vz);
-      (void)acc;
-      auto [gm, ga, gz, gv] = pull(ct);
+      Array gm, ga, gz, gv;
+      if (c.transmission.valid()) {
+        auto stage = [&](const Array& m, const Array& a, const Array& z, const Array& vz) {
+          return accumulate(c, m, a, z, vz, max_abs, Array());
+        };
+        auto [acc, pull] = vjp(stage, mrows, rows_of(age, lo, hi), rows_of(metallicity, lo, hi), c.vz);
+        (void)acc;
+        std::tie(gm, ga, gz, gv) = pull(ct);
+      } else {
+        // The rows under vjp, the resampling's pullback straight from the
+        // cotangent: the chunk's accumulator is never formed.
+        auto stage = [&](const Array& m, const Array& a, const Array& z, const Array& vz) {
+          return rows_to_resample(c, m, a, z, vz);
+        };
+        auto [r, pull] = vjp(stage, mrows, rows_of(age, lo, hi), rows_of(metallicity, lo, hi), c.vz);
+        const ResampleCotangents rc = resample_accumulate_vjp(ct, r[1], wave_rest_, target_, c.pix, nb * nb,
+                                                              {.weights = r[0], .wave_scale = r[2]});
+        std::tie(gm, ga, gz, gv) = pull(std::vector<Array>{rc.weights, rc.flux, rc.wave_scale});
+      }
       dm.push_back(gm);
       da.push_back(ga);
       dz.push_back(gz);

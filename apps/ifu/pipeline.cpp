@@ -302,9 +302,8 @@ Pipeline::ChunkGeometry Pipeline::chunk_geometry(const Frame& f, const Array& co
   return c;
 }
 
-Array Pipeline::accumulate(const ChunkGeometry& c, const Array& mass, const Array& age, const Array& metallicity,
-                           const Array& vz, double max_abs, const Array& init) const {
-  const std::int64_t nb = geo_.spaxels;
+std::vector<Array> Pipeline::rows_to_resample(const ChunkGeometry& c, const Array& mass, const Array& age,
+                                              const Array& metallicity, const Array& vz) const {
   const Array m = where(c.inside, mass, 0.0f);
   const Array z = where(c.inside, metallicity, 0.0f);
   // Ages in Gyr on the templates' log10(age/yr) axis; filtered particles
@@ -314,15 +313,22 @@ Array Pipeline::accumulate(const ChunkGeometry& c, const Array& mass, const Arra
   const Interp2dOptions lookup{.method = cfg_.ssp_method, .fill = 0.0};
   const Array spectra = interp2d(z, log_age, z_grid_, age_grid_, flux_grid_, lookup);
   const Array doppler = exp(divide(vz, real(kSpeedOfLight)));
+  return {m, spectra, doppler};
+}
+
+Array Pipeline::accumulate(const ChunkGeometry& c, const Array& mass, const Array& age, const Array& metallicity,
+                           const Array& vz, double max_abs, const Array& init) const {
+  const std::int64_t nb = geo_.spaxels;
+  const std::vector<Array> r = rows_to_resample(c, mass, age, metallicity, vz);
   // Into the accumulator in the same pass (init): no per-chunk partial
   // cube, no add.
-  ResampleOptions ro{.weights = m, .wave_scale = doppler};
+  ResampleOptions ro{.weights = r[0], .wave_scale = r[2]};
   if (init.valid()) ro.init = init;
-  if (!c.transmission.valid()) return resample_accumulate(spectra, wave_rest_, target_, c.pix, nb * nb, max_abs, ro);
+  if (!c.transmission.valid()) return resample_accumulate(r[1], wave_rest_, target_, c.pix, nb * nb, max_abs, ro);
   // Dust: each star's resampled spectrum times its transmission, then
   // added (Rubix dims on the telescope's grid, after resampling). The
   // transmission lies in [0, 1], so max_abs still bounds every term.
-  return resample_accumulate_extinguished(spectra, wave_rest_, target_, c.pix, nb * nb, max_abs, ro, c.transmission);
+  return resample_accumulate_extinguished(r[1], wave_rest_, target_, c.pix, nb * nb, max_abs, ro, c.transmission);
 }
 
 namespace {

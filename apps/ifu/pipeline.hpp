@@ -171,6 +171,10 @@ class Pipeline {
   // in mass, age, metallicity and vz.
   Array accumulate(const ChunkGeometry& c, const Array& mass, const Array& age, const Array& metallicity,
                    const Array& vz, double max_abs, const Array& init) const;
+  // What accumulate resamples: the rows' weights (masses in the aperture),
+  // spectra and Doppler factors; differentiable in the same.
+  std::vector<Array> rows_to_resample(const ChunkGeometry& c, const Array& mass, const Array& age,
+                                      const Array& metallicity, const Array& vz) const;
   // The particle stage: the exact cube (before PSF and LSF) and the maps.
   struct Partial;
   Partial particle_stage(const Particles& p, const Frame& f, const GlobalParams& g) const;

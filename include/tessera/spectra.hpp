@@ -69,6 +69,22 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
                           std::int64_t num_segments, double max_abs, const ResampleOptions& opt = {},
                           std::source_location loc = std::source_location::current());
 
+/// The cotangents of resample_accumulate's rows for a cotangent `ct` of its
+/// accumulator ((3, num_segments, T); its first limb is read, as in reverse
+/// mode), without computing the accumulator: what a reverse pass that
+/// recomputes its rows chunk by chunk (rematerialisation) needs. The same
+/// bits as the pullback of vjp(resample_accumulate) gives, in the rows'
+/// dtypes: `flux` always, `weights` and `wave_scale` where opt gives them
+/// (opt.init must be empty: its cotangent is ct itself). Rows may be
+/// sharded; ct is brought whole to every device. Not itself differentiable.
+struct ResampleCotangents {
+  Array flux, weights, wave_scale;
+};
+ResampleCotangents resample_accumulate_vjp(const Array& ct, const Array& flux, const Array& wave, const Array& target,
+                                           const Array& segment_ids, std::int64_t num_segments,
+                                           const ResampleOptions& opt = {},
+                                           std::source_location loc = std::source_location::current());
+
 /// Splits x into an exact accumulator of its terms: f64 (3, *x.shape), the
 /// limbs of every element for the bound max_abs >= |x|. Summing it along a
 /// dim (sum over axis k+1) is exact and order-independent, under any mesh.

@@ -33,13 +33,11 @@ void check_float(const Array& a, const char* op, const char* name) {
     throw DTypeError(msg(op, std::string(name) + " must be a float array, got " + detail::describe(a)));
 }
 
-}  // namespace
-
-Array resample_accumulate(const Array& flux, const Array& wave, const Array& target, const Array& segment_ids,
-                          std::int64_t num_segments, double max_abs, const ResampleOptions& opt,
-                          std::source_location loc) {
-  detail::CallSite site(loc);
-  const char* op = "resample_accumulate";
+/// The operands of resample_accumulate and its vjp, checked (without init):
+/// flux, wave, target, segment_ids, then weights and wave_scale if given.
+std::vector<Array> resample_operands(const Array& flux, const Array& wave, const Array& target,
+                                     const Array& segment_ids, std::int64_t num_segments, const ResampleOptions& opt,
+                                     const char* op) {
   detail::check_operand(flux, op, "flux");
   detail::check_operand(wave, op, "wave");
   detail::check_operand(target, op, "target");
@@ -74,8 +72,6 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
   check_float(flux, op, "flux");
   check_float(wave, op, "wave");
   check_float(target, op, "target");
-  check_bound(max_abs, op);
-  detail::checked_nbytes({3, num_segments, target.shape()[0]}, DType::f64, op);
   std::vector<Array> args{flux, wave, target, segment_ids};
   for (const auto* extra : {&opt.weights, &opt.wave_scale}) {
     if (!*extra) continue;
@@ -92,6 +88,20 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
     if (a.dtype() == DType::bool_) throw DTypeError(msg(op, std::string(name) + " must be numeric, got bool"));
     args.push_back(a);
   }
+  return args;
+}
+
+}  // namespace
+
+Array resample_accumulate(const Array& flux, const Array& wave, const Array& target, const Array& segment_ids,
+                          std::int64_t num_segments, double max_abs, const ResampleOptions& opt,
+                          std::source_location loc) {
+  detail::CallSite site(loc);
+  const char* op = "resample_accumulate";
+  std::vector<Array> args = resample_operands(flux, wave, target, segment_ids, num_segments, opt, op);
+  check_bound(max_abs, op);
+  detail::checked_nbytes({3, num_segments, target.shape()[0]}, DType::f64, op);
+  const bool per_row = wave.ndim() == 2;
   if (opt.init) {
     const Array& init = *opt.init;
     detail::check_operand(init, op, "init");
@@ -123,6 +133,37 @@ Array resample_accumulate(const Array& flux, const Array& wave, const Array& tar
   return detail::bind1(detail::make_resample_accumulate(num_segments, max_abs, opt.weights.has_value(),
                                                         opt.wave_scale.has_value(), opt.init.has_value()),
                        std::move(args));
+}
+
+ResampleCotangents resample_accumulate_vjp(const Array& ct, const Array& flux, const Array& wave, const Array& target,
+                                           const Array& segment_ids, std::int64_t num_segments,
+                                           const ResampleOptions& opt, std::source_location loc) {
+  detail::CallSite site(loc);
+  const char* op = "resample_accumulate_vjp";
+  if (opt.init) throw ValueError(msg(op, "init has no cotangent to compute (it is the accumulator's cotangent itself)"));
+  std::vector<Array> args = resample_operands(flux, wave, target, segment_ids, num_segments, opt, op);
+  detail::check_operand(ct, op, "ct");
+  const Shape want{3, num_segments, target.shape()[0]};
+  if (ct.shape() != want) {
+    std::string text = "ct must have the accumulator's shape ";
+    text += shape_str(want);
+    text += ", got ";
+    text += detail::describe(ct);
+    throw ShapeError(msg(op, text));
+  }
+  check_float(ct, op, "ct");
+  args.push_back(ct.dtype() == DType::f64 ? ct : astype(ct, DType::f64, {}));
+  const auto g = detail::bind(std::make_shared<detail::ResampleTranspose>(num_segments, opt.weights.has_value(),
+                                                                          opt.wave_scale.has_value()),
+                              std::move(args));
+  // In the rows' dtypes, as vjp gives them.
+  auto as = [](const Array& x, DType t) { return x.dtype() == t ? x : astype(x, t, {}); };
+  ResampleCotangents r;
+  r.flux = as(g[0], flux.dtype());
+  std::size_t k = 1;
+  if (opt.weights) r.weights = as(g[k++], opt.weights->dtype());
+  if (opt.wave_scale) r.wave_scale = as(g[k++], opt.wave_scale->dtype());
+  return r;
 }
 
 Array exact_limbs(const Array& x, double max_abs, std::source_location loc) {

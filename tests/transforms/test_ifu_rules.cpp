@@ -311,6 +311,48 @@ TEST(ResampleAccumulateRules, GradientOfASumIsBitwiseTheSameOnEveryDeviceCount) 
   }
 }
 
+TEST(ResampleAccumulateRules, VjpWithoutThePrimalIsThePullback) {
+  // resample_accumulate_vjp gives the pullback's bits without forming the
+  // accumulator, on sharded rows, with and without weights and scales.
+  for (int nd : {1, 3}) {
+    const Spectra s = spectra(line(nd));
+    const ts::NamedSharding rep(s.flux.sharding().mesh(), ts::P());
+    std::vector<double> c(3 * s.S * 9);
+    for (std::size_t i = 0; i < c.size(); ++i) c[i] = std::sin(0.7 * static_cast<double>(i)) + (i < c.size() / 3 ? 1 : 0);
+    const ts::Array ct = ts::device_put(c, {3, s.S, 9}, rep);
+    auto f = [&](const ts::Array& fl, const ts::Array& w, const ts::Array& sc) {
+      return ts::resample_accumulate(fl, s.wave, s.target, s.seg, s.S, 1e3, {.weights = w, .wave_scale = sc});
+    };
+    auto [acc, pull] = ts::vjp(f, s.flux, s.weights, s.scale);
+    auto [gf, gw, gs] = pull(ct);
+    const ts::ResampleCotangents r = ts::resample_accumulate_vjp(ct, s.flux, s.wave, s.target, s.seg, s.S,
+                                                                 {.weights = s.weights, .wave_scale = s.scale});
+    for (auto [a, b, what] : {std::tuple{r.flux, gf, "flux"}, {r.weights, gw, "weights"}, {r.wave_scale, gs, "scale"}}) {
+      EXPECT_EQ(a.sharding(), b.sharding()) << what;
+      const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+      ASSERT_EQ(x.size(), y.size()) << what;
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(double)), 0) << what << " on " << nd << " devices";
+    }
+    const ts::ResampleCotangents bare = ts::resample_accumulate_vjp(ct, s.flux, s.wave, s.target, s.seg, s.S);
+    EXPECT_FALSE(bare.weights.valid());
+    EXPECT_FALSE(bare.wave_scale.valid());
+    auto [acc2, pull2] = ts::vjp([&](const ts::Array& fl) { return ts::resample_accumulate(fl, s.wave, s.target, s.seg, s.S, 1e3); }, s.flux);
+    const auto want = std::get<0>(pull2(ct)).to_vector<double>(), got = bare.flux.to_vector<double>();
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * sizeof(double)), 0);
+  }
+  const Spectra s = spectra(line(1));
+  const ts::Array bad = ts::zeros({3, s.S, 8}, ts::f64, ts::NamedSharding(s.flux.sharding().mesh(), ts::P()));
+  ts::testing::expect_error<ts::ShapeError>(
+      [&] { ts::resample_accumulate_vjp(bad, s.flux, s.wave, s.target, s.seg, s.S); }, "[resample_accumulate_vjp]",
+      {"ct must have the accumulator's shape (3, 3, 9)"});
+  ts::testing::expect_error<ts::ValueError>(
+      [&] {
+        ts::resample_accumulate_vjp(ts::zeros({3, s.S, 9}, ts::f64, bad.sharding()), s.flux, s.wave, s.target, s.seg,
+                                    s.S, {.init = ts::zeros({3, s.S, 9}, ts::f64, bad.sharding())});
+      },
+      "[resample_accumulate_vjp]", {"init"});
+}
+
 TEST(ResampleAccumulateRules, ShardedRowsAreNotGathered) {
   // The gradient's rows stay where the particles lie: each device's block
   // of the flux cotangent is its own rows (a gather would still give the

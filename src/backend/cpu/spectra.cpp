@@ -280,6 +280,12 @@ struct RowModel {
   std::vector<double> w, p, u, slope;
   std::vector<std::int64_t> cell;  // upper knot b in [1, K-1]; -1: held at s[0]; -2: held at s[K-1]
   std::vector<char> inside;        // wavelength k (k >= 1) counts in L_in
+  /// The non-empty interior cells in order: knot b holds targets [j0, j1).
+  struct Cell {
+    std::int64_t b, j0, j1;
+  };
+  std::vector<Cell> cells;
+  std::int64_t below = 0, above = 0;  // targets [0, below) held at s[0]; [above, T) at s[K-1]
   double lin = 0, lout = 0, ratio = 0, bsum = 0;
   bool valid = false;
 
@@ -289,12 +295,21 @@ struct RowModel {
         u(static_cast<std::size_t>(T)),
         slope(static_cast<std::size_t>(T)),
         cell(static_cast<std::size_t>(T)),
-        inside(static_cast<std::size_t>(K)) {}
+        inside(static_cast<std::size_t>(K)) {
+    cells.reserve(static_cast<std::size_t>(K));
+  }
 
+  // A cell at a time (its slope and width are computed once; the targets in
+  // it are a loop the compiler vectorises), with the values a target at a
+  // time would give: the same divisions, the same order.
   void run(const double* base, double c, const double* s, std::int64_t K, const double* t, const double* dt,
            std::int64_t T) {
     const double tlo = t[0], thi = t[T - 1];
     for (std::int64_t k = 0; k < K; ++k) w[k] = base[k] * c;
+    valid = false;
+    cells.clear();
+    // A NaN scale (or grid) makes every quantity NaN: the row counts as 0.
+    if (std::isnan(w[0]) || std::isnan(w[K - 1])) return;
     lin = bsum = 0;
     for (std::int64_t k = 1; k < K; ++k) {
       inside[k] = w[k] >= tlo && w[k] <= thi;
@@ -302,29 +317,41 @@ struct RowModel {
       lin += s[k] * (w[k] - w[k - 1]);
       bsum += s[k] * (base[k] - base[k - 1]);
     }
-    std::int64_t b = 1;
-    for (std::int64_t j = 0; j < T; ++j) {
-      const double tj = t[j];
-      u[j] = slope[j] = 0;
-      if (K == 1 || tj < w[0]) {
-        cell[j] = -1;
-        p[j] = s[0];
-      } else if (tj > w[K - 1]) {
-        cell[j] = -2;
-        p[j] = s[K - 1];
-      } else {
-        while (b < K - 1 && w[b] <= tj) ++b;
-        cell[j] = b;
-        const double dx = w[b] - w[b - 1];
-        if (dx > 0) {
-          slope[j] = (s[b] - s[b - 1]) / dx;
-          u[j] = (tj - w[b - 1]) / dx;
+    std::int64_t j = 0;
+    if (K == 1) {
+      j = T;
+    } else {
+      while (j < T && t[j] < w[0]) ++j;
+    }
+    below = j;
+    for (std::int64_t q = 0; q < below; ++q) cell[q] = -1, p[q] = s[0], u[q] = slope[q] = 0;
+    if (K > 1) {
+      for (std::int64_t b = 1; b < K && j < T; ++b) {
+        // Cell b holds the targets with w[b-1] <= t < w[b] (the last one
+        // also t == w[K-1]).
+        std::int64_t j1 = j;
+        if (b < K - 1) {
+          while (j1 < T && t[j1] < w[b]) ++j1;
+        } else {
+          while (j1 < T && t[j1] <= w[b]) ++j1;
         }
-        p[j] = s[b - 1] + (tj - w[b - 1]) * slope[j];
+        if (j1 == j) continue;
+        const double w0 = w[b - 1], s0 = s[b - 1], dx = w[b] - w0;
+        const double sl = dx > 0 ? (s[b] - s0) / dx : 0.0;
+        for (std::int64_t q = j; q < j1; ++q) {
+          cell[q] = b;
+          slope[q] = sl;
+          u[q] = dx > 0 ? (t[q] - w0) / dx : 0.0;
+          p[q] = s0 + (t[q] - w0) * sl;
+        }
+        cells.push_back({b, j, j1});
+        j = j1;
       }
     }
+    above = j;
+    for (std::int64_t q = above; q < T; ++q) cell[q] = -2, p[q] = s[K - 1], u[q] = slope[q] = 0;
     lout = 0;
-    for (std::int64_t j = 1; j < T; ++j) lout += p[j] * dt[j];
+    for (std::int64_t q = 1; q < T; ++q) lout += p[q] * dt[q];
     ratio = lin / lout;
     valid = !(std::isnan(ratio) || lout == 0.0);
   }
@@ -362,6 +389,56 @@ struct RowReader {
   double weight(std::int64_t i) const { return a.weights ? load(a.weights, a.weights_dt, i) : 1.0; }
   double scale(std::int64_t i) const { return a.scale ? load(a.scale, a.scale_dt, i) : 1.0; }
 };
+
+/// sum_j a[j] b[j] in eight running sums (a fixed order).
+TESSERA_SPECTRA_CLONES
+double dot8(const double* a, const double* b, std::int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int v = 0; v < 8; ++v) acc[v] += a[j + v] * b[j + v];
+  for (; j < n; ++j) acc[0] += a[j] * b[j];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/// One row's cotangents (resample_transpose).
+TESSERA_SPECTRA_CLONES
+void transpose_row(const double* c, const RowModel& m, const RowReader& rd, std::int64_t i, double* e, double* gflux,
+                   double* gweight, double* gscale) {
+  const std::int64_t T = rd.a.T, K = rd.a.K;
+  const double G = dot8(c, m.p.data(), T);
+  if (gweight) *gweight = m.ratio * G;
+  if (!gflux && !gscale) return;
+  const double wt = rd.weight(i);
+  const double q = G * m.ratio / m.lout, amp = wt * G / m.lout;
+  const double* dt = rd.dt.data();
+  for (std::int64_t j = 0; j < T; ++j) e[j] = wt * (m.ratio * c[j] - q * dt[j]);
+  const double* base = rd.base.data();
+  double held0 = 0, held1 = 0, gs = 0;
+  for (std::int64_t j = 0; j < m.below; ++j) held0 += e[j];
+  for (std::int64_t j = m.above; j < T; ++j) held1 += e[j];
+  if (gflux) {
+    gflux[0] += held0;
+    gflux[K - 1] += held1;
+  }
+  for (const RowModel::Cell& cl : m.cells) {
+    const double* u = m.u.data();
+    double A = 0, B = 0;
+    for (std::int64_t j = cl.j0; j < cl.j1; ++j) {
+      A += (1 - u[j]) * e[j];
+      B += u[j] * e[j];
+    }
+    if (gflux) {
+      gflux[cl.b - 1] += A;
+      gflux[cl.b] += B;
+    }
+    gs += m.slope[cl.j0] * (base[cl.b - 1] * A + base[cl.b] * B);
+  }
+  if (gflux)
+    for (std::int64_t k = 1; k < K; ++k)
+      if (m.inside[k]) gflux[k] += amp * (m.w[k] - m.w[k - 1]);
+  if (gscale) *gscale = amp * m.bsum - gs;
+}
 
 }  // namespace
 
@@ -431,6 +508,12 @@ std::string resample_tangent(const ResampleTangentArgs& x) {
   return {};
 }
 
+// Per row: G = sum_j ct[j] p[j] (eight running sums), e[j] (a vector
+// loop), then a cell at a time the two sums of e weighted by the cell's
+// interpolation factors, which give both the flux's cotangent at the cell's
+// knots and the scale's: the slope is constant over a cell, so
+//   sum_j e[j] slope ((1-u) base[a] + u base[b]) = slope (base[a] A + base[b] B)
+// with A = sum (1-u) e and B = sum u e over the cell.
 void resample_transpose(const ResampleTransposeArgs& x) {
   const ResampleArgs& a = x.a;
   const std::int64_t T = a.T, K = a.K, n = a.n;
@@ -443,40 +526,8 @@ void resample_transpose(const ResampleTransposeArgs& x) {
   std::vector<double> e(static_cast<std::size_t>(T));
   for (std::int64_t i = 0; i < n; ++i) {
     if (!rd.row(i, m)) continue;
-    const double* c = x.ct + rd.id[i] * T;
-    const double* base = rd.base.data();
-    double G = 0;
-    for (std::int64_t j = 0; j < T; ++j) G += c[j] * m.p[j];
-    if (x.gweights) x.gweights[i] = m.ratio * G;
-    const double wt = rd.weight(i);
-    const double q = G * m.ratio / m.lout, amp = wt * G / m.lout;
-    for (std::int64_t j = 0; j < T; ++j) e[j] = wt * (m.ratio * c[j] - q * rd.dt[j]);
-    if (x.gflux) {
-      double* g = x.gflux + i * K;
-      for (std::int64_t j = 0; j < T; ++j) {
-        const std::int64_t b = m.cell[j];
-        if (b == -1) {
-          g[0] += e[j];
-        } else if (b == -2) {
-          g[K - 1] += e[j];
-        } else {
-          g[b - 1] += (1 - m.u[j]) * e[j];
-          g[b] += m.u[j] * e[j];
-        }
-      }
-      for (std::int64_t k = 1; k < K; ++k)
-        if (m.inside[k]) g[k] += amp * (m.w[k] - m.w[k - 1]);
-    }
-    if (x.gscale) {
-      double g = amp * m.bsum;
-      for (std::int64_t j = 0; j < T; ++j) {
-        const std::int64_t b = m.cell[j];
-        if (b < 0) continue;
-        const double u = m.u[j];
-        g -= e[j] * m.slope[j] * ((1 - u) * base[b - 1] + u * base[b]);
-      }
-      x.gscale[i] = g;
-    }
+    transpose_row(x.ct + rd.id[i] * T, m, rd, i, e.data(), x.gflux ? x.gflux + i * K : nullptr,
+                  x.gweights ? x.gweights + i : nullptr, x.gscale ? x.gscale + i : nullptr);
   }
 }
 
