@@ -16,6 +16,7 @@
 // parameters and of the systemic velocity are sums over particles, taken
 // exactly.
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <numeric>
 
@@ -42,9 +43,6 @@ Array rows_of(const Array& x, std::int64_t lo, std::int64_t hi) { return slice(x
 
 Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, LossKind kind,
                                   const GlobalParams& g) const {
-  if (cfg_.simulation == "IllustrisTNG")
-    throw InputError("[ifu] gradients through the IllustrisTNG inertia-tensor alignment are not supported yet "
-                     "(simulation: NIHAO rotates by the configured angles only)");
   const Frame f = frame(p);
   const Partial part = particle_stage(p, f, g);
   const std::int64_t nb = geo_.spaxels;
@@ -146,9 +144,78 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
   }
   out.velocity = dvel;
   // Positions enter through the spaxel, the aperture and the particles near
-  // the center: all piecewise constant, so their derivative is zero.
+  // the center: all piecewise constant, so their derivative is zero, but
+  // for IllustrisTNG's alignment (below).
   out.coords = zeros(p.coords.shape(), opt_.dtype, p.coords.sharding());
+  if (f.aligned) align_gradient(p, f, d_vz, sum_dvz, out);
+  if (f.av.valid()) {
+    // A star's A_V follows the gas column in front of it, which moves with
+    // its depth; that derivative is not implemented: NaN says so.
+    out.coords = full(out.coords.shape(), std::numeric_limits<double>::quiet_NaN(), opt_.dtype, out.coords.sharding());
+  }
   return out;
+}
+
+// IllustrisTNG's alignment: rot = E Re, E the inertia tensor's sorted
+// eigenvectors (columns v_j, eigenvalues l_j), Re the Euler rotation. Only
+// rot's last column enters (v_z), so with w = sum_i d_vz_i (v_i - vsys)
+// (exact sums), d loss / d rot = w e_z^T and d loss / d E = (w e_z^T) Re^T,
+// whose columns g_j give, for distinct eigenvalues (the sign fix is locally
+// constant),
+//   d loss / d A = sym( sum_j sum_{l != j} (g_j . v_l) / (l_j - l_l) v_l v_j^T ).
+// A = tr(O) I - O, O = sum_i m_i x_i x_i^T over the particles within the
+// half-mass radius (x from the center), so with G = tr(dA) I - dA:
+//   d loss / d x_i = 2 m_i G x_i,   d loss / d m_i = x_i^T G x_i.
+void Pipeline::align_gradient(const Particles& p, const Frame& f, const Array& d_vz, double sum_dvz,
+                              Gradient& out) const {
+  using Mat3 = std::array<double, 9>;
+  std::array<double, 3> w{};
+  const Array g64 = astype(d_vz, DType::f64);
+  for (int k = 0; k < 3; ++k) {
+    const Array vk = reshape(slice(astype(p.velocity, DType::f64), {SliceSpec{}, SliceSpec{k, k + 1}}), {p.n});
+    w[k] = exact_sum_rows(multiply(g64, vk)) - f.vs[k] * sum_dvz;
+  }
+  const Mat3& re = geo_.rotation;
+  const Mat3 e = eigenvectors_sorted(f.inertia);
+  Mat3 de{};  // (w e_z^T) Re^T: de[k][m] = w_k Re[m][2]
+  for (int k = 0; k < 3; ++k)
+    for (int m = 0; m < 3; ++m) de[k * 3 + m] = w[k] * re[m * 3 + 2];
+  std::array<double, 3> lam{};
+  for (int j = 0; j < 3; ++j)
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) lam[j] += e[a * 3 + j] * f.inertia[a * 3 + b] * e[b * 3 + j];
+  Mat3 ga{};
+  for (int j = 0; j < 3; ++j)
+    for (int l = 0; l < 3; ++l) {
+      if (l == j) continue;
+      const double gap = lam[j] - lam[l];
+      if (gap == 0) {
+        std::string text = "[ifu] the inertia tensor has a repeated eigenvalue: the alignment's direction, and so its ";
+        text += "derivative, is not defined";
+        throw InputError(text);
+      }
+      double gv = 0;
+      for (int a = 0; a < 3; ++a) gv += de[a * 3 + j] * e[a * 3 + l];
+      const double c = gv / gap;
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) ga[a * 3 + b] += c * e[a * 3 + l] * e[b * 3 + j];
+    }
+  Mat3 go{};
+  const double tr = ga[0] + ga[4] + ga[8];
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) {
+      const double sym = 0.5 * (ga[a * 3 + b] + ga[b * 3 + a]);
+      go[a * 3 + b] = (a == b ? tr : 0.0) - sym;
+    }
+  // Per particle, in f64, then in the pipeline's float type.
+  const Array d = astype(subtract(p.coords, f.center), DType::f64);
+  const Array gx = matmul(d, device_put(std::vector<double>(go.begin(), go.end()), {3, 3},
+                                        NamedSharding(mesh_, P())));  // (n, 3): (G x_i)^T, G symmetric
+  const Array m = where(f.align_inside, astype(p.mass, DType::f64), 0.0);
+  const Array dcoords = multiply(expand_dims(multiply(m, 2.0), 1), gx);
+  const Array dmass = where(f.align_inside, sum(multiply(d, gx), {1}), 0.0);
+  out.coords = add(out.coords, astype(dcoords, opt_.dtype));
+  out.mass = add(out.mass, astype(dmass, opt_.dtype));
 }
 
 }  // namespace tessera::ifu

@@ -260,6 +260,9 @@ Pipeline::Frame Pipeline::frame(const Particles& p) const {
     for (int i = 0; i < 3; ++i)
       for (int j = 0; j < 3; ++j) inertia[i * 3 + j] = (i == j ? trace : 0.0) - outer[i * 3 + j];
     rot = matmul3(eigenvectors_sorted(inertia), rot);
+    f.aligned = true;
+    f.inertia = inertia;
+    f.align_inside = inside;
   }
   f.rot = rot;
   f.rmat = real_array(std::vector<double>(rot.begin(), rot.end()), {3, 3});

@@ -178,6 +178,9 @@ class Pipeline {
   // The particle stage: the exact cube (before PSF and LSF) and the maps.
   struct Partial;
   Partial particle_stage(const Particles& p, const Frame& f, const GlobalParams& g) const;
+  // The gradient through IllustrisTNG's inertia-tensor alignment, added to
+  // out's coords and mass (gradient.cpp).
+  void align_gradient(const Particles& p, const Frame& f, const Array& d_vz, double sum_dvz, Gradient& out) const;
   // PSF and LSF on the cube (linear).
   Array observe(const Array& cube) const;
 

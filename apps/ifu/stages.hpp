@@ -24,6 +24,11 @@ struct Pipeline::Frame {
   std::array<double, 9> rot{};   // new = old @ rot
   Array rmat;                    // rot, (3, 3) f32
   double mass_max = 0;           // max |mass| (before the mass scale)
+  // IllustrisTNG's alignment (aligned): rot = eigenvectors(inertia) @ the
+  // Euler rotation, the inertia tensor of the particles align_inside.
+  bool aligned = false;
+  std::array<double, 9> inertia{};
+  Array align_inside;            // (n,) bool: within the half-mass radius
   double vmax = 0;               // bounds |line-of-sight velocity|
   // calc_dusty_ifu (invalid otherwise): A_V of every star, computed once
   // per run from the gas in the final frame, and -0.4 A(lambda)/A(V) at the
