@@ -78,6 +78,8 @@ struct IfuFitCommon {
 struct IfuGradOptions : IfuFitCommon {
   double velocity_offset = 0;  // km/s
   double mass_scale = 1;
+  int repeat = 1;    // value_and_grad this many times (timings)
+  std::string json;  // timings and peak memory as JSON
 };
 int cmd_ifu_grad(const Context& ctx, const IfuGradOptions& opt);
 

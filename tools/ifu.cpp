@@ -39,17 +39,6 @@ namespace tessera::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
-}
-
-
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -60,6 +49,14 @@ std::string json_escape(const std::string& s) {
 }
 
 }  // namespace
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
 
 ifu::Config load(const std::string& path) {
   if (path.empty()) return ifu::parse_config(ifu::default_config_yaml(), "built-in default config");

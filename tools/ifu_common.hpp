@@ -1,11 +1,19 @@
 // What the IFU commands (ifu.cpp, ifu_fit.cpp) share.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "ifu/config.hpp"
 
 namespace tessera::cli {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0);
+
+/// This process's peak resident memory so far.
+double peak_rss_mib();
 
 /// The config at `path`, or the built-in default config for "".
 ifu::Config load(const std::string& path);

@@ -34,9 +34,6 @@ namespace tessera::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// What both commands set up: the config, galaxy, templates, pipeline,
 /// particles and observation.
@@ -98,14 +95,29 @@ int cmd_ifu_grad(const Context&, const IfuGradOptions& o) {
   const bool root = ts::process_index() == 0, say = root && !o.quiet;
   const ifu::LossKind kind = ifu::parse_loss(o.loss);
   Problem p = set_up(o, "ifu-grad", say);
-  const auto t0 = Clock::now();
-  const ifu::Gradient g = p.pipe->value_and_grad(
-      p.particles, p.obs, kind, {.velocity_offset = o.velocity_offset, .mass_scale = o.mass_scale});
-  const double secs = seconds_since(t0);
+  ifu::Gradient g;
+  std::vector<double> runs;
+  for (int r = 0; r < std::max(1, o.repeat); ++r) {
+    const auto t0 = Clock::now();
+    g = p.pipe->value_and_grad(p.particles, p.obs, kind,
+                               {.velocity_offset = o.velocity_offset, .mass_scale = o.mass_scale});
+    g.age.block_until_ready();
+    runs.push_back(seconds_since(t0));
+  }
+  const double secs = runs.front();
   const std::string out = o.output.empty() ? "ifu_grad.h5" : o.output;
   if (root) make_parent(out);
   ifu::write_gradient_h5(out, g, kind, p.galaxy, root);
   return finish_on_root([&] {
+    if (!o.json.empty()) {
+      std::ofstream js(o.json);
+      if (!js) throw ifu::InputError("[ifu-grad] cannot write " + o.json);
+      js << std::setprecision(12) << "{\"particles\": " << p.galaxy.n << ", \"devices\": " << ts::devices().size()
+         << ", \"processes\": " << ts::process_count() << ", \"loss\": " << g.loss << ", \"first_s\": " << secs
+         << ", \"steady_s\": [";
+      for (std::size_t i = 1; i < runs.size(); ++i) js << (i > 1 ? ", " : "") << runs[i];
+      js << "], \"peak_rss_mib\": " << peak_rss_mib() << ", \"chunk\": " << o.chunk << "}\n";
+    }
     if (!say) return;
     std::cout << std::setprecision(9) << "  loss (" << o.loss << "): " << g.loss << "\n"
               << "  d loss / d velocity_offset: " << g.velocity_offset << " per km/s, d loss / d mass_scale: "

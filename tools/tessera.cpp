@@ -157,6 +157,10 @@ int run(int argc, char** argv) {
   grad->add_option("--output", ropt.output, "gradient file to write (default ifu_grad.h5)");
   grad->add_option("--velocity-offset", ropt.velocity_offset, "line-of-sight velocity offset, km/s")->capture_default_str();
   grad->add_option("--mass-scale", ropt.mass_scale, "factor on every mass")->capture_default_str();
+  grad->add_option("--repeat", ropt.repeat, "compute the gradient this many times (timings)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  grad->add_option("--json", ropt.json, "write timings and peak memory as JSON");
   CLI::App* fitc = app.add_subcommand("ifu-fit", "fit particle fields to an observed cube by gradient descent");
   cli::IfuFitOptions fopt;
   fit_common(fitc, fopt);

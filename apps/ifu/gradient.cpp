@@ -41,10 +41,20 @@ Array rows_of(const Array& x, std::int64_t lo, std::int64_t hi) { return slice(x
 
 }  // namespace
 
+// The reverse pass holds about five times the forward's bytes per row (the
+// flux cotangent in f64 and f32, the interpolation's factors), and its
+// chunks run fastest at a few thousand rows (smaller ones pay the ops'
+// dispatch, larger ones fall out of cache and fault in fresh pages): at
+// most 4096 rows.
+std::int64_t Pipeline::reverse_chunk() const { return std::min<std::int64_t>(opt_.chunk, 4096); }
+
 Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, LossKind kind,
                                   const GlobalParams& g) const {
   const Frame f = frame(p);
-  const Partial part = particle_stage(p, f, g);
+  // The forward pass in the reverse pass's chunks: the memory it frees is
+  // then what the reverse pass reuses, and the peak is the larger of the
+  // two, not their sum.
+  const Partial part = particle_stage(p, f, g, reverse_chunk());
   const std::int64_t nb = geo_.spaxels;
   const auto nwave = static_cast<std::int64_t>(geo_.wave.size());
   const Array cube = reshape(exact_total(part.acc, opt_.dtype), {nb, nb, nwave});
@@ -61,12 +71,7 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
 
   const double scale = std::abs(g.mass_scale);
   const double max_abs = std::max(f.mass_max * scale * flux_max_ * 1024.0, kTiny);
-  // The reverse pass holds about five times the forward's bytes per row
-  // (the flux cotangent in f64 and f32, the interpolation's factors), and
-  // its chunks run fastest at a few thousand rows (smaller ones pay the
-  // ops' dispatch, larger ones fall out of cache and fault in fresh
-  // pages): at most 4096 rows.
-  const std::int64_t chunk = std::min<std::int64_t>(opt_.chunk, 4096);
+  const std::int64_t chunk = reverse_chunk();
   const auto& progress = opt_.on_progress;
   auto body = [&](const Array& coords, const Array& velocity, const Array& mass, const Array& age,
                   const Array& metallicity, const Array& ct, const std::vector<Array>& dust) {

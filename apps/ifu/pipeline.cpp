@@ -344,7 +344,8 @@ double cube_bound(double mass_max, double flux_max) { return std::max(mass_max *
 
 }  // namespace
 
-Pipeline::Partial Pipeline::particle_stage(const Particles& p, const Frame& f, const GlobalParams& g) const {
+Pipeline::Partial Pipeline::particle_stage(const Particles& p, const Frame& f, const GlobalParams& g,
+                                           std::int64_t chunk) const {
   // The per-particle stages, a chunk at a time on each device, into the
   // device's exact partial cube; then one psum.
   const std::int64_t nb = geo_.spaxels;
@@ -352,7 +353,6 @@ Pipeline::Partial Pipeline::particle_stage(const Particles& p, const Frame& f, c
   const double max_abs = cube_bound(f.mass_max * scale, flux_max_);
   const double mv_abs = std::max(f.mass_max * scale * (f.vmax + std::abs(g.velocity_offset)) * 2.0, kTiny);
   const double m_abs = std::max(f.mass_max * scale, kTiny);
-  const std::int64_t chunk = opt_.chunk;
   const auto& progress = opt_.on_progress;
   auto body = [&](const Array& coords, const Array& velocity, const Array& mass, const Array& age,
                   const Array& metallicity, const std::vector<Array>& dust) {
@@ -440,7 +440,7 @@ Array Pipeline::observe(const Array& cube_in) const {
 
 Array Pipeline::model(const Particles& p, const GlobalParams& g) const {
   const Frame f = frame(p);
-  const Partial part = particle_stage(p, f, g);
+  const Partial part = particle_stage(p, f, g, opt_.chunk);
   const std::int64_t nb = geo_.spaxels;
   return observe(reshape(exact_total(part.acc, opt_.dtype), {nb, nb, static_cast<std::int64_t>(geo_.wave.size())}));
 }
@@ -450,7 +450,7 @@ Cube Pipeline::run(const Particles& p, const GlobalParams& g) const {
   Cube out;
   out.particles = p.n;
   out.systemic_velocity = f.vs;
-  const Partial part = particle_stage(p, f, g);
+  const Partial part = particle_stage(p, f, g, opt_.chunk);
   const std::int64_t nb = geo_.spaxels;
   const auto nwave = static_cast<std::int64_t>(geo_.wave.size());
   Array cube = reshape(exact_total(part.acc, opt_.dtype), {nb, nb, nwave});

@@ -177,7 +177,9 @@ class Pipeline {
                                       const Array& metallicity, const Array& vz) const;
   // The particle stage: the exact cube (before PSF and LSF) and the maps.
   struct Partial;
-  Partial particle_stage(const Particles& p, const Frame& f, const GlobalParams& g) const;
+  Partial particle_stage(const Particles& p, const Frame& f, const GlobalParams& g, std::int64_t chunk) const;
+  // The gradient's chunk (gradient.cpp).
+  std::int64_t reverse_chunk() const;
   // The gradient through IllustrisTNG's inertia-tensor alignment, added to
   // out's coords and mass (gradient.cpp).
   void align_gradient(const Particles& p, const Frame& f, const Array& d_vz, double sum_dvz, Gradient& out) const;

@@ -277,12 +277,14 @@ namespace {
 
 /// One row's primal quantities and the cells of its targets.
 struct RowModel {
-  std::vector<double> w, p, u, slope;
-  std::vector<std::int64_t> cell;  // upper knot b in [1, K-1]; -1: held at s[0]; -2: held at s[K-1]
-  std::vector<char> inside;        // wavelength k (k >= 1) counts in L_in
-  /// The non-empty interior cells in order: knot b holds targets [j0, j1).
+  std::vector<double> w, p, u;
+  std::vector<char> inside;  // wavelength k (k >= 1) counts in L_in
+  /// The non-empty interior cells in order: knots b-1 and b hold targets
+  /// [j0, j1), with slope (s[b] - s[b-1]) / (w[b] - w[b-1]) (0 for an empty
+  /// cell); u[j] = (t[j] - w[b-1]) / (w[b] - w[b-1]) there.
   struct Cell {
     std::int64_t b, j0, j1;
+    double slope;
   };
   std::vector<Cell> cells;
   std::int64_t below = 0, above = 0;  // targets [0, below) held at s[0]; [above, T) at s[K-1]
@@ -290,72 +292,85 @@ struct RowModel {
   bool valid = false;
 
   RowModel(std::int64_t K, std::int64_t T)
-      : w(static_cast<std::size_t>(K)),
-        p(static_cast<std::size_t>(T)),
-        u(static_cast<std::size_t>(T)),
-        slope(static_cast<std::size_t>(T)),
-        cell(static_cast<std::size_t>(T)),
+      : w(static_cast<std::size_t>(K)), p(static_cast<std::size_t>(T) + 4), u(static_cast<std::size_t>(T)),
         inside(static_cast<std::size_t>(K)) {
     cells.reserve(static_cast<std::size_t>(K));
   }
-
-  // A cell at a time (its slope and width are computed once; the targets in
-  // it are a loop the compiler vectorises), with the values a target at a
-  // time would give: the same divisions, the same order.
   void run(const double* base, double c, const double* s, std::int64_t K, const double* t, const double* dt,
-           std::int64_t T) {
-    const double tlo = t[0], thi = t[T - 1];
-    for (std::int64_t k = 0; k < K; ++k) w[k] = base[k] * c;
-    valid = false;
-    cells.clear();
-    // A NaN scale (or grid) makes every quantity NaN: the row counts as 0.
-    if (std::isnan(w[0]) || std::isnan(w[K - 1])) return;
-    lin = bsum = 0;
-    for (std::int64_t k = 1; k < K; ++k) {
-      inside[k] = w[k] >= tlo && w[k] <= thi;
-      if (!inside[k]) continue;
-      lin += s[k] * (w[k] - w[k - 1]);
-      bsum += s[k] * (base[k] - base[k - 1]);
-    }
-    std::int64_t j = 0;
-    if (K == 1) {
-      j = T;
-    } else {
-      while (j < T && t[j] < w[0]) ++j;
-    }
-    below = j;
-    for (std::int64_t q = 0; q < below; ++q) cell[q] = -1, p[q] = s[0], u[q] = slope[q] = 0;
-    if (K > 1) {
-      for (std::int64_t b = 1; b < K && j < T; ++b) {
-        // Cell b holds the targets with w[b-1] <= t < w[b] (the last one
-        // also t == w[K-1]).
-        std::int64_t j1 = j;
-        if (b < K - 1) {
-          while (j1 < T && t[j1] < w[b]) ++j1;
-        } else {
-          while (j1 < T && t[j1] <= w[b]) ++j1;
-        }
-        if (j1 == j) continue;
-        const double w0 = w[b - 1], s0 = s[b - 1], dx = w[b] - w0;
-        const double sl = dx > 0 ? (s[b] - s0) / dx : 0.0;
-        for (std::int64_t q = j; q < j1; ++q) {
-          cell[q] = b;
-          slope[q] = sl;
-          u[q] = dx > 0 ? (t[q] - w0) / dx : 0.0;
-          p[q] = s0 + (t[q] - w0) * sl;
-        }
-        cells.push_back({b, j, j1});
-        j = j1;
-      }
-    }
-    above = j;
-    for (std::int64_t q = above; q < T; ++q) cell[q] = -2, p[q] = s[K - 1], u[q] = slope[q] = 0;
-    lout = 0;
-    for (std::int64_t q = 1; q < T; ++q) lout += p[q] * dt[q];
-    ratio = lin / lout;
-    valid = !(std::isnan(ratio) || lout == 0.0);
-  }
+           std::int64_t T);
 };
+
+// A cell at a time (its slope and width once; the targets in it a loop the
+// compiler vectorises), with the values a target at a time would give: the
+// same divisions in the same order, and L_out summed as interp_row sums it
+// (the forward pass's bits).
+TESSERA_SPECTRA_CLONES
+void model_row(RowModel& m, const double* base, double c, const double* s, std::int64_t K, const double* t,
+               const double* dt, std::int64_t T) {
+  double* w = m.w.data();
+  double* p = m.p.data();
+  double* u = m.u.data();
+  const double tlo = t[0], thi = t[T - 1];
+  for (std::int64_t k = 0; k < K; ++k) w[k] = base[k] * c;
+  m.valid = false;
+  m.cells.clear();
+  // A NaN scale (or grid) makes every quantity NaN: the row counts as 0.
+  if (std::isnan(w[0]) || std::isnan(w[K - 1])) return;
+  double lin = 0, bsum = 0;
+  for (std::int64_t k = 1; k < K; ++k) {
+    m.inside[k] = w[k] >= tlo && w[k] <= thi;
+    if (!m.inside[k]) continue;
+    lin += s[k] * (w[k] - w[k - 1]);
+    bsum += s[k] * (base[k] - base[k - 1]);
+  }
+  m.lin = lin, m.bsum = bsum;
+  std::int64_t j = 0;
+  if (K == 1) {
+    j = T;
+  } else {
+    while (j < T && t[j] < w[0]) ++j;
+  }
+  m.below = j;
+  for (std::int64_t q = 0; q < m.below; ++q) p[q] = s[0], u[q] = 0;
+  if (K > 1) {
+    for (std::int64_t b = 1; b < K && j < T; ++b) {
+      // Cell b holds the targets with w[b-1] <= t < w[b] (the last one also
+      // t == w[K-1]).
+      std::int64_t j1 = j;
+      if (b < K - 1) {
+        while (j1 < T && t[j1] < w[b]) ++j1;
+      } else {
+        while (j1 < T && t[j1] <= w[b]) ++j1;
+      }
+      if (j1 == j) continue;
+      const double w0 = w[b - 1], s0 = s[b - 1], dx = w[b] - w0;
+      const double sl = dx > 0 ? (s[b] - s0) / dx : 0.0;
+      if (dx > 0) {
+        for (std::int64_t q = j; q < j1; ++q) u[q] = (t[q] - w0) / dx;
+      } else {
+        for (std::int64_t q = j; q < j1; ++q) u[q] = 0;
+      }
+      for (std::int64_t q = j; q < j1; ++q) p[q] = s0 + (t[q] - w0) * sl;
+      m.cells.push_back({b, j, j1, sl});
+      j = j1;
+    }
+  }
+  m.above = j;
+  for (std::int64_t q = m.above; q < T; ++q) p[q] = s[K - 1], u[q] = 0;
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  std::int64_t q = 1;
+  for (; q + 4 <= T; q += 4)
+    for (int v = 0; v < 4; ++v) acc[v] += p[q + v] * dt[q + v];
+  for (; q < T; ++q) acc[0] += p[q] * dt[q];
+  m.lout = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  m.ratio = m.lin / m.lout;
+  m.valid = !(std::isnan(m.ratio) || m.lout == 0.0);
+}
+
+void RowModel::run(const double* base, double c, const double* s, std::int64_t K, const double* t, const double* dt,
+                   std::int64_t T) {
+  model_row(*this, base, c, s, K, t, dt, T);
+}
 
 /// The primal grids and rows of one call, read as f64.
 struct RowReader {
@@ -390,54 +405,104 @@ struct RowReader {
   double scale(std::int64_t i) const { return a.scale ? load(a.scale, a.scale_dt, i) : 1.0; }
 };
 
-/// sum_j a[j] b[j] in eight running sums (a fixed order).
-TESSERA_SPECTRA_CLONES
-double dot8(const double* a, const double* b, std::int64_t n) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int v = 0; v < 8; ++v) acc[v] += a[j + v] * b[j + v];
-  for (; j < n; ++j) acc[0] += a[j] * b[j];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/// One row's cotangents (resample_transpose).
-TESSERA_SPECTRA_CLONES
-void transpose_row(const double* c, const RowModel& m, const RowReader& rd, std::int64_t i, double* e, double* gflux,
-                   double* gweight, double* gscale) {
-  const std::int64_t T = rd.a.T, K = rd.a.K;
-  const double G = dot8(c, m.p.data(), T);
-  if (gweight) *gweight = m.ratio * G;
-  if (!gflux && !gscale) return;
-  const double wt = rd.weight(i);
-  const double q = G * m.ratio / m.lout, amp = wt * G / m.lout;
-  const double* dt = rd.dt.data();
-  for (std::int64_t j = 0; j < T; ++j) e[j] = wt * (m.ratio * c[j] - q * dt[j]);
-  const double* base = rd.base.data();
-  double held0 = 0, held1 = 0, gs = 0;
-  for (std::int64_t j = 0; j < m.below; ++j) held0 += e[j];
-  for (std::int64_t j = m.above; j < T; ++j) held1 += e[j];
-  if (gflux) {
-    gflux[0] += held0;
-    gflux[K - 1] += held1;
+/// Running sums over the targets (index j holds the sum over [0, j)) of
+/// what resample_transpose's cells need: of ct and t ct per segment, of dt
+/// and t dt once.
+struct Prefix {
+  std::vector<double> v;  // (T + 1) per array
+  std::int64_t T = 0;
+  const double* at(std::int64_t k) const { return v.data() + k * (T + 1); }
+  static void fill(double* out, const double* x, const double* t, std::int64_t T, bool times_t) {
+    out[0] = 0;
+    for (std::int64_t j = 0; j < T; ++j) out[j + 1] = out[j] + (times_t ? t[j] * x[j] : x[j]);
   }
-  for (const RowModel::Cell& cl : m.cells) {
-    const double* u = m.u.data();
-    double A = 0, B = 0;
-    for (std::int64_t j = cl.j0; j < cl.j1; ++j) {
-      A += (1 - u[j]) * e[j];
-      B += u[j] * e[j];
+};
+
+/// One row's cotangents (resample_transpose), in one pass over its
+/// wavelengths and one over its cells (not its targets). With
+/// e[j] = wt (ratio c[j] - q dt[j]) the cotangent of p[j] (L_out's share
+/// included), every sum the cotangents need is, over a cell [j0, j1) with
+/// knots w0 = w[b-1], slope sl and u = (t - w0) / dx, a combination of range
+/// sums of c, t c, dt and t dt, which the running sums give in O(1):
+///   sum u c = (sum t c - w0 sum c) / dx,   sum p c = s0 sum c + sl (sum t c - w0 sum c),
+///   d flux[b-1] += sum (1-u) e,   d flux[b] += sum u e,
+///   d scale = amp bsum - sum_cells sl (base[b-1] sum (1-u) e + base[b] sum u e),
+/// and likewise for the held ends. The row's model (w, L_in, L_out, ratio)
+/// is interp_row's, its sums taken this way; a row the primal counts as 0
+/// gets no cotangent.
+TESSERA_SPECTRA_CLONES
+void transpose_row(const double* cc, const double* ctc, const double* pd, const double* ptd, const TargetGrid& tg,
+                   const double* base, double scale, const double* s, std::int64_t K, double wt, double* w,
+                   double* gflux, double* gweight, double* gscale) {
+  const double* t = tg.t;
+  const std::int64_t T = tg.T;
+  auto range = [](const double* P, std::int64_t j0, std::int64_t j1) { return P[j1] - P[j0]; };
+  const double tlo = t[0], thi = t[T - 1];
+  for (std::int64_t k = 0; k < K; ++k) w[k] = base[k] * scale;
+  if (std::isnan(w[0]) || std::isnan(w[K - 1])) return;
+  double lin = 0, bsum = 0;
+  for (std::int64_t k = 1; k < K; ++k)
+    if (w[k] >= tlo && w[k] <= thi) {
+      lin += s[k] * (w[k] - w[k - 1]);
+      bsum += s[k] * (base[k] - base[k - 1]);
     }
+  // Below the row's grid p = s[0]; above it s[K-1].
+  const std::int64_t below = K == 1 ? T : tg.first_at_or_above(w[0], 0, true);
+  const double lo_c = range(cc, 0, below), lo_d = range(pd, 0, below);
+  double lout = s[0] * lo_d, G = s[0] * lo_c;
+  // The cells' sums, kept for the second pass: at most K - 1 of them.
+  struct CellSums {
+    std::int64_t b;
+    double slope, ac, bc, ad, bd;  // sum (1-u) c, sum u c, sum (1-u) dt, sum u dt
+  };
+  thread_local std::vector<CellSums> cells;
+  cells.clear();
+  std::int64_t j = below;
+  if (K > 1 && j < T) {
+    // The first cell with targets: the first knot above t[j] (the last cell
+    // also takes t == w[K-1]).
+    std::int64_t b = std::upper_bound(w, w + K, t[j]) - w;
+    if (b >= K && t[j] <= w[K - 1]) b = K - 1;
+    for (b = std::max<std::int64_t>(b, 1); b < K && j < T; ++b) {
+      const std::int64_t j1 = tg.first_at_or_above(w[b], j, b < K - 1);
+      if (j1 == j) continue;
+      const double w0 = w[b - 1], s0 = s[b - 1], dx = w[b] - w0;
+      const double inv = dx > 0 ? 1.0 / dx : 0.0, sl = (s[b] - s0) * inv;
+      const double sc = range(cc, j, j1), sd = range(pd, j, j1);
+      const double xc = range(ctc, j, j1) - w0 * sc, xd = range(ptd, j, j1) - w0 * sd;
+      lout += s0 * sd + sl * xd;
+      G += s0 * sc + sl * xc;
+      const double bc = xc * inv, bd = xd * inv;
+      cells.push_back({b, sl, sc - bc, bc, sd - bd, bd});
+      j = j1;
+    }
+  }
+  const double hi_c = range(cc, j, T), hi_d = range(pd, j, T);
+  lout += s[K - 1] * hi_d;
+  G += s[K - 1] * hi_c;
+  const double ratio = lin / lout;
+  if (std::isnan(ratio) || lout == 0.0) return;
+  if (gweight) *gweight = ratio * G;
+  if (!gflux && !gscale) return;
+  const double q = G * ratio / lout, amp = wt * G / lout;
+  auto e_of = [&](double cs, double ds) { return wt * (ratio * cs - q * ds); };
+  if (gflux) {
+    gflux[0] += e_of(lo_c, lo_d);
+    gflux[K - 1] += e_of(hi_c, hi_d);
+  }
+  double gs = 0;
+  for (const CellSums& cl : cells) {
+    const double A = e_of(cl.ac, cl.ad), B = e_of(cl.bc, cl.bd);
     if (gflux) {
       gflux[cl.b - 1] += A;
       gflux[cl.b] += B;
     }
-    gs += m.slope[cl.j0] * (base[cl.b - 1] * A + base[cl.b] * B);
+    gs += cl.slope * (base[cl.b - 1] * A + base[cl.b] * B);
   }
   if (gflux)
     for (std::int64_t k = 1; k < K; ++k)
-      if (m.inside[k]) gflux[k] += amp * (m.w[k] - m.w[k - 1]);
-  if (gscale) *gscale = amp * m.bsum - gs;
+      if (w[k] >= tlo && w[k] <= thi) gflux[k] += amp * (w[k] - w[k - 1]);
+  if (gscale) *gscale = amp * bsum - gs;
 }
 
 }  // namespace
@@ -475,17 +540,13 @@ std::string resample_tangent(const ResampleTangentArgs& x) {
     double dlin = tc * m.bsum;
     for (std::int64_t k = 1; k < K; ++k)
       if (m.inside[k]) dlin += ts[k] * (m.w[k] - m.w[k - 1]);
-    for (std::int64_t j = 0; j < T; ++j) {
-      const std::int64_t b = m.cell[j];
-      if (b == -1) {
-        dp[j] = ts[0];
-      } else if (b == -2) {
-        dp[j] = ts[K - 1];
-      } else {
+    for (std::int64_t j = 0; j < m.below; ++j) dp[j] = ts[0];
+    for (const RowModel::Cell& cl : m.cells)
+      for (std::int64_t j = cl.j0; j < cl.j1; ++j) {
         const double u = m.u[j];
-        dp[j] = (1 - u) * ts[b - 1] + u * ts[b] - m.slope[j] * ((1 - u) * base[b - 1] + u * base[b]) * tc;
+        dp[j] = (1 - u) * ts[cl.b - 1] + u * ts[cl.b] - cl.slope * ((1 - u) * base[cl.b - 1] + u * base[cl.b]) * tc;
       }
-    }
+    for (std::int64_t j = m.above; j < T; ++j) dp[j] = ts[K - 1];
     double dlout = 0;
     for (std::int64_t j = 1; j < T; ++j) dlout += dp[j] * rd.dt[j];
     const double dratio = (dlin - m.ratio * dlout) / m.lout;
@@ -516,18 +577,41 @@ std::string resample_tangent(const ResampleTangentArgs& x) {
 // with A = sum (1-u) e and B = sum u e over the cell.
 void resample_transpose(const ResampleTransposeArgs& x) {
   const ResampleArgs& a = x.a;
-  const std::int64_t T = a.T, K = a.K, n = a.n;
+  const std::int64_t T = a.T, K = a.K, n = a.n, S = a.S;
   if (x.gflux) std::fill_n(x.gflux, n * K, 0.0);
   if (x.gweights) std::fill_n(x.gweights, n, 0.0);
   if (x.gscale) std::fill_n(x.gscale, n, 0.0);
-  if (n == 0 || T == 0 || a.S == 0 || K == 0) return;
+  if (n == 0 || T == 0 || S == 0 || K == 0) return;
   RowReader rd(a);
-  RowModel m(K, T);
-  std::vector<double> e(static_cast<std::size_t>(T));
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (!rd.row(i, m)) continue;
-    transpose_row(x.ct + rd.id[i] * T, m, rd, i, e.data(), x.gflux ? x.gflux + i * K : nullptr,
-                  x.gweights ? x.gweights + i : nullptr, x.gscale ? x.gscale + i : nullptr);
+  const TargetGrid grid{rd.t.data(), T, rd.t[0],
+                        T > 1 && rd.t[T - 1] > rd.t[0] ? static_cast<double>(T - 1) / (rd.t[T - 1] - rd.t[0]) : 0.0};
+  // Running sums of dt and t dt, and of ct and t ct for the segment whose
+  // rows are being done: the rows go a segment at a time (a counting sort),
+  // so each segment's sums are computed once and stay in cache.
+  Prefix fixed{std::vector<double>(static_cast<std::size_t>(2 * (T + 1))), T};
+  Prefix::fill(fixed.v.data(), rd.dt.data(), rd.t.data(), T, false);
+  Prefix::fill(fixed.v.data() + (T + 1), rd.dt.data(), rd.t.data(), T, true);
+  std::vector<std::int64_t> start(static_cast<std::size_t>(S) + 1, 0), order(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    if (rd.id[i] >= 0) ++start[rd.id[i] + 1];
+  std::partial_sum(start.begin(), start.end(), start.begin());
+  std::vector<std::int64_t> next(start.begin(), start.end() - 1);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (rd.id[i] >= 0) order[next[rd.id[i]]++] = i;
+  Prefix seg{std::vector<double>(static_cast<std::size_t>(2 * (T + 1))), T};
+  std::vector<double> w(static_cast<std::size_t>(K));
+  for (std::int64_t k = 0; k < S; ++k) {
+    if (start[k] == start[k + 1]) continue;
+    Prefix::fill(seg.v.data(), x.ct + k * T, rd.t.data(), T, false);
+    Prefix::fill(seg.v.data() + (T + 1), x.ct + k * T, rd.t.data(), T, true);
+    for (std::int64_t r = start[k]; r < start[k + 1]; ++r) {
+      const std::int64_t i = order[r];
+      if (a.wave_per_row) load_row(a.wave, a.wave_dt, i * K, K, rd.base.data());
+      load_row(a.flux, a.flux_dt, i * K, K, rd.s.data());
+      transpose_row(seg.at(0), seg.at(1), fixed.at(0), fixed.at(1), grid, rd.base.data(), rd.scale(i), rd.s.data(), K,
+                    rd.weight(i), w.data(), x.gflux ? x.gflux + i * K : nullptr,
+                    x.gweights ? x.gweights + i : nullptr, x.gscale ? x.gscale + i : nullptr);
+    }
   }
 }
 
