@@ -26,6 +26,23 @@ cell (1e29 Msun: 1e24 times physical), which makes A_V of order 1 in both
 programs, so that the comparison tests the dust. One device only: Rubix
 computes A_V per shard from that shard's gas.
 
+Gradient case (--grad-particles, 10^5 by default; --no-grad skips it): the
+generated galaxy against the `tessera ifu` cube of a copy whose ages and
+metallicities are multiplied by exp(--grad-perturb N(0,1)); `tessera ifu-grad
+--loss nll --snr --grad-snr` and `tessera ifu` on the generated galaxy
+alternate on every device count (--grad-rounds processes of --grad-repeat
+calls each), giving the ratios of steady time and peak RSS (goals: 3x, 1.5x).
+Then rubix_grad.py takes jax.value_and_grad of Rubix's sharded pipeline with
+the same loss w.r.t. log10(age/yr) and metallicity (--no-rubix-grad skips
+it); its gradients, chain-ruled to d/d(age in Gyr), are compared with
+Tessera's per particle.
+
+Fit case (--fit-particles, 10^4; --no-fit skips it): `tessera ifu-fit
+--params age,metallicity --steps --fit-steps` with each of --fit-optimizers,
+from perturbed ages and metallicities to the cube of the generated galaxy:
+time, start and final loss, the loss at the truth, and how far the fitted
+fields are from the true ones.
+
 Large cases (--large): Tessera alone on the largest N; Rubix too, up to
 --rubix-max-particles, with --rubix-large (it takes minutes per call).
 
@@ -332,6 +349,81 @@ def compare_cubes(test, ref, tol):
     return out
 
 
+def perturb_galaxy(src, dst, sigma, seed, rubix_dst=None, rubix_src=None):
+    """Copies galaxy src to dst with every age and metallicity multiplied by exp(sigma N(0, 1)).
+
+    Ages are kept in [0.01, 13] Gyr and metallicities in [1e-4, 0.05] (BC03's
+    range). With rubix_src/rubix_dst, the Rubix copy gets the same values, its
+    ages as log10(age/yr) (as `tessera ifu-generate --rubix-output` writes them).
+    Returns the median |log(perturbed / original)| of the ages and metallicities.
+    """
+    import shutil
+    shutil.copyfile(src, dst)
+    rng = np.random.default_rng(seed)
+    with h5py.File(dst, "a") as f:
+        age = f["particles/stars/age"][()].astype(np.float64)
+        z = f["particles/stars/metallicity"][()].astype(np.float64)
+        age_p = np.clip(age * np.exp(sigma * rng.standard_normal(age.size)), 0.01, 13.0).astype(np.float32)
+        z_p = np.clip(z * np.exp(sigma * rng.standard_normal(z.size)), 1e-4, 0.05).astype(np.float32)
+        f["particles/stars/age"][...] = age_p
+        f["particles/stars/metallicity"][...] = z_p
+    if rubix_dst:
+        shutil.copyfile(rubix_src, rubix_dst)
+        with h5py.File(rubix_dst, "a") as f:
+            f["particles/stars/age"][...] = np.log10(age_p.astype(np.float64) * 1e9).astype(np.float32)
+            f["particles/stars/metallicity"][...] = z_p
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (float(np.median(np.abs(np.log(age_p / age)))), float(np.median(np.abs(np.log(z_p / z)))))
+
+
+def mem_available_mib():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def galaxy_fields(path, names=("age", "metallicity")):
+    with h5py.File(path, "r") as f:
+        return {k: f[f"particles/stars/{k}"][()].astype(np.float64) for k in names}
+
+
+def compare_gradient(test, ref):
+    """Per-particle agreement of two gradients of one field (test: Tessera's, ref: JAX's).
+
+    Over the particles where both are finite and non-zero: the median, 99th
+    percentile and max of |t - r| / |t|, the largest |t - r| relative to the
+    field's RMS gradient (so that particles whose gradient nearly cancels do
+    not dominate), and the correlation; plus how many are zero in one only.
+    """
+    t = np.asarray(test, np.float64)
+    r = np.asarray(ref, np.float64)
+    fin = np.isfinite(t) & np.isfinite(r)
+    both = fin & (t != 0) & (r != 0)
+    out = {"particles": int(t.size), "compared": int(both.sum()), "nonfinite": int(t.size - fin.sum()),
+           "zero_in_both": int(np.count_nonzero(fin & (t == 0) & (r == 0))),
+           "zero_in_one_only": int(np.count_nonzero(fin & ((t == 0) != (r == 0))))}
+    if not both.any():
+        return out
+    tb, rb = t[both], r[both]
+    rel = np.abs(tb - rb) / np.abs(tb)
+    rms = float(np.sqrt(np.mean(tb * tb)))
+    out.update({"median_rel_diff": float(np.median(rel)), "p99_rel_diff": float(np.percentile(rel, 99)),
+                "max_rel_diff": float(rel.max()), "max_diff_vs_rms": float(np.abs(tb - rb).max() / rms),
+                "p99_diff_vs_rms": float(np.percentile(np.abs(tb - rb), 99) / rms),
+                "correlation": float(np.corrcoef(tb, rb)[0, 1]), "sign_differs": int(np.count_nonzero(
+                    np.sign(tb) != np.sign(rb)))})
+    # The worst 1%: are they particles whose gradient is small (a sum that cancels)?
+    worst = rel >= np.percentile(rel, 99)
+    out["median_abs_grad_of_worst_1pct_vs_rms"] = float(np.median(np.abs(tb[worst])) / rms)
+    out["median_abs_grad_vs_rms"] = float(np.median(np.abs(tb)) / rms)
+    return out
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -426,18 +518,110 @@ class Bench:
         res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "cube": cube, "log": log})
         return res, None
 
-    def measure(self, n, n_dev, sides, rounds, wdir, cfg, k):
-        """Runs the given sides `rounds` times, alternating; returns one result row."""
+    def run_tessera_grad(self, n, n_dev, repeat, wdir, cfg, tag):
+        """`tessera ifu-grad --loss nll --snr S` of wdir/galaxy.h5 against wdir/observed.fits."""
+        a = self.args
+        out = os.path.join(wdir, f"grad_{n_dev}.h5")
+        js = os.path.join(wdir, f"grad_{n_dev}_{tag}.json")
+        for f in (out, js):
+            if os.path.exists(f):
+                os.remove(f)
+        cmd = [a.tessera, "ifu-grad", "--config", cfg, "--input", os.path.join(wdir, "galaxy.h5"),
+               "--observed", os.path.join(wdir, "observed.fits"), "--loss", "nll", "--snr", str(a.grad_snr),
+               "--output", out, "--devices", str(n_dev), "--repeat", str(repeat), "--json", js, "--quiet"]
+        if self.ssp:
+            cmd += ["--ssp", self.ssp]
+        log = os.path.join(wdir, f"grad_{n_dev}_{tag}.log")
+        rc, wall, rss, to = run_child(cmd, log, a.timeout)
+        what = f"tessera ifu-grad ({fmt_count(n)} particles, {fmt_devices(n_dev)})"
+        if rc != 0 or to:
+            return None, child_error(what, rc, to, a.timeout, log)
+        try:
+            with open(js) as f:
+                res = json.load(f)
+            if res.get("particles") != n or res.get("devices") != n_dev or len(res.get("steady_s", [])) != repeat - 1:
+                return None, (f"{what}: its JSON says {res.get('particles')} particles, {res.get('devices')} devices, "
+                              f"{len(res.get('steady_s', []))} steady times")
+            float(res["first_s"]), float(res["loss"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return None, f"{what}: unreadable JSON {js}: {e}"
+        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "gradient_file": out, "log": log})
+        return res, None
+
+    def run_rubix_grad(self, n, n_dev, repeat, wdir, cfg, tag):
+        """rubix_grad.py: jax.value_and_grad of Rubix's sharded pipeline and the same nll loss."""
+        a = self.args
+        out = os.path.join(wdir, f"rubix_grad_{n_dev}.npz")
+        js = os.path.join(wdir, f"rubix_grad_{n_dev}_{tag}.json")
+        for f in (out, js):
+            if os.path.exists(f):
+                os.remove(f)
+        cmd = [a.rubix_python, os.path.join(HERE, "rubix_grad.py"), "--config", cfg, "--devices", str(n_dev),
+               "--repeat", str(repeat), "--observed", os.path.join(wdir, "observed.npy"), "--snr", str(a.grad_snr),
+               "--out-grad", out, "--json", js]
+        log = os.path.join(wdir, f"rubix_grad_{n_dev}_{tag}.log")
+        rc, wall, rss, to = run_child(cmd, log, a.timeout, self.env_rubix(n_dev))
+        what = f"JAX value_and_grad through Rubix ({fmt_count(n)} particles, {fmt_devices(n_dev)})"
+        if rc != 0 or to:
+            err = child_error(what, rc, to, a.timeout, log)
+            if rc == -signal.SIGKILL and not to:
+                err += " (killed: out of memory?)"
+            return None, err
+        try:
+            with open(js) as f:
+                res = json.load(f)
+        except (OSError, ValueError) as e:
+            return None, f"{what}: unreadable JSON {js}: {e}"
+        if res.get("particles") != n or res.get("devices") != n_dev:
+            return None, f"{what}: ran {res.get('particles')} particles on {res.get('devices')} devices"
+        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "gradient_file": out, "log": log})
+        return res, None
+
+    def run_fit(self, n, n_dev, optimizer, wdir, cfg):
+        """`tessera ifu-fit` of wdir/start.h5 to wdir/observed.fits; returns its JSON and the fitted file."""
+        a = self.args
+        out = os.path.join(wdir, f"fitted_{optimizer}.h5")
+        js = os.path.join(wdir, f"fit_{optimizer}.json")
+        for f in (out, js):
+            if os.path.exists(f):
+                os.remove(f)
+        cmd = [a.tessera, "ifu-fit", "--config", cfg, "--input", os.path.join(wdir, "start.h5"),
+               "--observed", os.path.join(wdir, "observed.fits"), "--loss", "nll", "--snr", str(a.grad_snr),
+               "--params", "age,metallicity", "--steps", str(a.fit_steps), "--optimizer", optimizer,
+               "--output", out, "--devices", str(n_dev), "--json", js, "--no-plots", "--quiet"]
+        if optimizer in a.fit_lr:
+            cmd += ["--lr", str(a.fit_lr[optimizer])]
+        if self.ssp:
+            cmd += ["--ssp", self.ssp]
+        log = os.path.join(wdir, f"fit_{optimizer}.log")
+        rc, wall, rss, to = run_child(cmd, log, a.timeout)
+        what = f"tessera ifu-fit --optimizer {optimizer} ({fmt_count(n)} particles, {fmt_devices(n_dev)})"
+        if rc != 0 or to:
+            return None, child_error(what, rc, to, a.timeout, log)
+        try:
+            with open(js) as f:
+                res = json.load(f)
+            losses = [float(x) for x in res["losses"]]
+            float(res["seconds"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return None, f"{what}: unreadable JSON {js}: {e}"
+        if res.get("particles") != n or not losses:
+            return None, f"{what}: its JSON says {res.get('particles')} particles, {len(losses)} losses"
+        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "fitted": out, "log": log, "command": " ".join(cmd)})
+        return res, None
+
+    def measure(self, n, n_dev, sides, rounds, wdir, cfg, k, runners=None):
+        """Runs the given sides `rounds` times, alternating; returns one result row.
+
+        runners maps a side to its run_* method (default: tessera and rubix)."""
+        runners = runners or {"tessera": self.run_tessera, "rubix": self.run_rubix}
         row = {"particles": n, "workload": f"{fmt_count(n)} particles", "devices": n_dev}
         runs = {s: [] for s in sides}
         for rnd in range(rounds):
             order = list(sides) if (rnd + k) % 2 == 0 else list(reversed(sides))
             for side in order:
                 repeat = sides[side]
-                if side == "tessera":
-                    res, err = self.run_tessera(n, n_dev, repeat, wdir, cfg, f"r{rnd}")
-                else:
-                    res, err = self.run_rubix(n, n_dev, repeat, wdir, cfg, f"r{rnd}")
+                res, err = runners[side](n, n_dev, repeat, wdir, cfg, f"r{rnd}")
                 if err:
                     self.errors.append(err)
                     row[f"{side}_error"] = err
@@ -514,6 +698,290 @@ class Bench:
         return out
 
 
+def run_observed(bench, n, n_dev, wdir, cfg, galaxy, name):
+    """`tessera ifu` (noise off in the bench config) of galaxy: wdir/observed.fits and .npy (ny, nx, nwave)."""
+    a = bench.args
+    cube = os.path.join(wdir, "observed.fits")
+    if os.path.exists(cube):
+        os.remove(cube)
+    cmd = [a.tessera, "ifu", "--config", cfg, "--input", galaxy, "--output", cube, "--devices", str(n_dev),
+           "--no-plots", "--quiet"]
+    if bench.ssp:
+        cmd += ["--ssp", bench.ssp]
+    log = os.path.join(wdir, "observed.log")
+    rc, _, _, to = run_child(cmd, log, a.timeout)
+    if rc != 0 or to:
+        return child_error(f"tessera ifu ({name}, {fmt_count(n)} particles: the observed cube)", rc, to, a.timeout,
+                           log)
+    try:
+        np.save(os.path.join(wdir, "observed.npy"), read_fits_cube(cube)[0])
+    except (OSError, ValueError) as e:
+        return f"observed cube {cube}: {e}"
+    return None
+
+
+def gradient_case(bench, template, devices, work):
+    """value_and_grad of the nll loss w.r.t. every particle field against the forward pipeline, and JAX's.
+
+    The model is the generated galaxy; the observed cube is `tessera ifu` of the
+    same galaxy with its ages and metallicities perturbed (--grad-perturb).
+    For every device count, `tessera ifu` and `tessera ifu-grad` alternate
+    (--grad-rounds processes each, --grad-repeat calls per process); then, on
+    --rubix-grad-devices, jax.value_and_grad of Rubix's sharded pipeline
+    (rubix_grad.py), whose gradients are compared with Tessera's per particle.
+    """
+    a = bench.args
+    n = a.grad_particles
+    wdir = os.path.join(work, f"grad_n{n}")
+    os.makedirs(wdir, exist_ok=True)
+    cfg = os.path.join(wdir, "config.yml")
+    write_config(template, os.path.join(wdir, "rubix"), cfg)
+    out = {"particles": n, "snr": a.grad_snr, "perturb_sigma": a.grad_perturb, "rows": []}
+    gen, err = bench.generate(n, wdir, cfg)
+    if not err:
+        problems, _ = check_galaxies(gen["tessera_file"], gen["rubix_file"], n, deep=False)
+        if problems:
+            err = "; ".join(problems)
+    if err:
+        bench.errors.append(err)
+        out["error"] = err
+        print(f"  {err}", flush=True)
+        return out
+    perturbed = os.path.join(wdir, "perturbed.h5")
+    out["perturbation_median_abs_log"] = perturb_galaxy(gen["tessera_file"], perturbed, a.grad_perturb, a.seed + 2)
+    err = run_observed(bench, n, devices[-1], wdir, cfg, perturbed, "gradient case")
+    if err:
+        bench.errors.append(err)
+        out["error"] = err
+        print(f"  {err}", flush=True)
+        return out
+    print(f"  gradient case: {fmt_count(n)} particles; observed cube of the galaxy with ages and metallicities "
+          f"perturbed by exp({a.grad_perturb:g} N(0,1)); nll loss, var = (|observed| / {a.grad_snr:g})^2", flush=True)
+    runners = {"forward": bench.run_tessera, "gradient": bench.run_tessera_grad}
+    grad_files = {}
+    for k, d in enumerate(devices):
+        row = bench.measure(n, d, {"forward": a.grad_repeat, "gradient": a.grad_repeat}, a.grad_rounds, wdir, cfg, k,
+                            runners)
+        row["workload"] = f"{fmt_count(n)} particles, value_and_grad"
+        f, g = row.get("forward_steady_s"), row.get("gradient_steady_s")
+        row["time_ratio"] = g / f if f and g else None
+        f, g = row.get("forward_peak_rss_mib"), row.get("gradient_peak_rss_mib")
+        row["rss_ratio"] = g / f if f and g else None
+        row["time_goal_met"] = row["time_ratio"] is not None and row["time_ratio"] <= a.grad_time_goal
+        row["rss_goal_met"] = row["rss_ratio"] is not None and row["rss_ratio"] <= a.grad_rss_goal
+        if row.get("gradient_runs"):
+            row["loss"] = row["gradient_runs"][-1]["loss"]
+            grad_files[d] = row["gradient_runs"][-1]["gradient_file"]
+        out["rows"].append(row)
+        if row["time_ratio"] is not None and row["rss_ratio"] is not None:
+            print(f"  {fmt_devices(d)}: gradient / forward: time {row['time_ratio']:.2f}x (goal <= "
+                  f"{a.grad_time_goal:g}x: {'met' if row['time_goal_met'] else 'MISSED'}), peak memory "
+                  f"{row['rss_ratio']:.2f}x (goal <= {a.grad_rss_goal:g}x: "
+                  f"{'met' if row['rss_goal_met'] else 'MISSED'})", flush=True)
+    # Tessera's gradients on every device count: bitwise the same?
+    fields = ("age", "metallicity", "mass", "velocity", "coords")
+    if len(grad_files) > 1:
+        ref_d = min(grad_files)
+        ref = galaxy_fields(grad_files[ref_d], fields)
+        for d in sorted(grad_files)[1:]:
+            other = galaxy_fields(grad_files[d], fields)
+            same = {k: bool(np.array_equal(ref[k], other[k], equal_nan=True)) for k in fields}
+            out.setdefault("cross_device", []).append({"devices": d, "reference_devices": ref_d, "bitwise": same})
+    if a.no_rubix or a.no_rubix_grad:
+        return out
+    d = a.rubix_grad_devices or devices[-1]
+    # JAX's reverse mode through Rubix's lax.scan over the particles keeps every
+    # step's residuals: about 0.13 MiB per particle (13.3 GiB at 10^5).
+    need_mib = 1500 + 0.135 * n
+    avail_mib = mem_available_mib()
+    if avail_mib is not None and need_mib > avail_mib:
+        err = (f"JAX value_and_grad through Rubix ({fmt_count(n)} particles) skipped: it needs about "
+               f"{fmt_mib(need_mib)} (0.13 MiB per particle for the residuals of Rubix's scan over the particles), "
+               f"{fmt_mib(avail_mib)} are available; try --grad-particles {int((avail_mib - 1500) / 0.135) // 1000 * 1000}")
+        bench.notes.append(f"gradient case: {err}")
+        out["rubix_error"] = err
+        print(f"  {err}", flush=True)
+        return out
+    res, err = bench.run_rubix_grad(n, d, a.rubix_grad_repeat, wdir, cfg, "r0")
+    if err:
+        bench.notes.append(f"gradient case: {err}")
+        out["rubix_error"] = err
+        print(f"  {err}", flush=True)
+        return out
+    steady = statistics.median(res["steady_s"]) if res["steady_s"] else None
+    print(f"  {fmt_count(n)} particles, {fmt_devices(d)}: JAX value_and_grad through Rubix first call "
+          f"{fmt_time(res['first_s'])}, steady {fmt_time(steady)}, peak RSS {fmt_mib(res['peak_rss_mib_wait4'])}",
+          flush=True)
+    rubix = {"devices": d, "run": res, "first_s": res["first_s"], "steady_s": steady,
+             "peak_rss_mib": res["peak_rss_mib_wait4"], "loss": res["loss"]}
+    trow = next((r for r in out["rows"] if r["devices"] == d), None)
+    if trow and trow.get("gradient_steady_s") and steady:
+        rubix["speedup_steady"] = steady / trow["gradient_steady_s"]
+        rubix["speedup_first"] = res["first_s"] / trow["gradient_first_s"]
+    tfile = grad_files.get(d) or (grad_files and grad_files[max(grad_files)])
+    if tfile:
+        try:
+            t = galaxy_fields(tfile)
+            ages = galaxy_fields(gen["tessera_file"])["age"]
+            r = np.load(res["gradient_file"])
+            # Rubix reads log10(age/yr): d/d(age in Gyr) = d/dlog10(age/yr) / (age ln 10).
+            r_age = r["grad_log_age"].astype(np.float64) / (ages * np.log(10.0))
+            rubix["compare"] = {"age": compare_gradient(t["age"], r_age),
+                                "metallicity": compare_gradient(t["metallicity"], r["grad_metallicity"])}
+            tl = trow["loss"] if trow else None
+            rubix["tessera_loss"] = tl
+            rubix["loss_rel_diff"] = abs(res["loss"] - tl) / abs(tl) if tl else None
+        except (OSError, ValueError, KeyError) as e:
+            bench.notes.append(f"gradient comparison: {e}")
+    out["rubix"] = rubix
+    return out
+
+
+def fit_case(bench, template, n_dev, work):
+    """`tessera ifu-fit --params age,metallicity` from perturbed ages and metallicities, per optimiser."""
+    a = bench.args
+    n = a.fit_particles
+    wdir = os.path.join(work, f"fit_n{n}")
+    os.makedirs(wdir, exist_ok=True)
+    cfg = os.path.join(wdir, "config.yml")
+    write_config(template, os.path.join(wdir, "rubix"), cfg)
+    out = {"particles": n, "devices": n_dev, "steps": a.fit_steps, "snr": a.grad_snr, "perturb_sigma": a.grad_perturb,
+           "runs": []}
+    gen, err = bench.generate(n, wdir, cfg)
+    err = err or run_observed(bench, n, n_dev, wdir, cfg, os.path.join(wdir, "galaxy.h5"), "fit case")
+    if err:
+        bench.errors.append(err)
+        out["error"] = err
+        print(f"  {err}", flush=True)
+        return out
+    start = os.path.join(wdir, "start.h5")
+    perturb_galaxy(gen["tessera_file"], start, a.grad_perturb, a.seed + 3)
+    truth = galaxy_fields(gen["tessera_file"])
+    begin = galaxy_fields(start)
+
+    def off(fields):
+        return {k: float(np.median(np.abs(np.log(fields[k] / truth[k])))) for k in ("age", "metallicity")}
+
+    out["start_median_abs_log_error"] = off(begin)
+    # The loss at the truth (the observed galaxy itself): the lowest a fit can reach.
+    res, err = bench.run_tessera_grad(n, n_dev, 1, wdir, cfg, "truth")
+    if not err:
+        out["loss_at_truth"] = res["loss"]
+    print(f"  fit case: {fmt_count(n)} particles, {fmt_devices(n_dev)}, {a.fit_steps} steps of age and "
+          f"metallicity from values perturbed by exp({a.grad_perturb:g} N(0,1)) to the cube of the true galaxy"
+          + (f" (loss at the truth {out['loss_at_truth']:.7g})" if "loss_at_truth" in out else ""), flush=True)
+    for opt in a.fit_optimizers:
+        res, err = bench.run_fit(n, n_dev, opt, wdir, cfg)
+        if err:
+            bench.errors.append(err)
+            out["runs"].append({"optimizer": opt, "error": err})
+            print(f"  {err}", flush=True)
+            continue
+        fitted = galaxy_fields(res["fitted"])
+        run = {"optimizer": opt, "seconds": res["seconds"], "wall_s": res["wall_s"],
+               "peak_rss_mib": res["peak_rss_mib_wait4"], "steps": res.get("steps"), "start_loss": res["losses"][0],
+               "final_loss": res["losses"][-1], "min_loss": min(res["losses"]), "losses": res["losses"],
+               "median_abs_log_error": off(fitted), "command": res["command"]}
+        if "loss_at_truth" in out:
+            lt = out["loss_at_truth"]
+            gap0 = run["start_loss"] - lt
+            run["excess_loss_fraction_left"] = (run["final_loss"] - lt) / gap0 if gap0 else None
+        out["runs"].append(run)
+        print(f"  ifu-fit {opt}: {run['steps']} steps in {fmt_time(run['seconds'])} (process {fmt_time(res['wall_s'])}, "
+              f"peak RSS {fmt_mib(run['peak_rss_mib'])}): loss {run['start_loss']:.7g} -> {run['final_loss']:.7g}",
+              flush=True)
+    return out
+
+
+def gradient_tables(grad, args):
+    """The gradient case as (header, lines, notes) for the printout and ifu.md."""
+    if not grad or not grad.get("rows"):
+        return [], [], ([f"gradient case: {grad['error']}"] if grad and grad.get("error") else [])
+
+    def t(v):
+        return "–" if v is None else fmt_time(v)
+
+    def x(v):
+        return "–" if v is None else f"{v:.2f}x"
+
+    header = ["workload", "N", "forward first", "forward steady", "gradient first", "gradient steady",
+              "time ratio", "forward RSS", "gradient RSS", "RSS ratio"]
+    lines = []
+    for r in grad["rows"]:
+        lines.append([f"{fmt_count(r['particles'])}, Tessera", str(r["devices"]), t(r.get("forward_first_s")),
+                      t(r.get("forward_steady_s")), t(r.get("gradient_first_s")), t(r.get("gradient_steady_s")),
+                      x(r.get("time_ratio")), fmt_mib(r.get("forward_peak_rss_mib")),
+                      fmt_mib(r.get("gradient_peak_rss_mib")), x(r.get("rss_ratio"))])
+    rb = grad.get("rubix")
+    if rb:
+        lines.append([f"{fmt_count(grad['particles'])}, JAX through Rubix", str(rb["devices"]), "–", "–",
+                      t(rb["first_s"]), t(rb["steady_s"]), "–", "–", fmt_mib(rb["peak_rss_mib"]), "–"])
+    notes = [f"value_and_grad of the nll loss (var = (|observed| / {args.grad_snr:g})^2) w.r.t. every particle field "
+             f"(`tessera ifu-grad`) against the forward pipeline (`tessera ifu`) on the same galaxy, alternating, "
+             f"{args.grad_rounds} processes each of {args.grad_repeat} calls; steady: median of the later calls; RSS: "
+             f"peak of the processes (wait4). Goals: time ratio <= {args.grad_time_goal:g}x, RSS ratio <= "
+             f"{args.grad_rss_goal:g}x."]
+    for r in grad["rows"]:
+        if r.get("time_ratio") is not None and r.get("rss_ratio") is not None:
+            notes.append(f"{fmt_devices(r['devices'])}: time goal {'met' if r['time_goal_met'] else 'missed'}, "
+                         f"memory goal {'met' if r['rss_goal_met'] else 'missed'}")
+    for c in grad.get("cross_device", []):
+        same = [k for k, v in c["bitwise"].items() if v]
+        notes.append(f"Tessera's gradients on {c['devices']} vs {fmt_devices(c['reference_devices'])}: bitwise equal "
+                     f"for {', '.join(same) or 'no field'}"
+                     + (f"; differ for {', '.join(k for k, v in c['bitwise'].items() if not v)}"
+                        if len(same) < len(c["bitwise"]) else ""))
+    if rb:
+        notes.append(f"JAX through Rubix: jax.jit(jax.value_and_grad) of Rubix's sharded pipeline w.r.t. log10(age/yr) "
+                     f"and metallicity with the same loss (rubix_grad.py), {args.rubix_grad_repeat} calls; first: trace, "
+                     f"compile and run" + (f"; Tessera's gradient is {rb['speedup_steady']:.0f}x faster steady, "
+                                           f"{rb['speedup_first']:.0f}x on the first call"
+                                           if rb.get("speedup_steady") else ""))
+        if rb.get("loss_rel_diff") is not None:
+            notes.append(f"loss: Tessera {rb['tessera_loss']:.9g}, JAX {rb['loss']:.9g} (relative difference "
+                         f"{rb['loss_rel_diff']:.2g})")
+        for k, c in (rb.get("compare") or {}).items():
+            if "median_rel_diff" not in c:
+                continue
+            notes.append(f"d loss / d {k}" + (" (in Gyr; JAX's chain-ruled from log10(age/yr))" if k == "age" else "")
+                         + f" over the {c['compared']} particles where both are non-zero: relative "
+                         f"difference median {c['median_rel_diff']:.2g}, 99th percentile {c['p99_rel_diff']:.2g}, "
+                         f"max {c['max_rel_diff']:.2g}; max difference / RMS gradient {c['max_diff_vs_rms']:.2g}; "
+                         f"correlation {c['correlation']:.12f}; {c['sign_differs']} signs differ; "
+                         f"{c['zero_in_both']} zero in both (outside the field of view), {c['zero_in_one_only']} "
+                         f"in one only")
+    elif grad.get("rubix_error"):
+        notes.append(f"JAX through Rubix: {grad['rubix_error']}")
+    return header, lines, notes
+
+
+def fit_table(fit, args):
+    if not fit or not fit.get("runs"):
+        return [], [], ([f"fit case: {fit['error']}"] if fit and fit.get("error") else [])
+    header = ["optimizer", "particles", "N", "steps", "time", "peak RSS", "start loss", "final loss",
+              "age error start / end", "metallicity error start / end"]
+    lines = []
+    s0 = fit.get("start_median_abs_log_error", {})
+    for r in fit["runs"]:
+        if r.get("error"):
+            lines.append([r["optimizer"], fmt_count(fit["particles"]), str(fit["devices"]), "error"] + ["–"] * 6)
+            continue
+        e = r["median_abs_log_error"]
+        lines.append([r["optimizer"], fmt_count(fit["particles"]), str(fit["devices"]), str(r["steps"]),
+                      fmt_time(r["seconds"]), fmt_mib(r["peak_rss_mib"]), f"{r['start_loss']:.7g}",
+                      f"{r['final_loss']:.7g}", f"{s0.get('age', float('nan')):.3f} / {e['age']:.3f}",
+                      f"{s0.get('metallicity', float('nan')):.3f} / {e['metallicity']:.3f}"])
+    notes = [f"`tessera ifu-fit --params age,metallicity --steps {args.fit_steps} --loss nll --snr {args.grad_snr:g}` "
+             f"from ages and metallicities perturbed by exp({args.grad_perturb:g} N(0,1)) to the cube of the true "
+             f"galaxy; time: the fit's own clock (set-up excluded); errors: median |ln(fitted / true)|"]
+    if "loss_at_truth" in fit:
+        notes.append(f"loss at the true galaxy: {fit['loss_at_truth']:.7g} (the lowest reachable)")
+        for r in fit["runs"]:
+            if r.get("excess_loss_fraction_left") is not None:
+                notes.append(f"{r['optimizer']}: {r['excess_loss_fraction_left']:.2%} of the starting excess loss left")
+    return header, lines, notes
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default="build/default")
@@ -541,6 +1009,26 @@ def main():
                     help="Msun per gas cell (1e24 x physical, so that Rubix's A_V is of order 1)")
     ap.add_argument("--dusty-repeat", type=int, default=2, help="pipeline calls per process in the dusty case")
     ap.add_argument("--no-dusty", action="store_true", help="skip the dusty case")
+    ap.add_argument("--grad-particles", type=int, default=100_000, help="gradient case: particles")
+    ap.add_argument("--grad-repeat", type=int, default=3, help="gradient case: calls per process (first + steady)")
+    ap.add_argument("--grad-rounds", type=int, default=3, help="gradient case: processes per program and device "
+                    "count, tessera ifu and ifu-grad alternating")
+    ap.add_argument("--grad-snr", type=float, default=100.0, help="nll loss: var = (|observed| / snr)^2")
+    ap.add_argument("--grad-perturb", type=float, default=0.15, help="ages and metallicities times "
+                    "exp(sigma N(0,1)) in the gradient case's observed galaxy and the fit's start")
+    ap.add_argument("--grad-time-goal", type=float, default=3.0, help="goal: gradient time / forward time")
+    ap.add_argument("--grad-rss-goal", type=float, default=1.5, help="goal: gradient peak RSS / forward peak RSS")
+    ap.add_argument("--no-grad", action="store_true", help="skip the gradient case (and JAX's gradient)")
+    ap.add_argument("--no-rubix-grad", action="store_true", help="skip jax.value_and_grad through Rubix")
+    ap.add_argument("--rubix-grad-devices", type=int, default=None, help="JAX devices for Rubix's gradient "
+                    "(default: the largest --devices)")
+    ap.add_argument("--rubix-grad-repeat", type=int, default=2, help="calls of JAX's jitted value_and_grad")
+    ap.add_argument("--fit-particles", type=int, default=10_000, help="fit case: particles")
+    ap.add_argument("--fit-steps", type=int, default=100, help="fit case: optimiser steps")
+    ap.add_argument("--fit-optimizers", default="adam,lbfgs", help="fit case: comma-separated optimisers")
+    ap.add_argument("--fit-lr", default="", help="fit case: --lr per optimiser, e.g. adam=0.05,lbfgs=0.1 "
+                    "(default: ifu-fit's)")
+    ap.add_argument("--no-fit", action="store_true", help="skip the fit case")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--tolerance", type=float, default=1e-5, help="max relative error per cube element")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per process")
@@ -561,6 +1049,14 @@ def main():
             ap.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if any(n < 1 for n in large):
         ap.error(f"--large sizes must be at least 1, got {args.large!r}")
+    for name in ("grad_particles", "grad_repeat", "grad_rounds", "rubix_grad_repeat", "fit_particles"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    args.fit_optimizers = [o.strip() for o in args.fit_optimizers.split(",") if o.strip()]
+    try:
+        args.fit_lr = {k.strip(): float(v) for k, v in (x.split("=") for x in args.fit_lr.split(",") if x.strip())}
+    except ValueError:
+        ap.error(f"--fit-lr takes optimizer=value pairs, got {args.fit_lr!r}")
     args.rubix_repeat = args.rubix_repeat or args.repeat
     args.tessera = args.tessera or os.path.join(args.build, "tools", "tessera")
     if not os.access(args.tessera, os.X_OK):
@@ -673,6 +1169,11 @@ def main():
         else:
             bench.errors.append(err)
             print(f"  {err}", flush=True)
+    grad = fit = None
+    if not args.no_grad:
+        grad = gradient_case(bench, template, devices, work)
+    if not args.no_fit:
+        fit = fit_case(bench, template, nmax, work)
     elapsed = time.time() - started
     busy_after = helpers.cpu_busy()
 
@@ -742,9 +1243,23 @@ def main():
 
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(c.replace("|", "\\|") for c in l) + " |" for l in lines]
+    md_text = "\n".join(md) + "\n\n" + "\n".join(f"- {x}" for x in notes) + "\n"
+    for title, (h, ls, ns) in (("Gradients", gradient_tables(grad, args)), ("Fits", fit_table(fit, args))):
+        if not ls:
+            continue
+        w = [max(len(x), *(len(l[i]) for l in ls)) for i, x in enumerate(h)]
+        print()
+        print("  ".join(x.ljust(w[i]) for i, x in enumerate(h)))
+        for l in ls:
+            print("  ".join(c.ljust(w[i]) for i, c in enumerate(l)))
+        for x in ns:
+            print("  " + x)
+        md_text += (f"\n## {title}\n\n| " + " | ".join(h) + " |\n|" + "---|" * len(h) + "\n"
+                    + "".join("| " + " | ".join(c.replace("|", "\\|") for c in l) + " |\n" for l in ls)
+                    + "\n" + "".join(f"- {x}\n" for x in ns))
     md_path = os.path.join(out_dir, "ifu.md")
     with open(md_path, "w") as f:
-        f.write("\n".join(md) + "\n\n" + "\n".join(f"- {x}" for x in notes) + "\n")
+        f.write(md_text)
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv), "args": vars(args), "devices": devices, "seed": args.seed,
@@ -752,6 +1267,7 @@ def main():
         "machine": helpers.machine_description(), "elapsed_seconds": elapsed,
         "cpu_busy_before": busy_before, "cpu_busy_after": busy_after, "loadavg_after": os.getloadavg(),
         "generation": {str(n): g for n, g in generation.items()}, "results": rows, "cross_device": cross,
+        "gradient": grad, "fit": fit,
         "notes": notes, "errors": bench.errors, "passed": not bench.errors,
     }
     json_path = os.path.join(out_dir, "ifu.json")

@@ -11,7 +11,9 @@
 # galaxies, alternates the two sides, checks Tessera's cubes against Rubix's,
 # prints one table and writes BUILD_DIR/bench-results/ifu.json and ifu.md.
 # Extra arguments go to bench_ifu.py (--devices 1,2, --repeat 5, --rounds 1,
-# --large 1000000,10000000, --rubix-large, --no-rubix, --tolerance 1e-5).
+# --large 1000000,10000000, --rubix-large, --no-rubix, --tolerance 1e-5; the
+# gradient and fit cases: --grad-particles, --fit-particles, --fit-steps,
+# --no-grad, --no-rubix-grad, --no-fit).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
