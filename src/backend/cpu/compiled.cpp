@@ -25,9 +25,9 @@ constexpr std::int64_t kTile = 512;
 // it reads its operands and writes its results in place, as a hand-written
 // loop would, and leaves the stream to the hardware prefetcher. Measured on
 // 2^24 f32 over 2 Zen 4 devices, the same binary alternating both ways call
-// by call: 2*sin(x)+1 took 4.2-5.4 ms in place against 5.2-7.4 ms with the
-// prefetches and the streamed copy, and the 20-op tanh chain 22-28 ms
-// against 25-32 ms.
+// by call: 2*sin(x)+1 took 4.2-6.4 ms in place against 5.2-7.7 ms with the
+// prefetches and the streamed copy (0.72-0.88 of the time in every round),
+// and the 20-op tanh chain 21.7-27.9 ms against 25.3-32.5 ms.
 constexpr std::int64_t kPrefetchTiles = 8;
 
 // Writes the values a broadcast operand (row-major block at `src`, element
