@@ -89,6 +89,26 @@ void make_parent(const std::string& file) {
   if (ec) throw ifu::InputError("[ifu] cannot create the folder " + dir.string() + ": " + ec.message());
 }
 
+int finish_on_root(const std::function<void()>& write) {
+  const bool root = ts::process_index() == 0;
+  std::exception_ptr failure;
+  if (root) {
+    try {
+      write();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (ts::process_count() > 1) {
+    const std::uint8_t ok = failure ? 0 : 1;
+    const std::vector<std::uint8_t> all = ts::process_allgather(std::span<const std::uint8_t>(&ok, 1));
+    // Process 0 reports its own error; the others only exit with 1.
+    if (!root && all[0] == 0) return 1;
+  }
+  if (failure) std::rethrow_exception(failure);
+  return 0;
+}
+
 int cmd_ifu(const Context& ctx, const IfuOptions& o) {
   const auto t_start = Clock::now();
   const ifu::Config cfg = load(o.config);
@@ -240,22 +260,7 @@ int cmd_ifu(const Context& ctx, const IfuOptions& o) {
 
   // Process 0 writes the outputs and prints; the others wait to hear whether
   // it could.
-  std::exception_ptr failure;
-  if (root) {
-    try {
-      write_outputs();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  if (procs > 1) {
-    const std::uint8_t ok = failure ? 0 : 1;
-    const std::vector<std::uint8_t> all = ts::process_allgather(std::span<const std::uint8_t>(&ok, 1));
-    // Process 0 reports its own error below; the others only exit with 1.
-    if (!root && all[0] == 0) return 1;
-  }
-  if (failure) std::rethrow_exception(failure);
-  return 0;
+  return finish_on_root(write_outputs);
 }
 
 int cmd_ifu_generate(const IfuGenerateOptions& o) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "ifu/config.hpp"
@@ -24,5 +25,10 @@ std::string find_ssp(const std::string& given);
 
 /// Creates the folder a file is to be written in.
 void make_parent(const std::string& file);
+
+/// Process 0 runs `write` (prints, writes files); under mpirun every
+/// process then learns whether it could, so that all exit alike: 0, or 1 on
+/// the others while process 0 rethrows its error.
+int finish_on_root(const std::function<void()>& write);
 
 }  // namespace tessera::cli

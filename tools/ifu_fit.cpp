@@ -68,27 +68,6 @@ Problem set_up(const IfuFitCommon& o, const char* name, bool say) {
   return p;
 }
 
-/// Process 0 runs `write`; every process learns whether it could, so that
-/// all exit alike (as tessera ifu does).
-int finish_on_root(const std::function<void()>& write) {
-  const bool root = ts::process_index() == 0;
-  std::exception_ptr failure;
-  if (root) {
-    try {
-      write();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  if (ts::process_count() > 1) {
-    const std::uint8_t ok = failure ? 0 : 1;
-    const std::vector<std::uint8_t> all = ts::process_allgather(std::span<const std::uint8_t>(&ok, 1));
-    if (!root && all[0] == 0) return 1;
-  }
-  if (failure) std::rethrow_exception(failure);
-  return 0;
-}
-
 }  // namespace
 
 int cmd_ifu_grad(const Context&, const IfuGradOptions& o) {

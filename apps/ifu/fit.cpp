@@ -370,25 +370,17 @@ void write_gradient_h5(const std::string& path, const Gradient& gr, LossKind los
                                            like.halfmassrad_stars, like.n},
                                  like);
   if (!write) return;
-  QuietHdf5 quiet;
-  const H5File f(path, "ifu-grad", true);
-  for (const char* group : {"galaxy", "particles", "particles/stars", "gradient"}) make_group(f, group);
-  const auto n = static_cast<hsize_t>(d.n);
-  write_dataset<double>(f, "galaxy/center", {3}, like.center.data(), "kpc");
-  write_dataset<double>(f, "galaxy/halfmassrad_stars", {}, &like.halfmassrad_stars, "kpc");
-  write_dataset<double>(f, "galaxy/redshift", {}, &like.redshift, "");
-  write_dataset<float>(f, "particles/stars/coords", {n, 3}, d.coords.data(), "1/kpc");
-  write_dataset<float>(f, "particles/stars/velocity", {n, 3}, d.velocity.data(), "s/km");
-  write_dataset<float>(f, "particles/stars/mass", {n}, d.mass.data(), "1/Msun");
-  write_dataset<float>(f, "particles/stars/age", {n}, d.age.data(), "1/Gyr");
-  write_dataset<float>(f, "particles/stars/metallicity", {n}, d.metallicity.data(), "");
-  write_dataset<double>(f, "gradient/loss", {}, &gr.loss, "");
-  write_dataset<double>(f, "gradient/velocity_offset", {}, &gr.velocity_offset, "s/km");
-  write_dataset<double>(f, "gradient/mass_scale", {}, &gr.mass_scale, "");
-  const Id g(H5Gopen2(f.id(), "gradient", H5P_DEFAULT), H5Gclose);
-  write_attr_string(f, g.get(), "loss", loss_name(loss));
-  write_attr_string(f, g.get(), "meaning",
-                    "particles/stars/<field> holds d loss / d field (units: loss per the field's unit)");
+  GalaxyData stars = d;
+  stars.gas = GasData{};  // a gradient of the stars only
+  write_galaxy_h5(path, stars, StarUnits{"1/kpc", "s/km", "1/Msun", "1/Gyr", ""}, [&](const H5File& f) {
+    const Id g = make_group(f, "gradient");
+    write_dataset<double>(f, "gradient/loss", {}, &gr.loss, "");
+    write_dataset<double>(f, "gradient/velocity_offset", {}, &gr.velocity_offset, "s/km");
+    write_dataset<double>(f, "gradient/mass_scale", {}, &gr.mass_scale, "");
+    write_attr_string(f, g.get(), "loss", loss_name(loss));
+    write_attr_string(f, g.get(), "meaning",
+                      "particles/stars/<field> holds d loss / d field (units: loss per the field's unit)");
+  });
 }
 
 }  // namespace tessera::ifu

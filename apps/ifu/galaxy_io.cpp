@@ -353,7 +353,10 @@ GalaxyData read_galaxy(const std::string& path) {
   fail("ifu galaxy", path, "neither an HDF5 file (Rubix's rubix_galaxy.h5 layout or an IllustrisTNG cutout) nor a .npz archive");
 }
 
-void write_galaxy_h5(const std::string& path, const GalaxyData& g) {
+void write_galaxy_h5(const std::string& path, const GalaxyData& g) { write_galaxy_h5(path, g, StarUnits{}, {}); }
+
+void write_galaxy_h5(const std::string& path, const GalaxyData& g, const StarUnits& units,
+                     const std::function<void(const h5::H5File&)>& more) {
   auto check = [&](const std::vector<float>& v, const char* name, std::int64_t per) {
     if (static_cast<std::int64_t>(v.size()) != g.n * per) {
       std::string w = name;
@@ -381,11 +384,11 @@ void write_galaxy_h5(const std::string& path, const GalaxyData& g) {
   write_dataset<double>(f, "galaxy/center", {3}, g.center.data(), "kpc");
   write_dataset<double>(f, "galaxy/halfmassrad_stars", {}, &g.halfmassrad_stars, "kpc");
   write_dataset<double>(f, "galaxy/redshift", {}, &g.redshift, "");
-  write_dataset<float>(f, "particles/stars/coords", {n, 3}, g.coords.data(), "kpc");
-  write_dataset<float>(f, "particles/stars/velocity", {n, 3}, g.velocity.data(), "km/s");
-  write_dataset<float>(f, "particles/stars/mass", {n}, g.mass.data(), "Msun");
-  write_dataset<float>(f, "particles/stars/age", {n}, g.age.data(), "Gyr");
-  write_dataset<float>(f, "particles/stars/metallicity", {n}, g.metallicity.data(), "");
+  write_dataset<float>(f, "particles/stars/coords", {n, 3}, g.coords.data(), units.coords);
+  write_dataset<float>(f, "particles/stars/velocity", {n, 3}, g.velocity.data(), units.velocity);
+  write_dataset<float>(f, "particles/stars/mass", {n}, g.mass.data(), units.mass);
+  write_dataset<float>(f, "particles/stars/age", {n}, g.age.data(), units.age);
+  write_dataset<float>(f, "particles/stars/metallicity", {n}, g.metallicity.data(), units.metallicity);
   // The gas, when there is some, with the fields and units of Rubix's
   // BaseHandler (those the galaxy holds).
   if (g.gas.n > 0) {
@@ -411,6 +414,7 @@ void write_galaxy_h5(const std::string& path, const GalaxyData& g) {
     field("sfr", gas.sfr, {m}, "Msun/yr");
     field("electron_abundance", gas.electron_abundance, {m}, "");
   }
+  if (more) more(f);
   // Provenance, on the free-form meta group (nothing reads it).
   write_attr_string(f, meta.get(), "created_by", std::string("tessera ifu ") + kVersion);
 }

@@ -4,11 +4,16 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace tessera::ifu {
+
+namespace h5 {
+class H5File;
+}
 
 /// Gas cells, with Rubix's names and units (its GasData and BaseHandler
 /// config). Only calc_dusty_ifu uses them (coords, mass, metals: dust.hpp);
@@ -68,6 +73,19 @@ GalaxyData read_galaxy(const std::string& path);
 /// particle arrays (the gas's under /particles/gas when g.gas.n > 0), each with its `unit` attribute as a variable-length UTF-8
 /// string (what h5py writes), so rubix.utils.load_galaxy_data reads it.
 void write_galaxy_h5(const std::string& path, const GalaxyData& g);
+
+/// The unit attributes written beside the star fields.
+struct StarUnits {
+  const char* coords = "kpc";
+  const char* velocity = "km/s";
+  const char* mass = "Msun";
+  const char* age = "Gyr";
+  const char* metallicity = "";
+};
+/// The same with other units (a gradient's, say) and more datasets written
+/// by `more` into the open file.
+void write_galaxy_h5(const std::string& path, const GalaxyData& g, const StarUnits& units,
+                     const std::function<void(const h5::H5File&)>& more);
 
 namespace detail {
 

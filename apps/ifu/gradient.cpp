@@ -80,12 +80,9 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
     // outside the vjp (constants: the gas is not differentiated).
     const Array av = dust.empty() ? Array() : dust[0];
     std::vector<Array> dm, da, dz, dv;
-    std::int64_t lo = 0;
-    do {
-      const std::int64_t hi = std::min(n, lo + chunk);
-      const ChunkGeometry c = chunk_geometry(f, coords, velocity, lo, hi, g, av);
-      Array mrows = rows_of(mass, lo, hi);
-      if (g.mass_scale != 1) mrows = multiply(mrows, real(g.mass_scale));
+    for_each_chunk(n, chunk, [&](std::int64_t lo, std::int64_t hi) {
+      const ChunkGeometry c = chunk_geometry(f, coords, velocity, mass, lo, hi, g, av);
+      const Array& mrows = c.mass;
       Array gm, ga, gz, gv;
       if (c.transmission.valid()) {
         auto stage = [&](const Array& m, const Array& a, const Array& z, const Array& vz) {
@@ -110,8 +107,7 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
       dz.push_back(gz);
       dv.push_back(gv);
       if (progress) progress(hi - lo);
-      lo = hi;
-    } while (lo < n);
+    });
     auto join = [](const std::vector<Array>& parts) { return parts.size() == 1 ? parts[0] : concatenate(parts, 0); };
     return std::vector<Array>{join(dm), join(da), join(dz), join(dv)};
   };

@@ -287,14 +287,16 @@ Pipeline::Frame Pipeline::frame(const Particles& p) const {
 }
 
 Pipeline::ChunkGeometry Pipeline::chunk_geometry(const Frame& f, const Array& coords, const Array& velocity,
-                                                 std::int64_t lo, std::int64_t hi, const GlobalParams& g,
-                                                 const Array& av) const {
+                                                 const Array& mass, std::int64_t lo, std::int64_t hi,
+                                                 const GlobalParams& g, const Array& av) const {
   const std::int64_t nb = geo_.spaxels;
   const Scalar e_lo = real(geo_.edges.front()), e_hi = real(geo_.edges.back());
   const Array pos = matmul(subtract(rows(coords, lo, hi), f.center), f.rmat);
   const Array vel = matmul(subtract(rows(velocity, lo, hi), f.vsys), f.rmat);
   const Array x = column(pos, 0), y = column(pos, 1);
   ChunkGeometry c;
+  c.mass = rows(mass, lo, hi);
+  if (g.mass_scale != 1) c.mass = multiply(c.mass, real(g.mass_scale));
   c.vz = column(vel, 2);
   if (g.velocity_offset != 0) c.vz = add(c.vz, real(g.velocity_offset));
   c.inside = logical_and(logical_and(greater_equal(x, e_lo), less_equal(x, e_hi)),
@@ -361,15 +363,11 @@ Pipeline::Partial Pipeline::particle_stage(const Particles& p, const Frame& f, c
     Array acc, mv, ms, count;
     // At least one step, so that a device without particles still gives its
     // (zero) accumulator to the psum.
-    std::int64_t lo = 0;
-    do {
-      const std::int64_t hi = std::min(n, lo + chunk);
-      const ChunkGeometry c = chunk_geometry(f, coords, velocity, lo, hi, g, av);
-      Array mrows = rows(mass, lo, hi);
-      if (g.mass_scale != 1) mrows = multiply(mrows, real(g.mass_scale));
-      acc = accumulate(c, mrows, rows(age, lo, hi), rows(metallicity, lo, hi), c.vz, max_abs, acc);
+    for_each_chunk(n, chunk, [&](std::int64_t lo, std::int64_t hi) {
+      const ChunkGeometry c = chunk_geometry(f, coords, velocity, mass, lo, hi, g, av);
+      acc = accumulate(c, c.mass, rows(age, lo, hi), rows(metallicity, lo, hi), c.vz, max_abs, acc);
       // The velocity map's sums, exact too: sum m v_z and sum m per spaxel.
-      const Array m = where(c.inside, mrows, 0.0f);
+      const Array m = where(c.inside, c.mass, 0.0f);
       const Array mvz = segment_sum(transpose(exact_limbs(multiply(m, c.vz), mv_abs)), c.pix, nb * nb);
       const Array mm = segment_sum(transpose(exact_limbs(m, m_abs)), c.pix, nb * nb);
       mv = mv.valid() ? add(mv, mvz) : mvz;
@@ -377,8 +375,7 @@ Pipeline::Partial Pipeline::particle_stage(const Particles& p, const Frame& f, c
       const Array cnt = sum(astype(c.inside, DType::i64));
       count = count.valid() ? add(count, cnt) : cnt;
       if (progress) progress(hi - lo);
-      lo = hi;
-    } while (lo < n);
+    });
     return std::vector<Array>{psum(acc, "data"), psum(mv, "data"), psum(ms, "data"), psum(count, "data")};
   };
   std::vector<Array> parts;

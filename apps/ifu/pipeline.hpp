@@ -164,8 +164,9 @@ class Pipeline {
   // of rows [lo, hi) of a device's block, and with dust their transmission
   // from `av` (the device's block of Frame::av; invalid without dust).
   // Nothing here is differentiated but the velocity.
-  ChunkGeometry chunk_geometry(const Frame& f, const Array& coords, const Array& velocity, std::int64_t lo,
-                               std::int64_t hi, const GlobalParams& g, const Array& av = Array()) const;
+  ChunkGeometry chunk_geometry(const Frame& f, const Array& coords, const Array& velocity, const Array& mass,
+                               std::int64_t lo, std::int64_t hi, const GlobalParams& g,
+                               const Array& av = Array()) const;
   // The rows' spectra (dimmed by the chunk's transmission, when it has
   // one) accumulated into `init` (or a fresh accumulator): differentiable
   // in mass, age, metallicity and vz.

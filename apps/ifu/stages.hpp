@@ -2,6 +2,7 @@
 // (pipeline.cpp) and the gradient (gradient.cpp).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -41,13 +42,26 @@ struct Pipeline::Frame {
 };
 
 /// One chunk of a device's rows, the parts no derivative flows through but
-/// the line-of-sight velocity.
+/// the line-of-sight velocity and the masses.
 struct Pipeline::ChunkGeometry {
   Array pix;     // (rows,) i32: spaxel
   Array inside;  // (rows,) bool: within the aperture
   Array vz;      // (rows,) f32: line-of-sight velocity, the offset added
+  Array mass;    // (rows,) f32: the masses times the mass scale
   Array transmission;  // (rows, nwave) f32: the dust's, 10^(curve * A_V); invalid without dust
 };
+
+/// fn(lo, hi) for the chunks [lo, hi) of n rows, at least once (a device
+/// without particles still takes one, empty, step: its share of a psum).
+template <class F>
+void for_each_chunk(std::int64_t n, std::int64_t chunk, F&& fn) {
+  std::int64_t lo = 0;
+  do {
+    const std::int64_t hi = std::min(n, lo + chunk);
+    fn(lo, hi);
+    lo = hi;
+  } while (lo < n);
+}
 
 /// The particle stage's sums, exact, over all particles.
 struct Pipeline::Partial {
