@@ -458,157 +458,136 @@ class Bench:
             return None, child_error(f"tessera ifu-generate ({fmt_count(n)} particles)", rc, to, a.timeout, log)
         return {"tessera_file": tfile, "rubix_file": rfile, "seconds": wall, "peak_rss_mib": rss}, None
 
-    def run_tessera(self, n, n_dev, repeat, wdir, cfg, tag):
+    def run_json_child(self, cmd, outputs, log, what, check, env=None, oom_hint=False):
+        """Runs a child that writes its results as JSON (the last of `outputs`, which are removed first).
+
+        check(res) returns a problem (text) or None; a KeyError, ValueError or TypeError in it counts as
+        an unreadable JSON. Returns (res with wall_s, peak_rss_mib_wait4 and log added, None), or
+        (None, the error)."""
         a = self.args
-        cube = os.path.join(wdir, f"cube_{n_dev}.fits")
-        js = os.path.join(wdir, f"tessera_{n_dev}_{tag}.json")
-        for f in (cube, js):
+        js = outputs[-1]
+        for f in outputs:
             if os.path.exists(f):
                 os.remove(f)
-        cmd = [a.tessera, "ifu", "--config", cfg, "--input", os.path.join(wdir, "galaxy.h5"), "--output", cube,
-               "--devices", str(n_dev), "--repeat", str(repeat), "--json", js, "--no-plots", "--quiet"]
-        if self.ssp:
-            cmd += ["--ssp", self.ssp]  # the very file Rubix reads
-        log = os.path.join(wdir, f"tessera_{n_dev}_{tag}.log")
-        rc, wall, rss, to = run_child(cmd, log, a.timeout)
-        what = f"tessera ifu ({fmt_count(n)} particles, {fmt_devices(n_dev)})"
+        rc, wall, rss, to = run_child(cmd, log, a.timeout, env)
         if rc != 0 or to:
-            return None, child_error(what, rc, to, a.timeout, log)
+            err = child_error(what, rc, to, a.timeout, log)
+            if oom_hint and rc == -signal.SIGKILL and not to:
+                err += " (killed: out of memory?)"
+            return None, err
         try:
             with open(js) as f:
                 res = json.load(f)
-            problems = []
-            if res.get("particles") != n:
-                problems.append(f"particles {res.get('particles')}, expected {n}")
-            if res.get("devices") != n_dev:
-                problems.append(f"devices {res.get('devices')}, expected {n_dev}")
-            if len(res.get("steady_s", [])) != repeat - 1:
-                problems.append(f"{len(res.get('steady_s', []))} steady times, expected {repeat - 1}")
-            if problems:
-                return None, f"{what}: its JSON says " + "; ".join(problems)
-            float(res["first_s"])
+            problem = check(res)
         except (OSError, ValueError, KeyError, TypeError) as e:
             return None, f"{what}: unreadable JSON {js}: {e}"
-        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "cube": cube, "log": log})
+        if problem:
+            return None, f"{what}: {problem}"
+        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "log": log})
         return res, None
+
+    def tessera_cmd(self, *args):
+        """The tessera program with `args`, reading the very templates Rubix reads."""
+        return [self.args.tessera, *args] + (["--ssp", self.ssp] if self.ssp else [])
+
+    @staticmethod
+    def check_counts(res, n, n_dev, repeat=None):
+        """What a timing JSON must say: its particles, devices and (with repeat) steady times."""
+        problems = []
+        if res.get("particles") != n:
+            problems.append(f"particles {res.get('particles')}, expected {n}")
+        if n_dev is not None and res.get("devices") != n_dev:
+            problems.append(f"devices {res.get('devices')}, expected {n_dev}")
+        if repeat is not None and len(res.get("steady_s", [])) != repeat - 1:
+            problems.append(f"{len(res.get('steady_s', []))} steady times, expected {repeat - 1}")
+        if repeat is not None:
+            float(res["first_s"])
+        return "its JSON says " + "; ".join(problems) if problems else None
+
+    def run_tessera(self, n, n_dev, repeat, wdir, cfg, tag):
+        cube = os.path.join(wdir, f"cube_{n_dev}.fits")
+        js = os.path.join(wdir, f"tessera_{n_dev}_{tag}.json")
+        cmd = self.tessera_cmd("ifu", "--config", cfg, "--input", os.path.join(wdir, "galaxy.h5"), "--output", cube,
+                               "--devices", str(n_dev), "--repeat", str(repeat), "--json", js, "--no-plots",
+                               "--quiet")
+        res, err = self.run_json_child(cmd, [cube, js], os.path.join(wdir, f"tessera_{n_dev}_{tag}.log"),
+                                       f"tessera ifu ({fmt_count(n)} particles, {fmt_devices(n_dev)})",
+                                       lambda r: self.check_counts(r, n, n_dev, repeat))
+        if res:
+            res["cube"] = cube
+        return res, err
 
     def run_rubix(self, n, n_dev, repeat, wdir, cfg, tag):
         a = self.args
         cube = os.path.join(wdir, f"rubix_cube_{n_dev}.npy")
         js = os.path.join(wdir, f"rubix_{n_dev}_{tag}.json")
-        for f in (cube, js):
-            if os.path.exists(f):
-                os.remove(f)
         cmd = [a.rubix_python, os.path.join(HERE, "rubix_run.py"), "--config", cfg, "--devices", str(n_dev),
                "--repeat", str(repeat), "--out-cube", cube, "--json", js]
-        log = os.path.join(wdir, f"rubix_{n_dev}_{tag}.log")
-        rc, wall, rss, to = run_child(cmd, log, a.timeout, self.env_rubix(n_dev))
         what = f"rubix ({fmt_count(n)} particles, {fmt_devices(n_dev)})"
-        if rc != 0 or to:
-            return None, child_error(what, rc, to, a.timeout, log)
-        try:
-            with open(js) as f:
-                res = json.load(f)
-        except (OSError, ValueError) as e:
-            return None, f"{what}: unreadable JSON {js}: {e}"
-        if res.get("particles") != n or res.get("devices") != n_dev:
-            return None, f"{what}: ran {res.get('particles')} particles on {res.get('devices')} devices"
-        if not res.get("calls_identical", True):
-            self.notes.append(f"{what}: the first and the last call's cubes differ")
-        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "cube": cube, "log": log})
-        return res, None
+        res, err = self.run_json_child(cmd, [cube, js], os.path.join(wdir, f"rubix_{n_dev}_{tag}.log"), what,
+                                       lambda r: self.check_counts(r, n, n_dev), env=self.env_rubix(n_dev))
+        if res:
+            res["cube"] = cube
+            if not res.get("calls_identical", True):
+                self.notes.append(f"{what}: the first and the last call's cubes differ")
+        return res, err
 
     def run_tessera_grad(self, n, n_dev, repeat, wdir, cfg, tag):
         """`tessera ifu-grad --loss nll --snr S` of wdir/galaxy.h5 against wdir/observed.fits."""
-        a = self.args
         out = os.path.join(wdir, f"grad_{n_dev}.h5")
         js = os.path.join(wdir, f"grad_{n_dev}_{tag}.json")
-        for f in (out, js):
-            if os.path.exists(f):
-                os.remove(f)
-        cmd = [a.tessera, "ifu-grad", "--config", cfg, "--input", os.path.join(wdir, "galaxy.h5"),
-               "--observed", os.path.join(wdir, "observed.fits"), "--loss", "nll", "--snr", str(a.grad_snr),
-               "--output", out, "--devices", str(n_dev), "--repeat", str(repeat), "--json", js, "--quiet"]
-        if self.ssp:
-            cmd += ["--ssp", self.ssp]
-        log = os.path.join(wdir, f"grad_{n_dev}_{tag}.log")
-        rc, wall, rss, to = run_child(cmd, log, a.timeout)
-        what = f"tessera ifu-grad ({fmt_count(n)} particles, {fmt_devices(n_dev)})"
-        if rc != 0 or to:
-            return None, child_error(what, rc, to, a.timeout, log)
-        try:
-            with open(js) as f:
-                res = json.load(f)
-            if res.get("particles") != n or res.get("devices") != n_dev or len(res.get("steady_s", [])) != repeat - 1:
-                return None, (f"{what}: its JSON says {res.get('particles')} particles, {res.get('devices')} devices, "
-                              f"{len(res.get('steady_s', []))} steady times")
-            float(res["first_s"]), float(res["loss"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            return None, f"{what}: unreadable JSON {js}: {e}"
-        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "gradient_file": out, "log": log})
-        return res, None
+        cmd = self.tessera_cmd("ifu-grad", "--config", cfg, "--input", os.path.join(wdir, "galaxy.h5"), "--observed",
+                               os.path.join(wdir, "observed.fits"), "--loss", "nll", "--snr", str(self.args.grad_snr),
+                               "--output", out, "--devices", str(n_dev), "--repeat", str(repeat), "--json", js,
+                               "--quiet")
+        def check(r):
+            float(r["loss"])
+            return self.check_counts(r, n, n_dev, repeat)
+        res, err = self.run_json_child(cmd, [out, js], os.path.join(wdir, f"grad_{n_dev}_{tag}.log"),
+                                       f"tessera ifu-grad ({fmt_count(n)} particles, {fmt_devices(n_dev)})", check)
+        if res:
+            res["gradient_file"] = out
+        return res, err
 
     def run_rubix_grad(self, n, n_dev, repeat, wdir, cfg, tag):
         """rubix_grad.py: jax.value_and_grad of Rubix's sharded pipeline and the same nll loss."""
         a = self.args
         out = os.path.join(wdir, f"rubix_grad_{n_dev}.npz")
         js = os.path.join(wdir, f"rubix_grad_{n_dev}_{tag}.json")
-        for f in (out, js):
-            if os.path.exists(f):
-                os.remove(f)
         cmd = [a.rubix_python, os.path.join(HERE, "rubix_grad.py"), "--config", cfg, "--devices", str(n_dev),
                "--repeat", str(repeat), "--observed", os.path.join(wdir, "observed.npy"), "--snr", str(a.grad_snr),
                "--out-grad", out, "--json", js]
-        log = os.path.join(wdir, f"rubix_grad_{n_dev}_{tag}.log")
-        rc, wall, rss, to = run_child(cmd, log, a.timeout, self.env_rubix(n_dev))
-        what = f"JAX value_and_grad through Rubix ({fmt_count(n)} particles, {fmt_devices(n_dev)})"
-        if rc != 0 or to:
-            err = child_error(what, rc, to, a.timeout, log)
-            if rc == -signal.SIGKILL and not to:
-                err += " (killed: out of memory?)"
-            return None, err
-        try:
-            with open(js) as f:
-                res = json.load(f)
-        except (OSError, ValueError) as e:
-            return None, f"{what}: unreadable JSON {js}: {e}"
-        if res.get("particles") != n or res.get("devices") != n_dev:
-            return None, f"{what}: ran {res.get('particles')} particles on {res.get('devices')} devices"
-        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "gradient_file": out, "log": log})
-        return res, None
+        res, err = self.run_json_child(
+            cmd, [out, js], os.path.join(wdir, f"rubix_grad_{n_dev}_{tag}.log"),
+            f"JAX value_and_grad through Rubix ({fmt_count(n)} particles, {fmt_devices(n_dev)})",
+            lambda r: self.check_counts(r, n, n_dev), env=self.env_rubix(n_dev), oom_hint=True)
+        if res:
+            res["gradient_file"] = out
+        return res, err
 
     def run_fit(self, n, n_dev, optimizer, wdir, cfg):
         """`tessera ifu-fit` of wdir/start.h5 to wdir/observed.fits; returns its JSON and the fitted file."""
         a = self.args
         out = os.path.join(wdir, f"fitted_{optimizer}.h5")
         js = os.path.join(wdir, f"fit_{optimizer}.json")
-        for f in (out, js):
-            if os.path.exists(f):
-                os.remove(f)
-        cmd = [a.tessera, "ifu-fit", "--config", cfg, "--input", os.path.join(wdir, "start.h5"),
-               "--observed", os.path.join(wdir, "observed.fits"), "--loss", "nll", "--snr", str(a.grad_snr),
-               "--params", "age,metallicity", "--steps", str(a.fit_steps), "--optimizer", optimizer,
-               "--output", out, "--devices", str(n_dev), "--json", js, "--no-plots", "--quiet"]
+        cmd = self.tessera_cmd("ifu-fit", "--config", cfg, "--input", os.path.join(wdir, "start.h5"), "--observed",
+                               os.path.join(wdir, "observed.fits"), "--loss", "nll", "--snr", str(a.grad_snr),
+                               "--params", "age,metallicity", "--steps", str(a.fit_steps), "--optimizer", optimizer,
+                               "--output", out, "--devices", str(n_dev), "--json", js, "--no-plots", "--quiet")
         if optimizer in a.fit_lr:
             cmd += ["--lr", str(a.fit_lr[optimizer])]
-        if self.ssp:
-            cmd += ["--ssp", self.ssp]
-        log = os.path.join(wdir, f"fit_{optimizer}.log")
-        rc, wall, rss, to = run_child(cmd, log, a.timeout)
-        what = f"tessera ifu-fit --optimizer {optimizer} ({fmt_count(n)} particles, {fmt_devices(n_dev)})"
-        if rc != 0 or to:
-            return None, child_error(what, rc, to, a.timeout, log)
-        try:
-            with open(js) as f:
-                res = json.load(f)
-            losses = [float(x) for x in res["losses"]]
-            float(res["seconds"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            return None, f"{what}: unreadable JSON {js}: {e}"
-        if res.get("particles") != n or not losses:
-            return None, f"{what}: its JSON says {res.get('particles')} particles, {len(losses)} losses"
-        res.update({"wall_s": wall, "peak_rss_mib_wait4": rss, "fitted": out, "log": log, "command": " ".join(cmd)})
-        return res, None
+
+        def check(r):
+            losses = [float(x) for x in r["losses"]]
+            float(r["seconds"])
+            return None if r.get("particles") == n and losses else \
+                f"its JSON says {r.get('particles')} particles, {len(losses)} losses"
+        res, err = self.run_json_child(
+            cmd, [out, js], os.path.join(wdir, f"fit_{optimizer}.log"),
+            f"tessera ifu-fit --optimizer {optimizer} ({fmt_count(n)} particles, {fmt_devices(n_dev)})", check)
+        if res:
+            res.update({"fitted": out, "command": " ".join(cmd)})
+        return res, err
 
     def measure(self, n, n_dev, sides, rounds, wdir, cfg, k, runners=None):
         """Runs the given sides `rounds` times, alternating; returns one result row.
