@@ -1,5 +1,7 @@
 // Binary elementwise ops on any mix of Arrays, Python scalars (weakly
 // typed, as the C++ Scalar) and NumPy values.
+#include <type_traits>
+
 #include "common.hpp"
 
 namespace tessera_py {
@@ -60,7 +62,10 @@ ts::Array as_scalar_array(const ts::Scalar& s, const ts::Array& like) {
   return ts::scalar(s, t, like.sharding().mesh(), kNoLoc);
 }
 
-ts::Array as(Bin op, const ts::Array& a, const ts::Scalar& b) {
+// An array with a scalar on either side: the library's scalar overloads
+// where it has one, else the scalar as an array of the other's mesh.
+template <class A, class B>
+ts::Array mixed(Bin op, const A& a, const B& b) {
   switch (op) {
 #define TS_CASE(n) \
   case Bin::n: return ts::n(a, b, kNoLoc);
@@ -68,21 +73,15 @@ ts::Array as(Bin op, const ts::Array& a, const ts::Scalar& b) {
     TS_CASE(pow) TS_CASE(maximum) TS_CASE(minimum) TS_CASE(equal) TS_CASE(not_equal) TS_CASE(less)
     TS_CASE(less_equal) TS_CASE(greater) TS_CASE(greater_equal)
 #undef TS_CASE
-    default: return aa(op, a, as_scalar_array(b, a));
+    default:
+      if constexpr (std::is_same_v<A, ts::Array>) return aa(op, a, as_scalar_array(b, a));
+      else return aa(op, as_scalar_array(a, b), b);
   }
 }
 
-ts::Array sa(Bin op, const ts::Scalar& a, const ts::Array& b) {
-  switch (op) {
-#define TS_CASE(n) \
-  case Bin::n: return ts::n(a, b, kNoLoc);
-    TS_CASE(add) TS_CASE(subtract) TS_CASE(multiply) TS_CASE(divide) TS_CASE(floor_divide) TS_CASE(remainder)
-    TS_CASE(pow) TS_CASE(maximum) TS_CASE(minimum) TS_CASE(equal) TS_CASE(not_equal) TS_CASE(less)
-    TS_CASE(less_equal) TS_CASE(greater) TS_CASE(greater_equal)
-#undef TS_CASE
-    default: return aa(op, as_scalar_array(a, b), b);
-  }
-}
+ts::Array as(Bin op, const ts::Array& a, const ts::Scalar& b) { return mixed(op, a, b); }
+
+ts::Array sa(Bin op, const ts::Scalar& a, const ts::Array& b) { return mixed(op, a, b); }
 
 }  // namespace
 
