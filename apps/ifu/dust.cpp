@@ -34,13 +34,11 @@
 #include <utility>
 
 #include "ifu/errors.hpp"
+#include "ifu/stages.hpp"
 
 namespace tessera::ifu {
 
 namespace {
-
-// The smallest bound an exact accumulator takes (as in pipeline.cpp).
-constexpr double kTiny = 0x1p-900;
 
 [[noreturn]] void fail(const std::string& what) { throw InputError("[ifu] " + what); }
 
@@ -234,11 +232,6 @@ constexpr double kSolarLogOH = 8.69;  // Asplund et al. 2009, as Rubix
 float pow10f(float y) { return std::pow(10.0f, y); }
 
 Array pow10(const Array& y) { return pow(10.0f, y); }
-
-/// Column k of an (n, 3) array, as (n,).
-Array column(const Array& x, std::int64_t k) {
-  return reshape(slice(x, {SliceSpec{}, SliceSpec{k, k + 1}}), {x.shape()[0]});
-}
 
 Array f32_array(const std::vector<double>& v, const Shape& shape, const NamedSharding& s) {
   std::vector<float> f(v.begin(), v.end());

@@ -11,6 +11,7 @@
 #include "ifu/fits.hpp"
 #include "ifu/h5.hpp"
 #include "ifu/loss.hpp"
+#include "ifu/stages.hpp"
 
 namespace tessera::ifu {
 
@@ -135,13 +136,7 @@ double dot(const std::vector<Param>& a, const std::vector<Param>& b) {
       total += a[k].s * b[k].s;
       continue;
     }
-    const Array t = multiply(astype(a[k].u, DType::f64), astype(b[k].u, DType::f64));
-    const double bound = max(abs(t)).item<double>();
-    if (!(bound > 0)) continue;
-    const int rank = t.ndim();
-    std::vector<int> axes;
-    for (int d = 1; d <= rank; ++d) axes.push_back(d);
-    total += exact_total(sum(exact_limbs(t, bound), Axes(axes)), DType::f64).item<double>();
+    total += exact_sum(multiply(astype(a[k].u, DType::f64), astype(b[k].u, DType::f64)));
   }
   return total;
 }

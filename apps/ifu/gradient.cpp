@@ -27,19 +27,6 @@
 
 namespace tessera::ifu {
 
-namespace {
-
-/// The exact sum of the (n,) f32 array x in f64.
-double exact_sum_rows(const Array& x) {
-  const Array x64 = astype(x, DType::f64);
-  const double bound = max(abs(x64)).item<double>();
-  if (!(bound > 0)) return bound == 0 ? 0.0 : bound;
-  return exact_total(sum(exact_limbs(x64, bound), {1}), DType::f64).item<double>();
-}
-
-Array rows_of(const Array& x, std::int64_t lo, std::int64_t hi) { return slice(x, {SliceSpec{lo, hi}}); }
-
-}  // namespace
 
 // The reverse pass holds about five times the forward's bytes per row (the
 // flux cotangent in f64 and f32, the interpolation's factors), and its
@@ -88,7 +75,7 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
         auto stage = [&](const Array& m, const Array& a, const Array& z, const Array& vz) {
           return accumulate(c, m, a, z, vz, max_abs, Array());
         };
-        auto [acc, pull] = vjp(stage, mrows, rows_of(age, lo, hi), rows_of(metallicity, lo, hi), c.vz);
+        auto [acc, pull] = vjp(stage, mrows, rows(age, lo, hi), rows(metallicity, lo, hi), c.vz);
         (void)acc;
         std::tie(gm, ga, gz, gv) = pull(ct);
       } else {
@@ -97,7 +84,7 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
         auto stage = [&](const Array& m, const Array& a, const Array& z, const Array& vz) {
           return rows_to_resample(c, m, a, z, vz);
         };
-        auto [r, pull] = vjp(stage, mrows, rows_of(age, lo, hi), rows_of(metallicity, lo, hi), c.vz);
+        auto [r, pull] = vjp(stage, mrows, rows(age, lo, hi), rows(metallicity, lo, hi), c.vz);
         const ResampleCotangents rc = resample_accumulate_vjp(ct, r[1], wave_rest_, target_, c.pix, nb * nb,
                                                               {.weights = r[0], .wave_scale = r[2]});
         std::tie(gm, ga, gz, gv) = pull(std::vector<Array>{rc.weights, rc.flux, rc.wave_scale});
@@ -126,8 +113,8 @@ Gradient Pipeline::value_and_grad(const Particles& p, const Observation& obs, Lo
   out.age = per[1];
   out.metallicity = per[2];
   const Array& d_vz = per[3];
-  out.mass_scale = exact_sum_rows(multiply(astype(p.mass, DType::f64), astype(d_meff, DType::f64)));
-  const double sum_dvz = exact_sum_rows(d_vz);
+  out.mass_scale = exact_sum(multiply(astype(p.mass, DType::f64), astype(d_meff, DType::f64)));
+  const double sum_dvz = exact_sum(d_vz);
   out.velocity_offset = sum_dvz;
 
   // Velocities: v_z = (v - vsys) . R[:, 2] + offset, where vsys is the
@@ -173,8 +160,7 @@ void Pipeline::align_gradient(const Particles& p, const Frame& f, const Array& d
   std::array<double, 3> w{};
   const Array g64 = astype(d_vz, DType::f64);
   for (int k = 0; k < 3; ++k) {
-    const Array vk = reshape(slice(astype(p.velocity, DType::f64), {SliceSpec{}, SliceSpec{k, k + 1}}), {p.n});
-    w[k] = exact_sum_rows(multiply(g64, vk)) - f.vs[k] * sum_dvz;
+    w[k] = exact_sum(multiply(g64, astype(column(p.velocity, k), DType::f64))) - f.vs[k] * sum_dvz;
   }
   const Mat3& re = geo_.rotation;
   const Mat3 e = eigenvectors_sorted(f.inertia);

@@ -18,15 +18,6 @@ std::string shape_str(const Shape& s) {
   return t + ")";
 }
 
-/// The sum of every element of x (f64), exactly: the same bits on every
-/// mesh and layout (a float sum of the devices' parts would not be).
-double exact_sum(const Array& x) {
-  const double bound = max(abs(x)).item<double>();
-  if (!(bound > 0)) return bound == 0 ? 0.0 : bound;  // all zero, or a NaN
-  std::vector<int> axes(static_cast<std::size_t>(x.ndim()));
-  std::iota(axes.begin(), axes.end(), 1);
-  return exact_total(sum(exact_limbs(x, bound), Axes(axes)), DType::f64).item<double>();
-}
 
 void check_like(const Array& a, const Array& model, const Observation& obs, const char* what) {
   if (a.shape() != model.shape()) {
@@ -38,6 +29,14 @@ void check_like(const Array& a, const Array& model, const Observation& obs, cons
 }
 
 }  // namespace
+
+double exact_sum(const Array& x) {
+  const double bound = max(abs(x)).item<double>();
+  if (!(bound > 0)) return bound == 0 ? 0.0 : bound;  // all zero, or a NaN
+  std::vector<int> axes(static_cast<std::size_t>(x.ndim()));
+  std::iota(axes.begin(), axes.end(), 1);
+  return exact_total(sum(exact_limbs(x, bound), Axes(axes)), DType::f64).item<double>();
+}
 
 LossKind parse_loss(const std::string& name) {
   if (name == "nll") return LossKind::nll;

@@ -42,13 +42,7 @@ std::string fmt(double v) {
   return buf;
 }
 
-/// Rows [lo, hi) of a local block.
-Array rows(const Array& x, std::int64_t lo, std::int64_t hi) { return slice(x, {SliceSpec{lo, hi}}); }
 
-/// Column k of an (n, 3) array, as (n,).
-Array column(const Array& x, std::int64_t k) {
-  return reshape(slice(x, {SliceSpec{}, SliceSpec{k, k + 1}}), {x.shape()[0]});
-}
 
 
 }  // namespace

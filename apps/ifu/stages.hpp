@@ -51,6 +51,19 @@ struct Pipeline::ChunkGeometry {
   Array transmission;  // (rows, nwave) f32: the dust's, 10^(curve * A_V); invalid without dust
 };
 
+/// Rows [lo, hi) of a block.
+inline Array rows(const Array& x, std::int64_t lo, std::int64_t hi) { return slice(x, {SliceSpec{lo, hi}}); }
+
+/// Column k of an (n, 3) array, as (n,).
+inline Array column(const Array& x, std::int64_t k) {
+  return reshape(slice(x, {SliceSpec{}, SliceSpec{k, k + 1}}), {x.shape()[0]});
+}
+
+/// The sum of every element of x, exactly, in f64 (loss.cpp): the same bits
+/// on every mesh and layout, where a float sum of the devices' parts would
+/// differ. NaN if x holds one.
+double exact_sum(const Array& x);
+
 /// fn(lo, hi) for the chunks [lo, hi) of n rows, at least once (a device
 /// without particles still takes one, empty, step: its share of a psum).
 template <class F>
