@@ -148,19 +148,16 @@ check(np.allclose(np.asarray(y_sm), y_expected, rtol=1e-4, atol=1e-4), "shard_ma
 section("psum, pmax, pmin: reductions over devices")
 
 
-@ts.jit
-def stats(x):
-    # Inside a shard_map body each device reduces its own block, then the
-    # collectives combine the eight partial results.
-    def body(xb):
-        total = lax.psum(tnp.sum(xb), ("i", "j"))
-        largest = lax.pmax(tnp.max(xb), ("i", "j"))
-        smallest = lax.pmin(tnp.min(xb), ("i", "j"))
-        return total, largest, smallest
-
-    return ts.shard_map(body, mesh=mesh, in_specs=P("i", "j"), out_specs=P())(x)
+# Each device reduces its own block, then the collectives combine the eight
+# partial results; every device ends with the same numbers (out_specs P()).
+def block_stats(xb):
+    total = lax.psum(tnp.sum(xb), ("i", "j"))
+    largest = lax.pmax(tnp.max(xb), ("i", "j"))
+    smallest = lax.pmin(tnp.min(xb), ("i", "j"))
+    return total, largest, smallest
 
 
+stats = ts.shard_map(block_stats, mesh=mesh, in_specs=P("i", "j"), out_specs=P())
 total, largest, smallest = stats(x_sharded @ w_sharded)
 xw = x @ w
 print(f"sum {float(total):.3f}, max {float(largest):.3f}, min {float(smallest):.3f}")
@@ -256,10 +253,10 @@ check(np.array_equal(np.asarray(m_cols), m), "the values are unchanged, only the
 section("axis_index: which device am I?")
 # A function of no arguments, run on every device; each returns its own
 # position on the mesh, stacked over all devices by out_specs.
-where_am_i = ts.jit(ts.shard_map(
-    lambda: tnp.stack([lax.axis_index("i"), lax.axis_index("j")], axis=-1)[None],
+where_am_i = ts.shard_map(
+    lambda: tnp.stack([lax.axis_index("i"), lax.axis_index("j")], axis=-1)[None, :],
     mesh=mesh, in_specs=(), out_specs=P(("i", "j")),
-))
+)
 idx = np.asarray(where_am_i())
 for d in range(idx.shape[0]):
     print(f"Device {d}: i-axis={idx[d, 0]}, j-axis={idx[d, 1]}")
@@ -267,18 +264,34 @@ check(np.array_equal(idx, np.array([[d // 2, d % 2] for d in range(8)])), "axis_
 
 # ----------------------------------------------------------------------------
 section("random.fold_in: a different random stream per device")
-# Folding the device's index along "i" into one key gives each row of
-# devices its own key; the two devices of a row (along "j") share it. The
-# samples depend on the key only, so they can be reproduced outside.
+# One key, passed to every device (in_specs P(): replicated). Folding the
+# device's index along "i" into it gives each row of devices its own key;
+# the two devices of a row (along "j") share it. The samples depend on the
+# key only, so they can be reproduced outside shard_map.
 key = random.key(0)
 
 
-def sample_per_device():
-    device_key = random.fold_in(key, lax.axis_index("i"))
-    return random.uniform(device_key, (1, 4))
+def fold_rng_over_axis(key, axis_name):
+    """A key that differs along mesh axis `axis_name` (and is shared along the others)."""
+    return random.fold_in(key, lax.axis_index(axis_name))
 
 
-samples = np.asarray(ts.jit(ts.shard_map(sample_per_device, mesh=mesh, in_specs=(), out_specs=P(("i", "j"))))())
+# The keys themselves: uint32 pairs, one row per device.
+keys_fn = ts.shard_map(lambda k: fold_rng_over_axis(k, "i")[None, :], mesh=mesh, in_specs=P(),
+                       out_specs=P(("i", "j")))
+keys = np.asarray(keys_fn(key))
+for d in range(keys.shape[0]):
+    print(f"Device {d}: key={keys[d]}")
+check(all(np.array_equal(keys[d], np.asarray(random.fold_in(key, d // 2))) for d in range(8)),
+      "each device's key is fold_in(key, its index along 'i')")
+
+
+def sample_per_device(key):
+    return random.uniform(fold_rng_over_axis(key, "i"), (1, 4))
+
+
+sample_fn = ts.shard_map(sample_per_device, mesh=mesh, in_specs=P(), out_specs=P(("i", "j")))
+samples = np.asarray(sample_fn(key))
 for d in range(samples.shape[0]):
     print(f"Device {d}: {np.array2string(samples[d], precision=4)}")
 same_along_j = all(np.array_equal(samples[2 * r], samples[2 * r + 1]) for r in range(4))
