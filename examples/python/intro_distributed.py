@@ -284,6 +284,11 @@ for d in range(keys.shape[0]):
     print(f"Device {d}: key={keys[d]}")
 check(all(np.array_equal(keys[d], np.asarray(random.fold_in(key, d // 2))) for d in range(8)),
       "each device's key is fold_in(key, its index along 'i')")
+# Tessera's keys are JAX's threefry keys, bit for bit: these are the values
+# of jax.random.fold_in(jax.random.PRNGKey(0), i) for i = 0, 1, 2, 3.
+jax_keys = np.array([[1797259609, 2579123966], [928981903, 3453687069],
+                     [4146024105, 2718843009], [2467461003, 3840466878]], dtype=np.uint32)
+check(np.array_equal(keys[::2], jax_keys), "the keys equal JAX's fold_in(PRNGKey(0), i)")
 
 
 def sample_per_device(key):

@@ -7,6 +7,8 @@ axis: each device needs the last row of its neighbour), columns split (across
 it: no communication), and a 4 x 2 mesh (both). Each is a jit-compiled
 function with its input and output shardings given; the table shows the
 median time of a few calls, and every result must equal np.diff bitwise.
+Sharding along the difference axis costs one boundary row per device, so
+its time should stay close to the others'.
 
     python examples/python/sharded_diff.py [--size N] [--repeats R]
 """
