@@ -23,6 +23,24 @@ void init_sharding(nb::module_& m);
 void init_array(nb::module_& m);
 void init_ops(nb::module_& m);
 void init_transforms(nb::module_& m);
+void init_shard_map(nb::module_& m);
+void init_random(nb::module_& m);
+void init_explain(nb::module_& m);
+
+/// Releases the GIL while this thread waits for device work that may call
+/// back into Python: shard_map bodies run on the devices' worker threads and
+/// take the GIL there. A body that finds no such release in progress raises
+/// instead of waiting for a GIL that its caller holds (shard_map.cpp).
+class ReleaseForDevices {
+ public:
+  ReleaseForDevices();
+  ~ReleaseForDevices();
+  ReleaseForDevices(const ReleaseForDevices&) = delete;
+  ReleaseForDevices& operator=(const ReleaseForDevices&) = delete;
+
+ private:
+  nb::gil_scoped_release release_;
+};
 
 /// NumPy's name of a dtype: "float32", "int32", "bool", ...
 const char* numpy_name(ts::DType t);

@@ -10,4 +10,7 @@ NB_MODULE(_core, m) {
   tessera_py::init_array(m);
   tessera_py::init_ops(m);
   tessera_py::init_transforms(m);
+  tessera_py::init_shard_map(m);
+  tessera_py::init_random(m);
+  tessera_py::init_explain(m);
 }
