@@ -53,7 +53,7 @@ from tessera._core import (
     vmap,
 )
 
-from tessera import numpy, sharding  # noqa: E402  (submodules, after the core)
+from tessera import ifu, numpy, sharding  # noqa: E402  (submodules, after the core)
 
 P = PartitionSpec
 
@@ -61,7 +61,7 @@ __all__ = [
     "Array", "AxisType", "CollectiveError", "DeviceError", "DTypeError", "Device", "Error", "Mesh",
     "NamedSharding", "P", "PartitionSpec", "Shard", "ShapeError", "ShardingError", "ValueError", "config",
     "device_count", "device_put", "devices", "grad", "jacfwd", "jacrev", "jit", "jvp", "local_device_count",
-    "local_devices", "make_mesh", "numpy", "process_count", "process_index", "reshard", "sharding",
+    "local_devices", "make_mesh", "ifu", "numpy", "process_count", "process_index", "reshard", "sharding",
     "stop_gradient", "typeof", "value_and_grad", "visualize_array_sharding", "visualize_sharding_str", "vjp",
     "vmap",
 ]
