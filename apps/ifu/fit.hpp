@@ -51,6 +51,12 @@ struct FitResult {
 FitResult fit(const Pipeline& pipe, const Particles& start, const Observation& obs, const FitOptions& opt,
               const GlobalParams& g0 = {});
 
+/// A host cube ([iy][ix][wave], ny x nx x nwave) on the pipeline's mesh as
+/// read_observation lays it out, after its checks: the telescope's shape and
+/// finite values. Errors name `source` and say which cube (`what`).
+Array put_observed(const Pipeline& pipe, const std::vector<float>& data, std::int64_t ny, std::int64_t nx,
+                   std::int64_t nwave, const std::string& source, const char* what);
+
 /// The observed cube (and an optional variance cube) from FITS files,
 /// checked against the pipeline's telescope: the shape and the wavelength
 /// grid (CRVAL3, CDELT3 when present), finite values. Errors name the file.

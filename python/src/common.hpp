@@ -68,6 +68,19 @@ ts::Array from_host(nb::handle obj, const ts::NamedSharding& sharding, std::opti
 /// from_host, replicated on `like`'s mesh (the default sharding without one).
 ts::Array to_array(nb::handle obj, const ts::Array* like, const char* op);
 
+/// Marks a Python function being traced on this thread (jit, grad, vmap,
+/// shard_map bodies ...): while one is, Tessera errors raised by the ops it
+/// calls name the Python file and line of the call (python_trace_site).
+struct PythonTraceScope {
+  PythonTraceScope();
+  ~PythonTraceScope();
+  PythonTraceScope(const PythonTraceScope&) = delete;
+  PythonTraceScope& operator=(const PythonTraceScope&) = delete;
+};
+/// " (traced at FILE:LINE in FUNCTION)" for the Python frame now running
+/// when inside a PythonTraceScope, "" otherwise. Needs the GIL.
+std::string python_trace_site();
+
 /// The gathered array as a new NumPy array.
 nb::object to_numpy(const ts::Array& a);
 

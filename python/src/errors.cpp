@@ -29,7 +29,38 @@ PyObject* make_class(nb::module_& m, const char* name, std::initializer_list<PyO
   return cls;
 }
 
+thread_local int t_trace_depth = 0;
+
+void set(PyObject* cls, const std::exception& e) {
+  const std::string text = e.what() + python_trace_site();
+  PyErr_SetString(cls, text.c_str());
+}
+
 }  // namespace
+
+PythonTraceScope::PythonTraceScope() { ++t_trace_depth; }
+PythonTraceScope::~PythonTraceScope() { --t_trace_depth; }
+
+std::string python_trace_site() {
+  if (t_trace_depth == 0) return "";
+  // The innermost frame outside the tessera package (its Python wrappers
+  // call the bindings for the user): the user's line.
+  static const std::string package = [] {
+    nb::object os_path = nb::module_::import_("os.path");
+    return nb::cast<std::string>(os_path.attr("dirname")(nb::module_::import_("tessera").attr("__file__"))) + "/";
+  }();
+  nb::object frame = nb::borrow(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+  while (frame.ptr()) {
+    auto* f = reinterpret_cast<PyFrameObject*>(frame.ptr());
+    nb::object code = nb::steal(reinterpret_cast<PyObject*>(PyFrame_GetCode(f)));
+    const std::string file = nb::cast<std::string>(nb::str(code.attr("co_filename")));
+    if (file.rfind(package, 0) != 0)
+      return " (traced at " + file + ":" + std::to_string(PyFrame_GetLineNumber(f)) + " in " +
+             nb::cast<std::string>(nb::str(code.attr("co_name"))) + ")";
+    frame = nb::steal(reinterpret_cast<PyObject*>(PyFrame_GetBack(f)));
+  }
+  return "";
+}
 
 void init_errors(nb::module_& m) {
   g_error = make_class(m, "Error", {PyExc_Exception}, "Base of all Tessera errors.");
@@ -50,19 +81,19 @@ void init_errors(nb::module_& m) {
     try {
       std::rethrow_exception(p);
     } catch (const ts::ShapeError& e) {
-      PyErr_SetString(g_shape, e.what());
+      set(g_shape, e);
     } catch (const ts::DTypeError& e) {
-      PyErr_SetString(g_dtype, e.what());
+      set(g_dtype, e);
     } catch (const ts::ShardingError& e) {
-      PyErr_SetString(g_sharding, e.what());
+      set(g_sharding, e);
     } catch (const ts::CollectiveError& e) {
-      PyErr_SetString(g_collective, e.what());
+      set(g_collective, e);
     } catch (const ts::ValueError& e) {
-      PyErr_SetString(g_value, e.what());
+      set(g_value, e);
     } catch (const ts::DeviceError& e) {
-      PyErr_SetString(g_device, e.what());
+      set(g_device, e);
     } catch (const ts::Error& e) {
-      PyErr_SetString(g_error, e.what());
+      set(g_error, e);
     }
   });
 }

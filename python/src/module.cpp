@@ -2,6 +2,12 @@
 // re-exports it under JAX's module names.
 #include "common.hpp"
 
+#ifdef TESSERA_PY_IFU
+namespace tessera_py {
+void init_ifu(nb::module_& m);  // ifu/bindings.cpp
+}
+#endif
+
 NB_MODULE(_core, m) {
   m.doc() = "Tessera's C++ core: sharded arrays, meshes, ops and transformations.";
   m.attr("__version__") = "0.1.0";
@@ -13,4 +19,7 @@ NB_MODULE(_core, m) {
   tessera_py::init_shard_map(m);
   tessera_py::init_random(m);
   tessera_py::init_explain(m);
+#ifdef TESSERA_PY_IFU
+  tessera_py::init_ifu(m);
+#endif
 }

@@ -22,6 +22,38 @@ bool is_array_leaf(nb::handle h) {
   return nb::isinstance(h, np.attr("ndarray"));
 }
 
+// NamedTuples (tuples with _fields) and dataclass instances are pytree
+// nodes too, as in JAX: their fields are the children, in field order.
+bool is_namedtuple(nb::handle h) { return nb::isinstance<nb::tuple>(h) && nb::hasattr(h, "_fields"); }
+
+bool is_dataclass(nb::handle h) {
+  // Leaked: a static nb::object would be released after the interpreter is gone.
+  static nb::handle test = nb::object(nb::module_::import_("dataclasses").attr("is_dataclass")).release();
+  return !PyType_Check(h.ptr()) && nb::hasattr(h.type(), "__dataclass_fields__") && nb::cast<bool>(test(h));
+}
+
+// The dataclass's field names, in order.
+std::vector<std::string> dataclass_fields(nb::handle h) {
+  static nb::handle fields = nb::object(nb::module_::import_("dataclasses").attr("fields")).release();
+  std::vector<std::string> names;
+  for (nb::handle f : fields(h)) names.push_back(nb::cast<std::string>(f.attr("name")));
+  return names;
+}
+
+std::string type_key(nb::handle h) {
+  return nb::cast<std::string>(nb::str(h.type().attr("__module__"))) + "." +
+         nb::cast<std::string>(nb::str(h.type().attr("__qualname__")));
+}
+
+// A copy of dataclass h with its fields set to `values` (frozen ones too).
+nb::object replace_fields(nb::handle h, const std::vector<std::string>& names, const std::vector<nb::object>& values) {
+  static nb::handle copy = nb::object(nb::module_::import_("copy").attr("copy")).release();
+  static nb::handle setattr = nb::object(nb::module_::import_("builtins").attr("object").attr("__setattr__")).release();
+  nb::object out = copy(h);
+  for (std::size_t i = 0; i < names.size(); ++i) setattr(out, names[i].c_str(), values[i]);
+  return out;
+}
+
 // Appends h's arrays to `leaves` (NumPy arrays placed replicated on the
 // mesh of the first Array seen, else on device 0) and its structure and
 // static leaves to `statics`.
@@ -29,8 +61,12 @@ void flatten_in(nb::handle h, std::vector<ts::Array>& leaves, std::string& stati
   if (is_array_leaf(h)) {
     leaves.push_back(to_array(h, leaves.empty() ? nullptr : &leaves.front(), "jit"));
     statics += "a;";
+  } else if (is_dataclass(h)) {
+    statics += "D" + type_key(h) + "(";
+    for (const std::string& f : dataclass_fields(h)) flatten_in(h.attr(f.c_str()), leaves, statics);
+    statics += ")";
   } else if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
-    statics += nb::isinstance<nb::tuple>(h) ? "(" : "[";
+    statics += is_namedtuple(h) ? "N" + type_key(h) + "(" : nb::isinstance<nb::tuple>(h) ? "(" : "[";
     for (nb::handle c : h) flatten_in(c, leaves, statics);
     statics += ")";
   } else if (nb::isinstance<nb::dict>(h)) {
@@ -52,18 +88,25 @@ void flatten_in(nb::handle h, std::vector<ts::Array>& leaves, std::string& stati
 // h with its arrays replaced by the next of `arrays`.
 nb::object rebuild_in(nb::handle h, const std::vector<ts::Array>& arrays, std::size_t& k) {
   if (is_array_leaf(h)) return nb::cast(arrays.at(k++));
+  if (is_dataclass(h)) {
+    const std::vector<std::string> names = dataclass_fields(h);
+    std::vector<nb::object> values;
+    for (const std::string& f : names) values.push_back(rebuild_in(h.attr(f.c_str()), arrays, k));
+    return replace_fields(h, names, values);
+  }
   if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
     nb::list out;
     for (nb::handle c : h) out.append(rebuild_in(c, arrays, k));
+    if (is_namedtuple(h)) return h.type()(*out);
     if (nb::isinstance<nb::tuple>(h)) return nb::tuple(out);
-    return std::move(out);
+    return out;
   }
   if (nb::isinstance<nb::dict>(h)) {
     nb::dict out;
     nb::list keys = nb::list(nb::handle(h).attr("keys")());
     keys.sort();
     for (nb::handle key : keys) out[key] = rebuild_in(h[key], arrays, k);
-    return std::move(out);
+    return out;
   }
   return nb::borrow(h);
 }
@@ -73,10 +116,19 @@ nb::object rebuild_in(nb::handle h, const std::vector<ts::Array>& arrays, std::s
 // The structure of a result, without Python references (it outlives the
 // call inside the jit cache).
 struct OutDef {
-  enum class Kind { Leaf, None, Tuple, List, Dict } kind = Kind::Leaf;
+  enum class Kind { Leaf, None, Tuple, List, Dict, NamedTuple, Dataclass } kind = Kind::Leaf;
   std::vector<OutDef> children;
-  std::vector<std::string> keys;
+  std::vector<std::string> keys;  // Dict: the keys; Dataclass: the field names
+  PyObject* type = nullptr;       // NamedTuple, Dataclass: the class (see result_type)
 };
+
+// A result's class, kept alive for the life of the process: OutDefs live in
+// jit caches, which may be destroyed without the GIL (at exit).
+PyObject* result_type(nb::handle h) {
+  PyObject* t = reinterpret_cast<PyObject*>(Py_TYPE(h.ptr()));
+  Py_INCREF(t);  // never released, on purpose
+  return t;
+}
 
 OutDef flatten_out(nb::handle h, std::vector<ts::Array>& leaves, const char* op) {
   OutDef d;
@@ -84,8 +136,16 @@ OutDef flatten_out(nb::handle h, std::vector<ts::Array>& leaves, const char* op)
     leaves.push_back(nb::cast<ts::Array>(h));
   } else if (h.is_none()) {
     d.kind = OutDef::Kind::None;
+  } else if (is_dataclass(h)) {
+    d.kind = OutDef::Kind::Dataclass;
+    d.type = result_type(h);
+    d.keys = dataclass_fields(h);
+    for (const std::string& f : d.keys) d.children.push_back(flatten_out(h.attr(f.c_str()), leaves, op));
   } else if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
-    d.kind = nb::isinstance<nb::tuple>(h) ? OutDef::Kind::Tuple : OutDef::Kind::List;
+    d.kind = is_namedtuple(h) ? OutDef::Kind::NamedTuple
+             : nb::isinstance<nb::tuple>(h) ? OutDef::Kind::Tuple
+                                            : OutDef::Kind::List;
+    if (d.kind == OutDef::Kind::NamedTuple) d.type = result_type(h);
     for (nb::handle c : h) d.children.push_back(flatten_out(c, leaves, op));
   } else if (nb::isinstance<nb::dict>(h)) {
     d.kind = OutDef::Kind::Dict;
@@ -97,7 +157,7 @@ OutDef flatten_out(nb::handle h, std::vector<ts::Array>& leaves, const char* op)
       d.children.push_back(flatten_out(h[k], leaves, op));
     }
   } else {
-    throw nb::type_error((std::string(op) + ": the function must return Arrays (or tuples, lists, dicts of them), got " +
+    throw nb::type_error((std::string(op) + ": the function must return Arrays (or tuples, lists, dicts, NamedTuples, dataclasses of them), got " +
                           nb::cast<std::string>(nb::str(h.type().attr("__name__"))))
                              .c_str());
   }
@@ -109,16 +169,26 @@ nb::object unflatten_out(const OutDef& d, const std::vector<ts::Array>& arrays, 
     case OutDef::Kind::Leaf: return nb::cast(arrays.at(k++));
     case OutDef::Kind::None: return nb::none();
     case OutDef::Kind::Tuple:
+    case OutDef::Kind::NamedTuple:
     case OutDef::Kind::List: {
       nb::list out;
       for (const auto& c : d.children) out.append(unflatten_out(c, arrays, k));
+      if (d.kind == OutDef::Kind::NamedTuple) return nb::handle(d.type)(*out);
       if (d.kind == OutDef::Kind::Tuple) return nb::tuple(out);
-      return std::move(out);
+      return out;
+    }
+    case OutDef::Kind::Dataclass: {
+      // Built without __init__ (which may compute or check fields): the
+      // fields as they were returned.
+      nb::object out = nb::handle(d.type).attr("__new__")(nb::handle(d.type));
+      static nb::handle setattr = nb::object(nb::module_::import_("builtins").attr("object").attr("__setattr__")).release();
+      for (std::size_t i = 0; i < d.keys.size(); ++i) setattr(out, d.keys[i].c_str(), unflatten_out(d.children[i], arrays, k));
+      return out;
     }
     case OutDef::Kind::Dict: {
       nb::dict out;
       for (std::size_t i = 0; i < d.keys.size(); ++i) out[d.keys[i].c_str()] = unflatten_out(d.children[i], arrays, k);
-      return std::move(out);
+      return out;
     }
   }
   return nb::none();
@@ -138,7 +208,11 @@ ts::detail::TraceFn trace_fn(nb::handle fun, const nb::args& args, const char* o
     nb::list call_args;
     for (std::size_t i = 0; i < args.size(); ++i)
       call_args.append(i < is_static.size() && is_static[i] ? nb::borrow(args[i]) : rebuild_in(args[i], tracers, k));
-    nb::object r = fun(*nb::tuple(call_args));
+    nb::object r;
+    {
+      PythonTraceScope tracing;
+      r = fun(*nb::tuple(call_args));
+    }
     std::vector<ts::Array> outs;
     tree = std::make_shared<OutDef>(flatten_out(r, outs, op));
     return outs;
@@ -266,7 +340,11 @@ struct PyGrad {
       nb::list call_args;
       for (std::size_t i = 0; i < args.size(); ++i)
         call_args.append(diff[i] ? rebuild_in(args[i], tracers, k) : nb::borrow(args[i]));
-      nb::object r = fun(*nb::tuple(call_args));
+      nb::object r;
+      {
+        PythonTraceScope tracing;
+        r = fun(*nb::tuple(call_args));
+      }
       std::vector<ts::Array> outs;
       if (has_aux) {
         if (!nb::isinstance<nb::tuple>(r) || nb::len(r) != 2)
@@ -316,7 +394,11 @@ struct PyJacobian {
       nb::list call_args;
       call_args.append(nb::cast(a));
       for (nb::handle r : rest) call_args.append(r);
-      nb::object r = fun(*nb::tuple(call_args));
+      nb::object r;
+      {
+        PythonTraceScope tracing;
+        r = fun(*nb::tuple(call_args));
+      }
       if (!nb::isinstance<ts::Array>(r))
         throw nb::type_error((std::string(name) + ": the function must return one Array").c_str());
       return nb::cast<ts::Array>(r);

@@ -58,7 +58,7 @@ from tessera._core import (
     vmap,
 )
 
-from tessera import distributed, lax, numpy, random, sharding  # noqa: E402  (submodules, after the core)
+from tessera import distributed, ifu, lax, numpy, random, sharding  # noqa: E402  (submodules, after the core)
 from tessera._core import _shard_map  # noqa: E402
 
 P = PartitionSpec
@@ -100,7 +100,7 @@ __all__ = [
     "Array", "AxisType", "CollectiveError", "CommRecord", "DeviceError", "DTypeError", "Device", "Error",
     "Explanation", "Mesh", "NamedSharding", "P", "PartitionSpec", "Shard", "ShapeError", "ShardingError",
     "ValueError", "config", "device_count", "device_put", "devices", "distributed", "explain", "format_bytes",
-    "grad", "jacfwd", "jacrev", "jit", "jvp", "lax", "local_device_count", "local_devices", "make_mesh", "numpy",
+    "grad", "ifu", "jacfwd", "jacrev", "jit", "jvp", "lax", "local_device_count", "local_devices", "make_mesh", "numpy",
     "plan_reshard", "process_count", "process_index", "random", "reshard", "shard_map", "sharding",
     "stop_gradient", "typeof", "value_and_grad", "visualize_array_sharding", "visualize_sharding_str", "vjp",
     "vmap",

@@ -71,3 +71,24 @@ def test_unsupported_operand_type():
         a + "x"
     with pytest.raises(TypeError):
         a + [1, 2, 3]  # as JAX: lists are not operands
+
+
+def test_traced_errors_name_the_python_line():
+    x = ts.device_put(np.ones((3, 4), np.float32))
+
+    def layer(v):
+        return tnp.matmul(v, v)  # (3, 4) @ (3, 4): contracting dims differ
+
+    line = layer.__code__.co_firstlineno + 1
+    batch = ts.device_put(np.ones((2, 3, 4), np.float32))
+    calls = [lambda: ts.jit(layer)(x), lambda: ts.grad(lambda v: tnp.sum(layer(v)))(x),
+             lambda: ts.vmap(layer)(batch), lambda: ts.jit(ts.grad(lambda v: tnp.sum(layer(v))))(x)]
+    for call in calls:
+        with pytest.raises(ts.ShapeError) as e:
+            call()
+        assert str(e.value).startswith("[matmul]"), str(e.value)
+        assert str(e.value).endswith(f"(traced at {__file__}:{line} in layer)"), str(e.value)
+    # Eagerly the traceback has the line; the message stays the C++ one.
+    with pytest.raises(ts.ShapeError) as e:
+        layer(x)
+    assert "traced at" not in str(e.value)

@@ -1,3 +1,6 @@
+import dataclasses
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
@@ -183,3 +186,59 @@ def test_wrapped_functions_are_collected():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "leaked" not in out.stderr, out.stderr
+
+
+# ------------------------------------------------- NamedTuples and dataclasses
+
+class Params(NamedTuple):
+    w: object
+    b: object
+
+
+@dataclasses.dataclass
+class Layer:
+    w: object
+    b: object
+    name: str = "dense"
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    scale: object
+
+
+def test_namedtuple_and_dataclass_pytrees():
+    rng = np.random.default_rng(0)
+    w_np, b_np, x_np = (rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (3,), (5, 4)))
+    w, b, x = (ts.device_put(a) for a in (w_np, b_np, x_np))
+
+    def loss(p, x):
+        return tnp.sum(tnp.tanh(x @ p.w + p.b))
+
+    # grad keeps the parameters' container type.
+    g = ts.grad(loss)(Params(w, b), x)
+    assert type(g) is Params
+    t = np.tanh(x_np @ w_np + b_np)
+    np.testing.assert_allclose(np.asarray(g.b), (1 - t**2).sum(0), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(g.w), x_np.T @ (1 - t**2), rtol=1e-5)
+    gd = ts.grad(loss)(Layer(w, b), x)
+    assert type(gd) is Layer and gd.name == "dense"
+    np.testing.assert_allclose(np.asarray(gd.w), np.asarray(g.w), rtol=1e-6)
+
+    # jit takes and returns them; a dataclass's static field is part of the key.
+    f = ts.jit(lambda layer, x: Params(x @ layer.w, layer.b * 2.0) if layer.name == "dense" else Params(x, x))
+    out = f(Layer(w, b), x)
+    assert type(out) is Params
+    np.testing.assert_allclose(np.asarray(out.w), x_np @ w_np, rtol=1e-5)
+    out2 = f(Layer(w, b, name="other"), x)
+    np.testing.assert_array_equal(np.asarray(out2.w), x_np)
+    assert f.cache_size() == 2
+    r = ts.jit(lambda fr, x: Frozen(fr.scale * x))(Frozen(ts.device_put(np.float32(3.0))), x)
+    assert type(r) is Frozen
+    np.testing.assert_allclose(np.asarray(r.scale), 3 * x_np)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.scale = 1
+
+    # vmap over a NamedTuple of batched arrays.
+    v = ts.vmap(lambda p: p.w.sum() + p.b.sum())(Params(x, x))
+    np.testing.assert_allclose(np.asarray(v), 2 * x_np.sum(1), rtol=1e-5)
