@@ -330,7 +330,11 @@ ts::detail::ShardMapBody make_body(std::shared_ptr<BodyState> st) {
       if (!st->fun->obj.is_valid()) throw ts::Error("[shard_map] the body's function was released at exit");
       std::size_t k = 0;
       nb::object args = rebuild(st->skeleton->obj, local, k);
-      nb::object r = st->fun->obj(*args);
+      nb::object r;
+      {
+        PythonTraceScope tracing;  // errors of ops in the body name its line
+        r = st->fun->obj(*args);
+      }
       std::vector<ts::Array> outs;
       OutDef d = flatten_out(r, outs);
       std::lock_guard<std::mutex> lock(st->mu);
@@ -345,7 +349,8 @@ ts::detail::ShardMapBody make_body(std::shared_ptr<BodyState> st) {
         try {
           std::rethrow_exception(c);
         } catch (const std::exception& ce) {
-          if (nb::cast<std::string>(nb::str(e.value())) == ce.what()) std::rethrow_exception(c);
+          // (The Python message may end with where the body called it.)
+          if (nb::cast<std::string>(nb::str(e.value())).rfind(ce.what(), 0) == 0) std::rethrow_exception(c);
         } catch (...) {
         }
       }

@@ -381,3 +381,14 @@ def test_shard_map_inside_a_body_raises():
     inner = ts.shard_map(lambda v: v, mesh=m, in_specs=P("x"), out_specs=P("x"))
     with pytest.raises(ts.ShardingError, match=r"^\[shard_map\] cannot be called inside a shard_map body"):
         ts.shard_map(lambda v: inner(v), mesh=m, in_specs=P("x"), out_specs=P("x"))(put(host((4,)), m, P("x")))
+
+
+def test_errors_of_ops_in_a_body_name_its_line():
+    m = mesh1d(2)
+
+    def body(v):
+        return v @ v  # the line named
+
+    with pytest.raises(ts.ShapeError) as e:
+        ts.shard_map(body, mesh=m, in_specs=P("x"), out_specs=P("x"))(put(host((4, 3)), m, P("x")))
+    assert "(traced at " + __file__ in str(e.value) and "in body)" in str(e.value)
