@@ -204,6 +204,8 @@ nb::object unflatten_all(const std::shared_ptr<const std::any>& tree, const std:
 ts::detail::TraceFn trace_fn(nb::handle fun, const nb::args& args, const char* op,
                              const std::vector<bool>& is_static = {}) {
   return [fun, &args, op, is_static](const std::vector<ts::Array>& tracers, std::any& tree) {
+    // Called with the GIL released (on the calling thread or a device's worker).
+    nb::gil_scoped_acquire gil;
     std::size_t k = 0;
     nb::list call_args;
     for (std::size_t i = 0; i < args.size(); ++i)
@@ -297,13 +299,20 @@ struct PyJit {
   nb::object call(nb::args args, nb::kwargs kwargs) const {
     if (kwargs.size() != 0) throw nb::type_error("jit: keyword arguments are not supported so far; pass them positionally");
     Flat f = flatten(args);
-    auto res = cache->call(std::move(f.arrays), f.statics, trace_fn(fun, args, "jit", f.is_static), f.layouts);
+    const ts::detail::TraceFn fn = trace_fn(fun, args, "jit", f.is_static);
+    ts::detail::JitResult res;
+    {
+      ReleaseForDevices release;
+      res = cache->call(std::move(f.arrays), f.statics, fn, f.layouts);
+    }
     return unflatten_all(res.tree, res.outs);
   }
 
   std::string lower(nb::args args) const {
     Flat f = flatten(args);
-    return cache->lower(std::move(f.arrays), f.statics, trace_fn(fun, args, "jit", f.is_static), f.layouts).as_text();
+    const ts::detail::TraceFn fn = trace_fn(fun, args, "jit", f.is_static);
+    ReleaseForDevices release;
+    return cache->lower(std::move(f.arrays), f.statics, fn, f.layouts).as_text();
   }
 };
 
@@ -336,6 +345,7 @@ struct PyGrad {
       flatten_in(args[i], leaves, ignored);
     }
     ts::detail::TraceFn fn = [&](const std::vector<ts::Array>& tracers, std::any& tree) {
+      nb::gil_scoped_acquire gil;
       std::size_t k = 0;
       nb::list call_args;
       for (std::size_t i = 0; i < args.size(); ++i)
@@ -360,7 +370,11 @@ struct PyGrad {
       return outs;
     };
     ts::detail::Pullback back;
-    auto res = ts::detail::vjp_call(fn, leaves, back);
+    ts::detail::JitResult res;
+    {
+      ReleaseForDevices release;
+      res = ts::detail::vjp_call(fn, leaves, back);
+    }
     const auto& def = std::any_cast<const std::shared_ptr<OutDef>&>(*res.tree);
     const OutDef& value_def = has_aux ? def->children[0] : *def;
     if (value_def.kind != OutDef::Kind::Leaf || res.outs.empty())
@@ -371,7 +385,11 @@ struct PyGrad {
                            (has_aux ? " (with its aux)" : "") + ", got " + ts::typeof(value));
     std::vector<ts::Array> cts(res.outs.size());
     cts[0] = ts::ones({}, value.dtype(), value.sharding(), kNoLoc);
-    std::vector<ts::Array> grads = back(cts);
+    std::vector<ts::Array> grads;
+    {
+      ReleaseForDevices release;
+      grads = back(cts);
+    }
     std::size_t k = 0;
     nb::list per_arg;
     for (int a : nums) per_arg.append(rebuild_in(args[a], grads, k));
@@ -391,6 +409,7 @@ struct PyJacobian {
 
   ts::Array call(const ts::Array& x, nb::args rest) const {
     std::function<ts::Array(const ts::Array&)> f = [&](const ts::Array& a) {
+      nb::gil_scoped_acquire gil;
       nb::list call_args;
       call_args.append(nb::cast(a));
       for (nb::handle r : rest) call_args.append(r);
@@ -403,6 +422,7 @@ struct PyJacobian {
         throw nb::type_error((std::string(name) + ": the function must return one Array").c_str());
       return nb::cast<ts::Array>(r);
     };
+    ReleaseForDevices release;
     return ts::detail::jacobian_call(f, x, chunk_size, forward, name);
   }
 };
@@ -436,7 +456,12 @@ struct PyVmap {
     } else {
       for (nb::handle h : out_axes) opt.out_axes.push_back(axis_of(h));
     }
-    auto res = ts::detail::vmap_call(arrays, axes, opt, trace_fn(fun, args, "vmap"), "vmap");
+    const ts::detail::TraceFn fn = trace_fn(fun, args, "vmap");
+    ts::detail::JitResult res;
+    {
+      ReleaseForDevices release;
+      res = ts::detail::vmap_call(arrays, axes, opt, fn, "vmap");
+    }
     return unflatten_all(res.tree, res.outs);
   }
 };
@@ -486,21 +511,35 @@ void init_transforms(nb::module_& m) {
       throw nb::value_error("jvp: primals and tangents must have the same number of arguments");
     std::vector<ts::Array> p = leaves_of(primals, "jvp"), t = leaves_of(tangents, "jvp"), t_out;
     nb::args args = nb::borrow<nb::args>(primals);
-    auto res = ts::detail::jvp_call(trace_fn(fun, args, "jvp"), p, t, t_out);
+    const ts::detail::TraceFn fn = trace_fn(fun, args, "jvp");
+    ts::detail::JitResult res;
+    {
+      ReleaseForDevices release;
+      res = ts::detail::jvp_call(fn, p, t, t_out);
+    }
     return nb::make_tuple(unflatten_all(res.tree, res.outs), unflatten_all(res.tree, t_out));
   }, "fun"_a, "primals"_a, "tangents"_a, "The value of fun at primals and its tangent along tangents.");
 
   m.def("vjp", [](nb::object fun, nb::args primals) {
     std::vector<ts::Array> p = leaves_of(primals, "vjp");
     ts::detail::Pullback back;
-    auto res = ts::detail::vjp_call(trace_fn(fun, primals, "vjp"), p, back);
+    const ts::detail::TraceFn fn = trace_fn(fun, primals, "vjp");
+    ts::detail::JitResult res;
+    {
+      ReleaseForDevices release;
+      res = ts::detail::vjp_call(fn, p, back);
+    }
     nb::object out = unflatten_all(res.tree, res.outs);
     nb::tuple shapes = nb::borrow<nb::tuple>(primals);
     auto tree = res.tree;
     nb::object pullback = nb::cpp_function([back, shapes, tree](nb::handle ct) {
       std::vector<ts::Array> ct_leaves;
       flatten_out(ct, ct_leaves, "vjp");
-      std::vector<ts::Array> cts = back(ct_leaves);
+      std::vector<ts::Array> cts;
+      {
+        ReleaseForDevices release;
+        cts = back(ct_leaves);
+      }
       std::size_t k = 0;
       nb::list out;
       for (nb::handle a : shapes) out.append(rebuild_in(a, cts, k));

@@ -203,19 +203,54 @@ def test_jvp_of_shard_map():
     np.testing.assert_allclose(np.asarray(ty), (2 * x * t).reshape(4, 2).sum(0), rtol=1e-5)
 
 
-def test_under_jit_and_grad_the_body_cannot_run_yet():
-    # jit's compiled program and grad's backward pass call the body again
-    # while holding the GIL: a clear error, never a hang.
+def test_jit_of_shard_map():
+    m = mesh1d(8)
+    x = host((16, 3))
+    a = put(x, m, P("x"))
+    f = ts.shard_map(lambda v: lax.psum(v * 2.0, "x"), mesh=m, in_specs=P("x"), out_specs=P())
+    jf = ts.jit(f)
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(jf(a)), np.asarray(f(a)), rtol=1e-6)
+    assert jf.cache_size() == 1
+    assert "shard_map" in jf.lower(a)
+
+
+def test_shard_map_inside_a_jitted_function():
     m = mesh1d(4)
-    a = put(host((8,)), m, P("x"))
-    f = ts.shard_map(lambda v: lax.psum(tnp.sum(v * v), "x"), mesh=m, in_specs=P("x"), out_specs=P())
-    with pytest.raises(ts.Error, match=r"^\[shard_map\] the body is a Python function, and the call running it "
-                                       r"holds the GIL"):
-        ts.jit(f)(a)
-    with pytest.raises(ts.Error, match=r"^\[shard_map\] the body is a Python function"):
-        ts.grad(f)(a)
-    # The devices are free again.
-    np.testing.assert_allclose(float(f(a)), float(np.sum(np.asarray(a) ** 2)), rtol=1e-5)
+    x = host((8,))
+
+    @ts.jit
+    def g(v):
+        s = ts.shard_map(lambda u: lax.psum(tnp.sum(u * u), "x"), mesh=m, in_specs=P("x"), out_specs=P())(v)
+        return tnp.sqrt(s) + 1.0
+
+    np.testing.assert_allclose(float(g(put(x, m, P("x")))), np.sqrt((x * x).sum()) + 1, rtol=1e-5)
+
+
+def test_grad_of_shard_map():
+    m = mesh1d(4)
+    x = host((8,))
+    a = put(x, m, P("x"))
+    f = ts.shard_map(lambda u: lax.psum(tnp.sum(u * u * u), "x"), mesh=m, in_specs=P("x"), out_specs=P())
+    np.testing.assert_allclose(np.asarray(ts.grad(f)(a)), 3 * x * x, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ts.jit(ts.grad(f))(a)), 3 * x * x, rtol=1e-5)
+
+
+def test_an_error_in_a_jitted_body_comes_out_as_raised():
+    m = mesh1d(8)
+    a = put(host((16,)), m, P("x"))
+    calls = []
+
+    def body(v):
+        calls.append(1)
+        if len(calls) > 8 and int(lax.axis_index("x")) == 3:  # not while tracing: when the program runs
+            raise ValueError("late")
+        return lax.psum(v, "x")
+
+    jf = ts.jit(ts.shard_map(body, mesh=m, in_specs=P("x"), out_specs=P()))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="late"):
+            jf(a)
 
 
 def test_errors_in_the_body_under_jit_tracing_come_out_as_raised():
