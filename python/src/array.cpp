@@ -211,6 +211,9 @@ void init_array(nb::module_& m) {
       .def_prop_ro("sharding", &ts::Array::sharding)
       .def_prop_ro("is_fully_replicated", [](const ts::Array& a) { return a.sharding().is_fully_replicated(); })
       .def_prop_ro("addressable_shards", &ts::Array::addressable_shards)
+      .def(
+          "devices", [](nb::handle self) { return self.attr("sharding").attr("device_set"); },
+          "The set of devices holding the array's shards (JAX's Array.devices()).")
       .def_prop_ro("T", [](const ts::Array& a) { return ts::transpose(a, {}, kNoLoc); })
       .def_prop_ro("typeof", [](const ts::Array& a) { return ts::typeof(a); },
                    "The type string with the sharding: 'f32[10@x,8@y]'.")
@@ -249,7 +252,7 @@ void init_array(nb::module_& m) {
         for (std::int64_t i = 0; i < a.shape()[0]; ++i) rows.append(nb::cast(getitem(a, nb::int_(i))));
         return nb::iter(rows);
       })
-      .def("__getitem__", &getitem)
+      .def("__getitem__", &getitem, nb::arg().none())
       .def("__bool__", [](const ts::Array& a) {
         const int truth = PyObject_IsTrue(item_of(single_element(a, "bool")).ptr());
         if (truth < 0) throw nb::python_error();

@@ -175,7 +175,7 @@ def test_indexing(mesh):
     x = host((10, 7))
     a = ts.device_put(x, NamedSharding(mesh, specs_for(mesh, 2)[-1]))
     for key in [3, -1, slice(2, 8), slice(None, None, 2), slice(None, None, -1), (slice(1, 9, 3), 4),
-                (Ellipsis, 2), (None, 3), (slice(None), None, slice(2, 5)), (2, slice(None)), ()]:
+                (Ellipsis, 2), (None, 3), None, (slice(None), None, slice(2, 5)), (2, slice(None)), ()]:
         np.testing.assert_array_equal(np.asarray(a[key]), x[key], err_msg=repr(key))
     np.testing.assert_array_equal(np.asarray(a[np.array([4, 0, 9])]), x[[4, 0, 9]])
     np.testing.assert_array_equal(np.asarray(a[:, np.array([6, 1])]), x[:, [6, 1]])
@@ -199,6 +199,7 @@ def test_methods():
     assert a.astype("float64").dtype == np.float64
     assert a.block_until_ready() is a
     assert a.nbytes == x.nbytes and a.itemsize == 4
+    assert a.devices() == {ts.devices()[0]}
 
 
 def test_dlpack():
