@@ -1,6 +1,7 @@
 // The `tessera` command-line program.
 //
-//   tessera [--num-devices N] devices   list the devices, their processes and where their count came from
+//   tessera [--num-devices N] devices   list the devices, their processes and where their count came from,
+//                                       and the GPUs with their memory (or why there are none)
 //   tessera [--num-devices N] demo      meshes, shardings, reshards, timed against memcpy
 //   tessera ifu [--config C] [--input G] [--output cube.fits] [--devices N]
 //                                       the IFU datacube pipeline (apps/ifu)
@@ -12,6 +13,7 @@
 //
 // Errors from the library (tessera::Error) are printed and exit with code 1.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -21,6 +23,7 @@
 #include <tessera/tessera.hpp>
 
 #include "commands.hpp"
+#include "runtime/gpus.hpp"
 
 namespace ts = tessera;
 
@@ -53,8 +56,51 @@ std::pair<int, int> mesh_shape_for(int n) {
   return {a, n / a};
 }
 
+namespace {
+
+std::string gib(std::size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+// The GPUs this process sees (or why there are none), with memory, and the
+// devices they would give: the CUDA execution backend does not exist yet,
+// so they run nothing, and the listing says so.
+void print_gpus() {
+  // Checked even without GPUs, so a bad setting shows up here first.
+  const int per_gpu = ts::config::devices_per_gpu();
+  std::string why;
+  const int n = ts::detail::cuda_device_count(&why);
+  if (n == 0) {
+    std::cout << "GPUs: none: " << why << "\n";
+    return;
+  }
+  std::cout << "GPUs: " << n << " (CUDA runtime " << ts::detail::cuda_runtime_version() << "), " << per_gpu
+            << " device" << (per_gpu == 1 ? "" : "s") << " each (TESSERA_DEVICES_PER_GPU): " << n * per_gpu
+            << " device" << (n * per_gpu == 1 ? "" : "s") << "\n";
+  for (const ts::detail::GpuInfo& g : ts::detail::cuda_gpus(/*free_memory=*/true)) {
+    std::cout << "  GPU " << g.index << "  " << g.name << "  sm_" << g.cc_major << g.cc_minor << "  "
+              << gib(g.total_bytes) << " total";
+    if (g.free_known) std::cout << ", " << gib(g.free_bytes) << " free";
+    if (!g.pci_bus_id.empty()) std::cout << "  pci " << g.pci_bus_id;
+    std::cout << "\n";
+  }
+  std::cout << "  (this build cannot run on GPUs yet: the CUDA execution backend is still to come)\n";
+}
+
+}  // namespace
+
 int cmd_devices(const Context& ctx) {
-  const std::vector<ts::Device> devs = ts::devices();
+  std::vector<ts::Device> devs;
+  try {
+    devs = ts::devices();
+  } catch (const ts::DeviceError&) {
+    // A platform the runtime cannot start on (TESSERA_PLATFORM=cuda): show
+    // the GPUs, then the error.
+    print_gpus();
+    throw;
+  }
   // Under mpirun every process knows every device (and which process owns
   // it), so process 0 alone prints the whole list.
   if (ts::process_index() != 0) return 0;
@@ -71,6 +117,9 @@ int cmd_devices(const Context& ctx) {
     std::cout << "  " << s << "  kind=" << d.kind() << "  process=" << d.process_index()
               << (d.is_local() ? "  local" : "") << "\n";
   }
+  print_gpus();
+  const auto platform = ts::config::platform_setting();
+  std::cout << "platform: " << (platform ? *platform : "cpu") << (platform ? " (TESSERA_PLATFORM)" : " (the default; TESSERA_PLATFORM=cpu|cuda chooses)") << "\n";
   return 0;
 }
 
@@ -92,7 +141,7 @@ int run(int argc, char** argv) {
                  "else hardware threads)");
 
   CLI::App* devices =
-      app.add_subcommand("devices", "list the devices, their processes and where their count came from");
+      app.add_subcommand("devices", "list the devices, their processes and where their count came from, and the GPUs");
   CLI::App* demo = app.add_subcommand("demo", "meshes, shardings and reshards, timed against memcpy");
   cli::DemoOptions dopt;
   demo->add_option("--rows", dopt.rows, "rows of the large f64 array")->capture_default_str()->check(CLI::PositiveNumber);

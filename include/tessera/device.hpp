@@ -18,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera {
@@ -52,6 +53,13 @@ class Device {
 /// All devices of every process, ordered by id (by process, then by local
 /// id). Starts the runtime on first use.
 std::vector<Device> devices();
+/// The devices of one platform, as JAX's jax.devices(backend): "cpu" gives
+/// devices(). "cuda" raises DeviceError saying why it cannot: no CUDA GPU
+/// (no driver, no device, or a build without CUDA), or, where there are
+/// GPUs, that this build cannot run on them yet (it finds and lists them,
+/// see `tessera devices`, but has no CUDA execution backend). Any other
+/// name raises DeviceError listing the platforms.
+std::vector<Device> devices(std::string_view platform);
 /// Number of devices of every process.
 int device_count();
 /// This process's devices, ordered by id.
@@ -70,6 +78,14 @@ void set_num_cpu_devices(int n);
 /// device count the runtime starts with unless set_num_cpu_devices says
 /// otherwise. Read here only, so messages can say where a count came from.
 std::optional<std::string> num_cpu_devices_setting();
+/// The TESSERA_PLATFORM setting as given (nullopt when unset or empty), as
+/// JAX_PLATFORMS: "cpu" (the default) or "cuda". The runtime checks it as
+/// it starts and raises DeviceError for a platform it cannot run on.
+std::optional<std::string> platform_setting();
+/// Tessera devices per GPU, from TESSERA_DEVICES_PER_GPU (default 1): k > 1
+/// splits each GPU into k devices, to test meshes on one GPU. DeviceError
+/// when the setting is not a positive integer.
+int devices_per_gpu();
 /// Seconds a collective waits for the rest of its group before raising
 /// CollectiveError (default: TESSERA_COLLECTIVE_TIMEOUT, else 60).
 void set_collective_timeout(double seconds);

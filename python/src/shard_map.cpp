@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "pytree.hpp"
 
 namespace tessera_py {
 
@@ -121,37 +122,31 @@ auto collective(F&& f) {
 
 // ---------------------------------------------------------------- pytrees
 
-bool is_array_leaf(nb::handle h) {
-  if (nb::isinstance<ts::Array>(h)) return true;
-  return nb::isinstance(h, nb::module_::import_("numpy").attr("ndarray"));
-}
-
-nb::list sorted_keys(nb::handle dict) {
-  nb::list keys = nb::list(dict.attr("keys")());
-  keys.sort();
-  return keys;
-}
-
-std::string py_type_name(nb::handle h) { return nb::cast<std::string>(nb::str(h.type().attr("__name__"))); }
-
 // Stands for an array in the skeleton of the arguments kept by the body.
-nb::object& leaf_marker() {
-  static nb::object* marker = new nb::object(nb::module_::import_("builtins").attr("object")());
-  return *marker;
+nb::handle leaf_marker() {
+  // Leaked: a static nb::object would be released after the interpreter is gone.
+  static nb::handle marker = nb::object(nb::module_::import_("builtins").attr("object")()).release();
+  return marker;
 }
 
 // Flattens argument `arg` against its in_specs entry `spec` (a JAX pytree
-// prefix: a PartitionSpec stands for every array below it): appends its
+// prefix: a PartitionSpec stands for every array below it; a node of specs
+// has the argument's node there, the same kind and class): appends its
 // arrays (NumPy ones placed replicated on the mesh) and their specs, and
 // returns the argument with its arrays replaced by the leaf marker.
 nb::object flatten_arg(nb::handle arg, nb::handle spec, const ts::Mesh& mesh, std::vector<ts::Array>& leaves,
                        std::vector<ts::PartitionSpec>& specs, const std::string& what) {
+  const bool array = is_array_leaf(arg);
+  const Node n = array ? Node{} : node_of(arg);
+  // Other leaves reach every device's body as they are (as in C++), whatever
+  // their spec (a dataclass's static fields have no PartitionSpec).
+  if (!array && n.kind == Node::Kind::Leaf) return nb::borrow(arg);
   const bool one_spec = nb::isinstance<ts::PartitionSpec>(spec);
-  if (!one_spec && !nb::isinstance<nb::tuple>(spec) && !nb::isinstance<nb::list>(spec) &&
-      !nb::isinstance<nb::dict>(spec))
-    throw nb::type_error(("shard_map: " + what + " must be a PartitionSpec or a tuple, list or dict of them, got " +
-                          nb::cast<std::string>(nb::repr(spec))).c_str());
-  if (is_array_leaf(arg)) {
+  const Node spec_node = one_spec ? Node{} : node_of(spec);
+  if (!one_spec && spec_node.kind == Node::Kind::Leaf)
+    throw nb::type_error(("shard_map: " + what + " must be a PartitionSpec or a tuple, list, dict, NamedTuple or "
+                          "dataclass of them, got " + nb::cast<std::string>(nb::repr(spec))).c_str());
+  if (array) {
     if (!one_spec)
       throw ts::ShapeError("[shard_map] tree structure mismatch: " + what + " is a " + py_type_name(spec) +
                            " but the argument there is an array");
@@ -159,145 +154,40 @@ nb::object flatten_arg(nb::handle arg, nb::handle spec, const ts::Mesh& mesh, st
                          ? nb::cast<ts::Array>(arg)
                          : from_host(arg, ts::NamedSharding(mesh, ts::P()), {}, "shard_map"));
     specs.push_back(nb::cast<ts::PartitionSpec>(spec));
-    return leaf_marker();
+    return nb::borrow(leaf_marker());
   }
-  const bool seq = nb::isinstance<nb::tuple>(arg) || nb::isinstance<nb::list>(arg);
-  if (seq || nb::isinstance<nb::dict>(arg)) {
-    if (!one_spec) {
-      const bool same = seq ? (nb::isinstance<nb::tuple>(arg) == nb::isinstance<nb::tuple>(spec) &&
-                               nb::isinstance<nb::list>(arg) == nb::isinstance<nb::list>(spec) &&
-                               nb::len(arg) == nb::len(spec))
-                            : (nb::isinstance<nb::dict>(spec) &&
-                               PyObject_RichCompareBool(sorted_keys(arg).ptr(), sorted_keys(spec).ptr(), Py_EQ) == 1);
-      if (!same)
-        throw ts::ShapeError("[shard_map] tree structure mismatch: " + what + " is " +
-                             nb::cast<std::string>(nb::repr(spec)) + " but the argument there is a " +
-                             py_type_name(arg) + " of " + std::to_string(nb::len(arg)));
-    }
-    if (seq) {
-      nb::list out;
-      std::size_t i = 0;
-      for (nb::handle c : arg) {
-        nb::handle s = one_spec ? spec : nb::handle(spec[nb::int_(i)]);
-        out.append(flatten_arg(c, s, mesh, leaves, specs, what + "[" + std::to_string(i) + "]"));
-        ++i;
-      }
-      if (nb::isinstance<nb::tuple>(arg)) return nb::tuple(out);
-      return out;
-    }
-    nb::dict out;
-    for (nb::handle k : sorted_keys(arg)) {
-      nb::handle s = one_spec ? spec : nb::handle(spec[k]);
-      out[k] = flatten_arg(arg[k], s, mesh, leaves, specs, what + "[" + nb::cast<std::string>(nb::repr(k)) + "]");
-    }
-    return out;
+  if (!one_spec) {
+    const bool same = spec_node.kind == n.kind &&
+                      ((n.kind != Node::Kind::NamedTuple && n.kind != Node::Kind::Dataclass) ||
+                       spec.type().is(arg.type())) &&
+                      spec_node.children.size() == n.children.size() && spec_node.fields == n.fields &&
+                      PyObject_RichCompareBool(spec_node.keys.ptr(), n.keys.ptr(), Py_EQ) == 1;
+    if (!same)
+      throw ts::ShapeError("[shard_map] tree structure mismatch: " + what + " is " +
+                           nb::cast<std::string>(nb::repr(spec)) + " but the argument there is a " +
+                           py_type_name(arg) + " of " + std::to_string(n.children.size()));
   }
-  // Other leaves reach every device's body as they are (as in C++).
-  return nb::borrow(arg);
-}
-
-// The skeleton with its markers replaced by the next of `arrays`.
-nb::object rebuild(nb::handle h, const std::vector<ts::Array>& arrays, std::size_t& k) {
-  if (h.is(leaf_marker())) return nb::cast(arrays.at(k++));
-  if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
-    nb::list out;
-    for (nb::handle c : h) out.append(rebuild(c, arrays, k));
-    if (nb::isinstance<nb::tuple>(h)) return nb::tuple(out);
-    return out;
-  }
-  if (nb::isinstance<nb::dict>(h)) {
-    nb::dict out;
-    for (nb::handle key : sorted_keys(h)) out[key] = rebuild(h[key], arrays, k);
-    return out;
-  }
-  return nb::borrow(h);
-}
-
-// The structure of the body's result, without Python references.
-struct OutDef {
-  enum class Kind { Leaf, None, Tuple, List, Dict } kind = Kind::Leaf;
-  std::vector<OutDef> children;
-  std::vector<std::string> keys;
-};
-
-OutDef flatten_out(nb::handle h, std::vector<ts::Array>& leaves) {
-  OutDef d;
-  if (nb::isinstance<ts::Array>(h)) {
-    leaves.push_back(nb::cast<ts::Array>(h));
-  } else if (h.is_none()) {
-    d.kind = OutDef::Kind::None;
-  } else if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
-    d.kind = nb::isinstance<nb::tuple>(h) ? OutDef::Kind::Tuple : OutDef::Kind::List;
-    for (nb::handle c : h) d.children.push_back(flatten_out(c, leaves));
-  } else if (nb::isinstance<nb::dict>(h)) {
-    d.kind = OutDef::Kind::Dict;
-    for (nb::handle k : sorted_keys(h)) {
-      if (!nb::isinstance<nb::str>(k)) throw nb::type_error("shard_map: result dict keys must be str");
-      d.keys.push_back(nb::cast<std::string>(k));
-      d.children.push_back(flatten_out(h[k], leaves));
-    }
-  } else {
-    throw nb::type_error(("shard_map: the body must return Arrays (or tuples, lists, dicts of them), got " +
-                          py_type_name(h)).c_str());
-  }
-  return d;
-}
-
-nb::object unflatten_out(const OutDef& d, const std::vector<ts::Array>& arrays, std::size_t& k) {
-  switch (d.kind) {
-    case OutDef::Kind::Leaf: return nb::cast(arrays.at(k++));
-    case OutDef::Kind::None: return nb::none();
-    case OutDef::Kind::Tuple:
-    case OutDef::Kind::List: {
-      nb::list out;
-      for (const auto& c : d.children) out.append(unflatten_out(c, arrays, k));
-      if (d.kind == OutDef::Kind::Tuple) return nb::tuple(out);
-      return out;
-    }
-    case OutDef::Kind::Dict: {
-      nb::dict out;
-      for (std::size_t i = 0; i < d.keys.size(); ++i) out[d.keys[i].c_str()] = unflatten_out(d.children[i], arrays, k);
-      return out;
-    }
-  }
-  return nb::none();
-}
-
-// "(P, [P, P])": a structure as text, "P" for each array or spec.
-std::string structure_of(const OutDef& d) {
-  switch (d.kind) {
-    case OutDef::Kind::Leaf: return "P";
-    case OutDef::Kind::None: return "None";
-    default: break;
-  }
-  std::string s = d.kind == OutDef::Kind::Tuple ? "(" : d.kind == OutDef::Kind::List ? "[" : "{";
-  for (std::size_t i = 0; i < d.children.size(); ++i)
-    s += (i ? ", " : "") + (d.kind == OutDef::Kind::Dict ? d.keys[i] + ": " : "") + structure_of(d.children[i]);
-  return s + (d.kind == OutDef::Kind::Tuple ? ")" : d.kind == OutDef::Kind::List ? "]" : "}");
+  std::vector<nb::object> children;
+  for (std::size_t i = 0; i < n.children.size(); ++i)
+    children.push_back(flatten_arg(n.children[i], one_spec ? spec : nb::handle(spec_node.children[i]), mesh, leaves,
+                                   specs, what + child_path(n, i)));
+  return with_children(arg, n, children);
 }
 
 // out_specs: one PartitionSpec for every output, or a tree with one per
 // output array; its structure as an OutDef (specs as leaves).
 OutDef flatten_out_specs(nb::handle h, std::vector<ts::PartitionSpec>& specs) {
-  OutDef d;
-  if (nb::isinstance<ts::PartitionSpec>(h)) {
-    specs.push_back(nb::cast<ts::PartitionSpec>(h));
-  } else if (h.is_none()) {
-    d.kind = OutDef::Kind::None;
-  } else if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
-    d.kind = nb::isinstance<nb::tuple>(h) ? OutDef::Kind::Tuple : OutDef::Kind::List;
-    for (nb::handle c : h) d.children.push_back(flatten_out_specs(c, specs));
-  } else if (nb::isinstance<nb::dict>(h)) {
-    d.kind = OutDef::Kind::Dict;
-    for (nb::handle k : sorted_keys(h)) {
-      d.keys.push_back(nb::cast<std::string>(nb::str(k)));
-      d.children.push_back(flatten_out_specs(h[k], specs));
-    }
-  } else {
-    throw nb::type_error(("shard_map: out_specs must be a PartitionSpec or a tuple, list or dict of them, got " +
-                          nb::cast<std::string>(nb::repr(h))).c_str());
-  }
-  return d;
+  TreeLeaves rules;
+  rules.take = [&specs](nb::handle x) {
+    if (!nb::isinstance<ts::PartitionSpec>(x)) return false;
+    specs.push_back(nb::cast<ts::PartitionSpec>(x));
+    return true;
+  };
+  rules.reject = [](nb::handle x) {
+    throw nb::type_error(("shard_map: out_specs must be a PartitionSpec or a tuple, list, dict, NamedTuple or "
+                          "dataclass of them, got " + nb::cast<std::string>(nb::repr(x))).c_str());
+  };
+  return flatten_tree(h, rules);
 }
 
 // --------------------------------------------------------------- the body
@@ -329,14 +219,16 @@ ts::detail::ShardMapBody make_body(std::shared_ptr<BodyState> st) {
     try {
       if (!st->fun->obj.is_valid()) throw ts::Error("[shard_map] the body's function was released at exit");
       std::size_t k = 0;
-      nb::object args = rebuild(st->skeleton->obj, local, k);
+      nb::object args =
+          map_leaves(st->skeleton->obj, [](nb::handle h) { return h.is(leaf_marker()); },
+                     [&](nb::handle) { return nb::cast(local.at(k++)); });
       nb::object r;
       {
         PythonTraceScope tracing;  // errors of ops in the body name its line
         r = st->fun->obj(*args);
       }
       std::vector<ts::Array> outs;
-      OutDef d = flatten_out(r, outs);
+      OutDef d = flatten_out(r, outs, "shard_map", "the body");
       std::lock_guard<std::mutex> lock(st->mu);
       if (!st->out_def) st->out_def = std::move(d);
       return outs;
@@ -397,7 +289,7 @@ struct PyShardMap {
       outs = ts::detail::shard_map_call(body, mesh, specs, outs_specs, opt, leaves);
     }
     if (!st->out_def) throw ts::Error("[shard_map] internal: no body returned");
-    if (spec_tree && structure_of(spec_def) != structure_of(*st->out_def))
+    if (spec_tree && !same_structure(spec_def, *st->out_def))
       throw ts::ShapeError("[shard_map] tree structure mismatch: out_specs is " + structure_of(spec_def) +
                            " but the body returned " + structure_of(*st->out_def) +
                            " (give one PartitionSpec per output array, or one for all)");
@@ -447,6 +339,10 @@ ts::AxisNames axis_names(nb::handle h) {
 }  // namespace
 
 void init_shard_map(nb::module_& m) {
+  // Python objects that bodies use on the devices' worker threads, made on
+  // the importing thread.
+  init_pytree();
+  (void)leaf_marker();
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);

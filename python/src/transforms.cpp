@@ -1,12 +1,14 @@
 // jit, vmap and autodiff of Python functions. A Python function becomes the
 // C++ transformations' TraceFn: its arguments are pytrees (tuples, lists,
-// dicts) whose Arrays are traced and whose other leaves are static (part of
-// the cache key, passed through as they are); it returns a pytree of Arrays.
+// dicts, NamedTuples, dataclasses: pytree.hpp) whose Arrays are traced and
+// whose other leaves are static (part of the cache key, passed through as
+// they are); it returns a pytree of Arrays.
 // Tracing calls the function on the calling thread, with the GIL held.
 #include <any>
 #include <memory>
 
 #include "common.hpp"
+#include "pytree.hpp"
 
 namespace tessera_py {
 namespace {
@@ -16,44 +18,6 @@ constexpr std::source_location kNoLoc{};
 
 // ------------------------------------------------------------ arguments
 
-bool is_array_leaf(nb::handle h) {
-  if (nb::isinstance<ts::Array>(h)) return true;
-  nb::module_ np = nb::module_::import_("numpy");
-  return nb::isinstance(h, np.attr("ndarray"));
-}
-
-// NamedTuples (tuples with _fields) and dataclass instances are pytree
-// nodes too, as in JAX: their fields are the children, in field order.
-bool is_namedtuple(nb::handle h) { return nb::isinstance<nb::tuple>(h) && nb::hasattr(h, "_fields"); }
-
-bool is_dataclass(nb::handle h) {
-  // Leaked: a static nb::object would be released after the interpreter is gone.
-  static nb::handle test = nb::object(nb::module_::import_("dataclasses").attr("is_dataclass")).release();
-  return !PyType_Check(h.ptr()) && nb::hasattr(h.type(), "__dataclass_fields__") && nb::cast<bool>(test(h));
-}
-
-// The dataclass's field names, in order.
-std::vector<std::string> dataclass_fields(nb::handle h) {
-  static nb::handle fields = nb::object(nb::module_::import_("dataclasses").attr("fields")).release();
-  std::vector<std::string> names;
-  for (nb::handle f : fields(h)) names.push_back(nb::cast<std::string>(f.attr("name")));
-  return names;
-}
-
-std::string type_key(nb::handle h) {
-  return nb::cast<std::string>(nb::str(h.type().attr("__module__"))) + "." +
-         nb::cast<std::string>(nb::str(h.type().attr("__qualname__")));
-}
-
-// A copy of dataclass h with its fields set to `values` (frozen ones too).
-nb::object replace_fields(nb::handle h, const std::vector<std::string>& names, const std::vector<nb::object>& values) {
-  static nb::handle copy = nb::object(nb::module_::import_("copy").attr("copy")).release();
-  static nb::handle setattr = nb::object(nb::module_::import_("builtins").attr("object").attr("__setattr__")).release();
-  nb::object out = copy(h);
-  for (std::size_t i = 0; i < names.size(); ++i) setattr(out, names[i].c_str(), values[i]);
-  return out;
-}
-
 // Appends h's arrays to `leaves` (NumPy arrays placed replicated on the
 // mesh of the first Array seen, else on device 0) and its structure and
 // static leaves to `statics`.
@@ -61,138 +25,33 @@ void flatten_in(nb::handle h, std::vector<ts::Array>& leaves, std::string& stati
   if (is_array_leaf(h)) {
     leaves.push_back(to_array(h, leaves.empty() ? nullptr : &leaves.front(), "jit"));
     statics += "a;";
-  } else if (is_dataclass(h)) {
-    statics += "D" + type_key(h) + "(";
-    for (const std::string& f : dataclass_fields(h)) flatten_in(h.attr(f.c_str()), leaves, statics);
-    statics += ")";
-  } else if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
-    statics += is_namedtuple(h) ? "N" + type_key(h) + "(" : nb::isinstance<nb::tuple>(h) ? "(" : "[";
-    for (nb::handle c : h) flatten_in(c, leaves, statics);
-    statics += ")";
-  } else if (nb::isinstance<nb::dict>(h)) {
-    statics += "{";
-    nb::list keys = nb::list(nb::handle(h).attr("keys")());
-    keys.sort();
-    for (nb::handle k : keys) {
-      statics += nb::cast<std::string>(nb::repr(k)) + ":";
-      flatten_in(h[k], leaves, statics);
-    }
-    statics += "}";
-  } else {
-    // Static: its type and repr are part of the cache key.
-    statics += "s" + nb::cast<std::string>(nb::str(h.type().attr("__name__"))) + ":" +
-               nb::cast<std::string>(nb::repr(h)) + ";";
+    return;
   }
+  const Node n = node_of(h);
+  switch (n.kind) {
+    case Node::Kind::Leaf:
+      // Static: its type and repr are part of the cache key.
+      statics += "s" + py_type_name(h) + ":" + nb::cast<std::string>(nb::repr(h)) + ";";
+      return;
+    case Node::Kind::Dataclass: statics += "D" + type_key(h) + "("; break;
+    case Node::Kind::NamedTuple: statics += "N" + type_key(h) + "("; break;
+    case Node::Kind::Tuple: statics += "("; break;
+    case Node::Kind::List: statics += "["; break;
+    case Node::Kind::Dict: statics += "{"; break;
+  }
+  for (std::size_t i = 0; i < n.children.size(); ++i) {
+    if (n.kind == Node::Kind::Dict) statics += nb::cast<std::string>(nb::repr(n.keys[i])) + ":";
+    flatten_in(n.children[i], leaves, statics);
+  }
+  statics += n.kind == Node::Kind::Dict ? "}" : ")";
 }
 
 // h with its arrays replaced by the next of `arrays`.
 nb::object rebuild_in(nb::handle h, const std::vector<ts::Array>& arrays, std::size_t& k) {
-  if (is_array_leaf(h)) return nb::cast(arrays.at(k++));
-  if (is_dataclass(h)) {
-    const std::vector<std::string> names = dataclass_fields(h);
-    std::vector<nb::object> values;
-    for (const std::string& f : names) values.push_back(rebuild_in(h.attr(f.c_str()), arrays, k));
-    return replace_fields(h, names, values);
-  }
-  if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
-    nb::list out;
-    for (nb::handle c : h) out.append(rebuild_in(c, arrays, k));
-    if (is_namedtuple(h)) return h.type()(*out);
-    if (nb::isinstance<nb::tuple>(h)) return nb::tuple(out);
-    return out;
-  }
-  if (nb::isinstance<nb::dict>(h)) {
-    nb::dict out;
-    nb::list keys = nb::list(nb::handle(h).attr("keys")());
-    keys.sort();
-    for (nb::handle key : keys) out[key] = rebuild_in(h[key], arrays, k);
-    return out;
-  }
-  return nb::borrow(h);
+  return map_leaves(h, is_array_leaf, [&](nb::handle) { return nb::cast(arrays.at(k++)); });
 }
 
 // -------------------------------------------------------------- results
-
-// The structure of a result, without Python references (it outlives the
-// call inside the jit cache).
-struct OutDef {
-  enum class Kind { Leaf, None, Tuple, List, Dict, NamedTuple, Dataclass } kind = Kind::Leaf;
-  std::vector<OutDef> children;
-  std::vector<std::string> keys;  // Dict: the keys; Dataclass: the field names
-  PyObject* type = nullptr;       // NamedTuple, Dataclass: the class (see result_type)
-};
-
-// A result's class, kept alive for the life of the process: OutDefs live in
-// jit caches, which may be destroyed without the GIL (at exit).
-PyObject* result_type(nb::handle h) {
-  PyObject* t = reinterpret_cast<PyObject*>(Py_TYPE(h.ptr()));
-  Py_INCREF(t);  // never released, on purpose
-  return t;
-}
-
-OutDef flatten_out(nb::handle h, std::vector<ts::Array>& leaves, const char* op) {
-  OutDef d;
-  if (nb::isinstance<ts::Array>(h)) {
-    leaves.push_back(nb::cast<ts::Array>(h));
-  } else if (h.is_none()) {
-    d.kind = OutDef::Kind::None;
-  } else if (is_dataclass(h)) {
-    d.kind = OutDef::Kind::Dataclass;
-    d.type = result_type(h);
-    d.keys = dataclass_fields(h);
-    for (const std::string& f : d.keys) d.children.push_back(flatten_out(h.attr(f.c_str()), leaves, op));
-  } else if (nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) {
-    d.kind = is_namedtuple(h) ? OutDef::Kind::NamedTuple
-             : nb::isinstance<nb::tuple>(h) ? OutDef::Kind::Tuple
-                                            : OutDef::Kind::List;
-    if (d.kind == OutDef::Kind::NamedTuple) d.type = result_type(h);
-    for (nb::handle c : h) d.children.push_back(flatten_out(c, leaves, op));
-  } else if (nb::isinstance<nb::dict>(h)) {
-    d.kind = OutDef::Kind::Dict;
-    nb::list keys = nb::list(nb::handle(h).attr("keys")());
-    keys.sort();
-    for (nb::handle k : keys) {
-      if (!nb::isinstance<nb::str>(k)) throw nb::type_error((std::string(op) + ": result dict keys must be str").c_str());
-      d.keys.push_back(nb::cast<std::string>(k));
-      d.children.push_back(flatten_out(h[k], leaves, op));
-    }
-  } else {
-    throw nb::type_error((std::string(op) + ": the function must return Arrays (or tuples, lists, dicts, NamedTuples, dataclasses of them), got " +
-                          nb::cast<std::string>(nb::str(h.type().attr("__name__"))))
-                             .c_str());
-  }
-  return d;
-}
-
-nb::object unflatten_out(const OutDef& d, const std::vector<ts::Array>& arrays, std::size_t& k) {
-  switch (d.kind) {
-    case OutDef::Kind::Leaf: return nb::cast(arrays.at(k++));
-    case OutDef::Kind::None: return nb::none();
-    case OutDef::Kind::Tuple:
-    case OutDef::Kind::NamedTuple:
-    case OutDef::Kind::List: {
-      nb::list out;
-      for (const auto& c : d.children) out.append(unflatten_out(c, arrays, k));
-      if (d.kind == OutDef::Kind::NamedTuple) return nb::handle(d.type)(*out);
-      if (d.kind == OutDef::Kind::Tuple) return nb::tuple(out);
-      return out;
-    }
-    case OutDef::Kind::Dataclass: {
-      // Built without __init__ (which may compute or check fields): the
-      // fields as they were returned.
-      nb::object out = nb::handle(d.type).attr("__new__")(nb::handle(d.type));
-      static nb::handle setattr = nb::object(nb::module_::import_("builtins").attr("object").attr("__setattr__")).release();
-      for (std::size_t i = 0; i < d.keys.size(); ++i) setattr(out, d.keys[i].c_str(), unflatten_out(d.children[i], arrays, k));
-      return out;
-    }
-    case OutDef::Kind::Dict: {
-      nb::dict out;
-      for (std::size_t i = 0; i < d.keys.size(); ++i) out[d.keys[i].c_str()] = unflatten_out(d.children[i], arrays, k);
-      return out;
-    }
-  }
-  return nb::none();
-}
 
 nb::object unflatten_all(const std::shared_ptr<const std::any>& tree, const std::vector<ts::Array>& arrays) {
   const auto& def = std::any_cast<const std::shared_ptr<OutDef>&>(*tree);
@@ -477,6 +336,7 @@ std::vector<ts::Array> leaves_of(nb::handle tree, const char* op) {
 }  // namespace
 
 void init_transforms(nb::module_& m) {
+  init_pytree();
   nb::class_<PyJit>(m, "Jitted", nb::type_slots(gc_slots<PyJit>()),
                    "A function traced once per input signature, partitioned, fused and cached.")
       .def("__call__", &PyJit::call)

@@ -1,8 +1,10 @@
 """tessera.shard_map: specs, pytrees, layouts, errors raised in bodies on some
 devices or all, and how it composes with jit, grad, jvp and vmap."""
 
+import dataclasses
 import functools
 import threading
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -150,6 +152,107 @@ def test_pytree_arguments_and_spec_trees():
     r0, r1 = g((put(w, m, P()), [put(w, m, P()), put(x, m, P())]))
     np.testing.assert_allclose(np.asarray(r0), 2 * w)
     np.testing.assert_allclose(np.asarray(r1), x)
+
+
+class Pair(NamedTuple):
+    a: object
+    b: object
+
+
+@dataclasses.dataclass
+class Block:
+    w: object
+    b: object
+
+
+@dataclasses.dataclass
+class Tagged:
+    x: object
+    tag: str = "plain"  # static: no PartitionSpec, reaches the body as it is
+
+
+def mesh_axes_spec(kind):
+    # A 1-d mesh of 4 devices, or the 2x4 mesh with its arrays split over both axes.
+    m, axes = (mesh1d(4), ("x",)) if kind == "1d" else (mesh24(), ("x", "y"))
+    return m, axes, P(*axes)
+
+
+def block_sum(v, m):
+    # The sum of v's blocks when split P("x") (1-d mesh) or P("x", "y") (2x4 mesh).
+    nx, ny = (m.shape["x"], m.shape.get("y", 1))
+    return v.reshape(nx, v.shape[0] // nx, ny, v.shape[1] // ny).sum((0, 2))
+
+
+@pytest.mark.parametrize("kind", ["1d", "2x4"])
+def test_namedtuple_arguments_and_results(kind):
+    m, axes, spec = mesh_axes_spec(kind)
+    x, y = host((8, 4), 1), host((8, 4), 2)
+    seen = []
+
+    def body(p):
+        seen.append(type(p))
+        return Pair(p.a + p.b, lax.psum(p.a * p.b, axes))
+
+    # Specs with the argument's and the result's structure.
+    f = ts.shard_map(body, mesh=m, in_specs=(Pair(spec, spec),), out_specs=Pair(spec, P()))
+    out = f(Pair(put(x, m, spec), y))
+    assert type(out) is Pair and set(seen) == {Pair}
+    np.testing.assert_allclose(np.asarray(out.a), x + y, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out.b), block_sum(x * y, m), rtol=1e-5, atol=1e-6)
+    assert out.b.sharding == NamedSharding(m, P())
+
+    # One PartitionSpec for every array of the argument and of the result.
+    g = ts.shard_map(lambda p: Pair(p.b, 2.0 * p.a), mesh=m, in_specs=spec, out_specs=spec)
+    out = g(Pair(put(x, m, P()), put(y, m, spec)))
+    assert type(out) is Pair
+    np.testing.assert_allclose(np.asarray(out.a), y)
+    np.testing.assert_allclose(np.asarray(out.b), 2 * x)
+    assert out.a.sharding == NamedSharding(m, spec)
+
+
+@pytest.mark.parametrize("kind", ["1d", "2x4"])
+def test_dataclass_arguments_and_results(kind):
+    m, axes, spec = mesh_axes_spec(kind)
+    w, b = host((8, 4), 3), host((8, 4), 4)
+    tags = []
+
+    def body(blk, t):
+        assert type(blk) is Block and type(t) is Tagged
+        tags.append(t.tag)
+        return Block(blk.w * t.x, lax.psum(blk.b, axes))
+
+    # Specs with the arguments' and the result's structure (a static field's spec is not used).
+    f = ts.shard_map(body, mesh=m, in_specs=(Block(spec, spec), Tagged(P())), out_specs=Block(spec, P()))
+    out = f(Block(put(w, m, spec), put(b, m, P())), Tagged(np.array(3.0, np.float32), tag="scaled"))
+    assert type(out) is Block and set(tags) == {"scaled"}
+    np.testing.assert_allclose(np.asarray(out.w), 3 * w, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out.b), block_sum(b, m), rtol=1e-5, atol=1e-6)
+
+    # One PartitionSpec for each argument, and for every array of the result.
+    g = ts.shard_map(lambda blk, t: Block(blk.w * t.x, blk.b + 1.0), mesh=m, in_specs=(spec, P()), out_specs=spec)
+    out = g(Block(w, put(b, m, spec)), Tagged(put(np.float32(2.0), m, P())))
+    assert type(out) is Block
+    np.testing.assert_allclose(np.asarray(out.w), 2 * w, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out.b), b + 1, rtol=1e-6)
+
+
+def test_namedtuple_and_dataclass_spec_mismatches():
+    m = mesh1d(4)
+    a = put(host((8,)), m, P("x"))
+    # A NamedTuple's spec tree is that NamedTuple (or one PartitionSpec), not a plain tuple.
+    f = ts.shard_map(lambda p: p.a, mesh=m, in_specs=((P("x"), P("x")),), out_specs=P("x"))
+    with pytest.raises(ts.ShapeError, match=r"^\[shard_map\] tree structure mismatch: in_specs entry 0 is "
+                                            r"\(PartitionSpec\('x',\), PartitionSpec\('x',\)\) but the argument "
+                                            r"there is a Pair of 2"):
+        f(Pair(a, a))
+    g = ts.shard_map(lambda v: Pair(v, v), mesh=m, in_specs=P("x"), out_specs=Block(P("x"), P("x")))
+    with pytest.raises(ts.ShapeError, match=r"^\[shard_map\] tree structure mismatch: out_specs is "
+                                            r"Block\(w=P, b=P\) but the body returned Pair\(P, P\)"):
+        g(a)
+    h = ts.shard_map(lambda blk: blk.w, mesh=m, in_specs=(Block(P("x"), (P("x"),)),), out_specs=P("x"))
+    with pytest.raises(ts.ShapeError, match=r"^\[shard_map\] tree structure mismatch: in_specs entry 0\.b is a "
+                                            r"tuple but the argument there is an array"):
+        h(Block(a, a))
 
 
 def test_captured_replicated_arrays():

@@ -6,7 +6,7 @@
 #include <limits>
 #include <utility>
 
-#include "core/convert.hpp"
+#include "kernels/convert.hpp"
 #include "core/dispatch.hpp"
 #include "tessera/array.hpp"
 

@@ -46,7 +46,7 @@ struct Operand {
 /// What a fusable elementwise primitive computes on one element, for the
 /// loops a backend generates for a fused group (backend/cpu/native): the
 /// op, its dtypes and its scalar operand. Each one names a function of
-/// core/scalar_math.hpp, the same the eager kernels call.
+/// kernels/scalar_math.hpp, the same the eager kernels call.
 struct ElementExpr {
   enum class Kind { Unary, Binary, BinaryScalar, Select, SelectScalar, Convert };
   Kind kind = Kind::Unary;

@@ -10,7 +10,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/wrapping.hpp"
+#include "kernels/wrapping.hpp"
 #include "tessera/dtype.hpp"
 
 namespace tessera::detail {

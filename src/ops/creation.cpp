@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/convert.hpp"
+#include "kernels/convert.hpp"
 #include "core/creation_op.hpp"
 #include "core/promote.hpp"
 #include "sharding/spec.hpp"

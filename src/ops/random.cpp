@@ -20,13 +20,13 @@
 //
 // The samplers bind primitives/random's sampler with the key as a parameter
 // (kernels in backend/cpu/random); the host forms of split and fold_in call
-// the same key functions (core/threefry.hpp) as the key-array forms' kernels.
+// the same key functions (kernels/threefry.hpp) as the key-array forms' kernels.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "core/promote.hpp"
-#include "core/threefry.hpp"
+#include "kernels/threefry.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
 #include "tessera/ops.hpp"

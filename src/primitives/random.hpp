@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/threefry.hpp"
+#include "kernels/threefry.hpp"
 #include "primitives/creation.hpp"
 #include "primitives/primitive.hpp"
 

@@ -1,6 +1,8 @@
 // Runtime configuration read by more than one layer: the collective timeout
-// (communicators, SPMD programs) and the device-count setting (the runtime
-// starts with it; the command line says where a count came from).
+// (communicators, SPMD programs), the device-count setting (the runtime
+// starts with it; the command line says where a count came from), and the
+// platform and devices-per-GPU settings.
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -22,6 +24,9 @@ double timeout_from_env() {
   return 60.0;
 }
 
+// More devices on one GPU than this is a typo, not a test mesh.
+constexpr long kMaxDevicesPerGpu = 1024;
+
 double g_timeout = -1;  // < 0: not set yet
 std::mutex g_timeout_mu;
 }  // namespace
@@ -30,6 +35,24 @@ namespace config {
 std::optional<std::string> num_cpu_devices_setting() {
   if (const char* env = std::getenv("TESSERA_NUM_CPU_DEVICES")) return std::string(env);
   return std::nullopt;
+}
+
+std::optional<std::string> platform_setting() {
+  const char* env = std::getenv("TESSERA_PLATFORM");
+  if (env == nullptr || *env == '\0') return std::nullopt;  // empty means unset, as JAX_PLATFORMS=''
+  return std::string(env);
+}
+
+int devices_per_gpu() {
+  const char* env = std::getenv("TESSERA_DEVICES_PER_GPU");
+  if (env == nullptr) return 1;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || errno == ERANGE || v < 1 || v > kMaxDevicesPerGpu)
+    throw DeviceError(std::string("[devices] TESSERA_DEVICES_PER_GPU: expected a positive integer (at most ") +
+                      std::to_string(kMaxDevicesPerGpu) + "), got '" + env + "'");
+  return static_cast<int>(v);
 }
 
 void set_collective_timeout(double seconds) {

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "runtime/platform.hpp"
 #include "runtime/processes.hpp"
 #include "runtime/timeline.hpp"
 #include "tessera/error.hpp"
@@ -306,6 +307,9 @@ Runtime& Runtime::get() {
   // Leaked on purpose: buffers held by static Arrays may be freed after
   // static destructors run. Workers are joined at exit.
   static Runtime* rt = [] {
+    // First of all: a platform this process cannot run on leaves nothing
+    // started.
+    check_platform_setting();
     // Before the workers start, so they record from their first task and a
     // bad TESSERA_TRACE path leaves nothing started.
     start_trace_from_env();
@@ -456,6 +460,12 @@ std::vector<Device> devices() {
   out.reserve(n);
   for (int i = 0; i < n; ++i) out.push_back(Device::from_id(i));
   return out;
+}
+
+std::vector<Device> devices(std::string_view platform) {
+  // devices("cuda") needs no CPU runtime to say why it has no devices.
+  if (platform != "cpu") detail::require_platform(platform, "devices(\"" + std::string(platform) + "\")");
+  return devices();
 }
 
 int device_count() { return detail::Runtime::get().num_devices(); }

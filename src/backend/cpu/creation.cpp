@@ -6,7 +6,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/convert.hpp"
+#include "kernels/convert.hpp"
 #include "core/dispatch.hpp"
 
 namespace tessera::cpu {

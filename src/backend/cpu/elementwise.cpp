@@ -5,7 +5,7 @@
 #include "backend/cpu/elementwise.hpp"
 #include "core/dispatch.hpp"
 #include "core/nd_index.hpp"
-#include "core/scalar_math.hpp"
+#include "kernels/scalar_math.hpp"
 
 #include <bit>
 #include <cmath>
@@ -44,7 +44,7 @@ using namespace detail::math;
 
 // ------------------------------------------------------------------ unary
 //
-// The per-element math is core/scalar_math.hpp's; these are its loops.
+// The per-element math is kernels/scalar_math.hpp's; these are its loops.
 
 // True when some |x[i]| is not <= limit (or is NaN): a vectorised scan, so
 // the scalar fix-up passes below cost nothing on ordinary inputs.

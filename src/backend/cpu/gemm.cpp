@@ -2,7 +2,7 @@
 #include "backend/cpu/gemm.hpp"
 #include "core/dispatch.hpp"
 #include "core/nd_index.hpp"
-#include "core/wrapping.hpp"
+#include "kernels/wrapping.hpp"
 
 #include <cblas.h>
 

@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "core/dispatch.hpp"
-#include "core/wrapping.hpp"
+#include "kernels/wrapping.hpp"
 
 namespace tessera::detail::cpu {
 

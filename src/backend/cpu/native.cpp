@@ -31,7 +31,7 @@ extern char** environ;
 
 namespace tessera::cpu {
 
-extern const char* const kNativePrelude;  // generated from core/scalar_math.hpp (cmake/embed_prelude.cmake)
+extern const char* const kNativePrelude;  // generated from kernels/scalar_math.hpp (cmake/embed_prelude.cmake)
 
 namespace {
 

@@ -2,7 +2,7 @@
 // register-resident loop per group.
 //
 // A group's loop is generated as C++ source: the text of
-// core/scalar_math.hpp (the per-element functions the eager kernels call),
+// kernels/scalar_math.hpp (the per-element functions the eager kernels call),
 // then one function whose loop body calls them member by member, keeping
 // every intermediate in registers. The system's C++ compiler builds it into
 // a shared object at run time, which is loaded with dlopen and cached: in
@@ -84,7 +84,7 @@ std::int64_t native_min_elements();
 /// Which compiler a loop's source is for: the host's C++ compiler (a shared
 /// object with the CPU loop), or NVRTC (a CUDA kernel, one element per
 /// thread). Both are the same member expressions over the same prelude
-/// (core/portable.hpp, core/scalar_math.hpp), written for the target.
+/// (kernels/portable.hpp, kernels/scalar_math.hpp), written for the target.
 enum class NativeTarget { Cpu, Cuda };
 
 /// The source of g's loop, or "" when some member has no element

@@ -11,7 +11,7 @@
 #include "core/array_impl.hpp"
 #include "core/dispatch.hpp"
 #include "core/nd_index.hpp"
-#include "core/threefry.hpp"
+#include "kernels/threefry.hpp"
 
 namespace tessera::cpu {
 

@@ -1,5 +1,5 @@
 // Per-device kernels of the counter-based random numbers (threefry-2x32, see
-// core/threefry.hpp and ops/random.cpp for the definitions). Samplers fill one
+// kernels/threefry.hpp and ops/random.cpp for the definitions). Samplers fill one
 // block of a result from the block's global index slices; key kernels
 // transform the keys of one block. None of them knows the mesh.
 #pragma once
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/threefry.hpp"
+#include "kernels/threefry.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/sharding.hpp"
 
@@ -23,7 +23,7 @@ void normal(DType t, void* out, const std::vector<std::int64_t>& shape, const st
             std::uint32_t k0, std::uint32_t k1);
 
 // The key kernels are host math too (the Key forms of split and fold_in
-// call them): core/threefry.hpp.
+// call them): kernels/threefry.hpp.
 using detail::fold_in_keys;
 using detail::split_keys;
 

@@ -8,7 +8,7 @@
 
 #include "core/array_impl.hpp"
 #include "core/dispatch.hpp"
-#include "core/wrapping.hpp"
+#include "kernels/wrapping.hpp"
 
 namespace tessera::detail::cpu {
 

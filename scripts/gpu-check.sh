@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Checks Tessera's CUDA slice on a machine with a GPU, writing every log to
+# $OUT (default ./gpu-check-out):
+#
+#   nvidia-smi.txt        the driver's view of the GPUs
+#   gpu_info.txt          the GPU port (src/backend/cuda/discovery.cpp): names,
+#                         memory, compute capability
+#   shared_math_gpu.txt   the shared kernel math (src/kernels/) on each GPU
+#                         against the CPU, bit for bit (tests/kernels)
+#   memcheck.txt          the same under compute-sanitizer memcheck
+#   devices*.txt, ctest-cuda.txt
+#                         with a full build (BUILD_DIR): `tessera devices`,
+#                         TESSERA_PLATFORM=cuda, and the ctest tests labelled cuda
+#
+#   scripts/gpu-check.sh [BUILD_DIR]
+#
+# Needs only a driver, nvcc (CUDA 12 or later, found on PATH, in $CUDA_HOME
+# or /usr/local/cuda) and a C++20 host compiler (g++ 12 or later): the first
+# three checks compile their few sources directly, since such machines often
+# lack the Debian packages the whole library needs (OpenBLAS, GoogleTest,
+# CLI11, ...). compute-sanitizer is used when the toolkit has it. BUILD_DIR,
+# a CMake build of the whole project made on that machine (with CUDA on),
+# adds the last checks.
+#
+# Exit status: 0 when every check that ran passed, 1 otherwise, 2 when the
+# tools are missing.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-$PWD/gpu-check-out}"
+BUILD_DIR="${1:-}"
+mkdir -p "$OUT/bin"
+status=0
+
+log() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
+fail() { log "FAIL: $*"; status=1; }
+
+CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")}"
+NVCC="$CUDA_HOME/bin/nvcc"
+CXX="${CXX:-g++}"
+if [ ! -x "$NVCC" ] || ! command -v "$CXX" >/dev/null; then
+  log "needs nvcc (looked in $CUDA_HOME/bin) and a C++20 compiler ($CXX)"
+  exit 2
+fi
+: > "$OUT/summary.txt"
+log "nvcc: $("$NVCC" --version | tail -1); host compiler: $("$CXX" --version | head -1)"
+
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || fail "nvidia-smi"
+else
+  log "no nvidia-smi on PATH"
+fi
+
+# The flags of cmake/cuda_options.cmake and of the CPU kernels: the same
+# bits need the same rules (no contraction, no flush to zero, IEEE division
+# and square root). Hopper code plus its PTX, as the CMake build.
+ARCH="${CUDA_ARCH:---generate-code=arch=compute_90,code=[sm_90,compute_90]}"
+NVCC_FLAGS=(-O3 -std=c++20 "$ARCH" --fmad=false --ftz=false --prec-div=true --prec-sqrt=true
+  -Xcompiler=-Wall,-Wextra,-ffp-contract=off)
+CXX_FLAGS=(-O3 -std=c++20 -Wall -Wextra -ffp-contract=off -fno-trapping-math)
+INC=(-I"$ROOT/src" -I"$ROOT/tests" -I"$CUDA_HOME/include")
+CUDART=(-L"$CUDA_HOME/lib64" -lcudart_static -ldl -lrt -lpthread)
+
+build() {  # name, command...
+  local name="$1"
+  shift
+  if ! "$@" > "$OUT/build-$name.txt" 2>&1; then
+    fail "building $name (see build-$name.txt)"
+    return 1
+  fi
+}
+
+# The GPU port alone.
+build gpu_info "$CXX" "${CXX_FLAGS[@]}" "${INC[@]}" "$ROOT/tests/kernels/gpu_info.cpp" \
+  "$ROOT/src/backend/cuda/discovery.cpp" "${CUDART[@]}" -o "$OUT/bin/gpu_info" &&
+  { "$OUT/bin/gpu_info" > "$OUT/gpu_info.txt" 2>&1 || fail "gpu_info"; }
+
+# The sweep: the kernel by nvcc, the CPU reference by the host compiler.
+build_sweep() {
+  "$NVCC" "${NVCC_FLAGS[@]}" "${INC[@]}" -c "$ROOT/tests/kernels/sweep_device.cu" -o "$OUT/bin/sweep_device.o" &&
+    "$CXX" "${CXX_FLAGS[@]}" "${INC[@]}" -c "$ROOT/tests/kernels/test_shared_math_gpu.cpp" -o "$OUT/bin/main.o" &&
+    "$NVCC" -cudart static "$OUT/bin/main.o" "$OUT/bin/sweep_device.o" -o "$OUT/bin/test_shared_math_gpu"
+}
+if build shared_math_gpu build_sweep; then
+  "$OUT/bin/test_shared_math_gpu" > "$OUT/shared_math_gpu.txt" 2>&1
+  rc=$?
+  case $rc in
+    0) log "shared math on the GPU: passed" ;;
+    77) fail "shared math on the GPU: skipped, no GPU ($(head -1 "$OUT/shared_math_gpu.txt"))" ;;
+    *) fail "shared math on the GPU (exit $rc, see shared_math_gpu.txt)" ;;
+  esac
+  SANITIZER="$CUDA_HOME/bin/compute-sanitizer"
+  [ -x "$SANITIZER" ] || SANITIZER="$(command -v compute-sanitizer || true)"
+  if [ -n "$SANITIZER" ]; then
+    "$SANITIZER" --tool memcheck --error-exitcode 1 "$OUT/bin/test_shared_math_gpu" > "$OUT/memcheck.txt" 2>&1 ||
+      fail "compute-sanitizer memcheck (see memcheck.txt)"
+  else
+    log "no compute-sanitizer: memcheck skipped"
+  fi
+fi
+
+# With a full build: the command line and the ctest tests labelled cuda.
+if [ -n "$BUILD_DIR" ]; then
+  TESSERA="$BUILD_DIR/tools/tessera"
+  if [ -x "$TESSERA" ]; then
+    "$TESSERA" devices > "$OUT/devices.txt" 2>&1 || fail "tessera devices"
+    # Must fail, saying it cannot run on the GPUs it found.
+    TESSERA_PLATFORM=cuda "$TESSERA" devices > "$OUT/devices-platform-cuda.txt" 2>&1
+    grep -q "TESSERA_PLATFORM=cuda" "$OUT/devices-platform-cuda.txt" || fail "TESSERA_PLATFORM=cuda gave no [devices] error"
+    TESSERA_DEVICES_PER_GPU=2 "$TESSERA" devices > "$OUT/devices-per-gpu-2.txt" 2>&1 || fail "TESSERA_DEVICES_PER_GPU=2"
+  else
+    fail "no $TESSERA"
+  fi
+  ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure > "$OUT/ctest-cuda.txt" 2>&1 || fail "ctest -L cuda"
+fi
+
+[ $status -eq 0 ] && log "all checks passed" || log "some checks failed"
+exit $status
