@@ -8,6 +8,8 @@ of Arrays, as in JAX. While a collective waits for the other devices it
 releases the GIL, so the other devices' bodies can reach it.
 """
 
+import dataclasses as _dataclasses
+
 import numpy as _np
 
 from tessera._core import lax as _lax
@@ -19,6 +21,15 @@ __all__ = [
 
 
 def _tree_map(f, x):
+    # The pytree nodes of jit and shard_map: NamedTuples and dataclasses
+    # keep their class.
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_tree_map(f, c) for c in x))
+    if _dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _dataclasses.replace(x, **{fl.name: _tree_map(f, getattr(x, fl.name))
+                                          for fl in _dataclasses.fields(x) if fl.init})
+    if x is None or isinstance(x, str):  # static leaves pass through
+        return x
     if isinstance(x, tuple):
         return tuple(_tree_map(f, c) for c in x)
     if isinstance(x, list):

@@ -1,6 +1,9 @@
 """tessera.lax collectives inside shard_map bodies, against NumPy, on 1-d
 meshes of 1, 2, 4 and 8 devices and a 2x4 mesh."""
 
+import dataclasses
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
@@ -330,3 +333,32 @@ def test_a_collective_some_devices_skip_times_out():
             smap(body, m, P("x"), P("x"), check_vma=False)(put(host((8,)), m, P("x")))
     finally:
         ts.config.set_collective_timeout(old)
+
+
+# ------------------------------------------- NamedTuples and dataclasses
+
+class Pair(NamedTuple):
+    a: object
+    b: object
+
+
+@dataclasses.dataclass
+class Stats:
+    total: object
+    label: str = "sums"
+
+
+def test_collectives_keep_namedtuples_and_dataclasses():
+    m = mesh1d(4)
+    x = host((8, 3), 7)
+
+    def body(v):
+        p = lax.psum(Pair(v, 2.0 * v), "x")
+        s = lax.pmax(Stats(v), "x")
+        assert type(p) is Pair and type(s) is Stats and s.label == "sums"
+        return p.a, p.b, s.total
+
+    a, b, mx = smap(body, m, P("x"), (P(), P(), P()))(put(x, m, P("x")))
+    np.testing.assert_allclose(np.asarray(a), x.reshape(4, 2, 3).sum(0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(b), 2 * x.reshape(4, 2, 3).sum(0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(mx), x.reshape(4, 2, 3).max(0))

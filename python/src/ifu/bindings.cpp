@@ -259,6 +259,15 @@ ifu::GlobalParams globals(double velocity_offset, double mass_scale) {
   return g;
 }
 
+// fn(the galaxy's particles on the pipeline's mesh), run with the GIL
+// released (the devices do the work; nothing in it touches Python).
+template <class F>
+auto released(const ifu::Pipeline& p, const nb::dict& galaxy, F&& fn) {
+  const ifu::GalaxyData g = galaxy_from_dict(galaxy);
+  nb::gil_scoped_release release;
+  return fn(p.put(g));
+}
+
 nb::object gathered(const ts::Array& a) {
   const ts::Shape& s = a.shape();
   return to_np(ts::process_allgather<float>(ts::astype(a, ts::DType::f32)), std::vector<std::int64_t>(s.begin(), s.end()));
@@ -418,25 +427,17 @@ void init_ifu(nb::module_& m) {
       .def(
           "run",
           [](const ifu::Pipeline& p, const nb::dict& galaxy, double velocity_offset, double mass_scale) {
-            const ifu::GalaxyData g = galaxy_from_dict(galaxy);
-            ifu::Cube c;
-            {
-              nb::gil_scoped_release release;
-              c = p.run(p.put(g), globals(velocity_offset, mass_scale));
-            }
-            return cube_to_dict(c);
+            return cube_to_dict(released(p, galaxy, [&](const ifu::Particles& parts) {
+              return p.run(parts, globals(velocity_offset, mass_scale));
+            }));
           },
           "galaxy"_a, "velocity_offset"_a, "mass_scale"_a)
       .def(
           "model",
           [](const ifu::Pipeline& p, const nb::dict& galaxy, double velocity_offset, double mass_scale) {
-            const ifu::GalaxyData g = galaxy_from_dict(galaxy);
-            ts::Array cube;
-            {
-              nb::gil_scoped_release release;
-              cube = p.model(p.put(g), globals(velocity_offset, mass_scale));
-            }
-            return gathered(cube);
+            return gathered(released(p, galaxy, [&](const ifu::Particles& parts) {
+              return p.model(parts, globals(velocity_offset, mass_scale));
+            }));
           },
           "galaxy"_a, "velocity_offset"_a, "mass_scale"_a)
       .def(
@@ -444,13 +445,10 @@ void init_ifu(nb::module_& m) {
           [](const ifu::Pipeline& p, const nb::dict& galaxy, nb::handle observed, nb::handle variance, double snr,
              nb::handle mask, const std::string& loss, double velocity_offset, double mass_scale) {
             const ifu::LossKind kind = ifu::parse_loss(loss);
-            const ifu::GalaxyData g = galaxy_from_dict(galaxy);
             const ifu::Observation obs = observation(p, observed, variance, snr, mask);
-            ifu::Gradient grad;
-            {
-              nb::gil_scoped_release release;
-              grad = p.value_and_grad(p.put(g), obs, kind, globals(velocity_offset, mass_scale));
-            }
+            const ifu::Gradient grad = released(p, galaxy, [&](const ifu::Particles& parts) {
+              return p.value_and_grad(parts, obs, kind, globals(velocity_offset, mass_scale));
+            });
             return nb::make_tuple(grad.loss, gradient_to_dict(grad), gathered(grad.model));
           },
           "galaxy"_a, "observed"_a, "variance"_a.none(), "snr"_a, "mask"_a.none(), "loss"_a, "velocity_offset"_a, "mass_scale"_a)
@@ -469,9 +467,11 @@ void init_ifu(nb::module_& m) {
             o.steps = steps;
             o.lr = lr;
             if (!callback.is_none())
-              o.on_step = [callback](int step, double value) {
+              // A handle, not an owning object: the fit may copy the callback
+              // without the GIL; `callback` outlives the call.
+              o.on_step = [cb = nb::handle(callback)](int step, double value) {
                 nb::gil_scoped_acquire acquire;
-                callback(step, value);
+                cb(step, value);
               };
             const ifu::GalaxyData g = galaxy_from_dict(galaxy);
             const ifu::Observation obs = observation(p, observed, variance, snr, mask);
