@@ -90,3 +90,13 @@ def test_sharding_errors():
 def test_partition_spec_bad_entry():
     with pytest.raises(TypeError):
         ts.P(3)
+
+
+def test_devices_by_platform():
+    assert ts.devices("cpu") == ts.devices() == ts.devices(backend=None)
+    # No GPU execution in this build or on this machine: the reason, never
+    # an empty list.
+    with pytest.raises(ts.DeviceError, match=r"^\[devices\] .*(no CUDA GPU|not available yet)"):
+        ts.devices("cuda")
+    with pytest.raises(ts.DeviceError, match=r"^\[devices\] .*expected a platform"):
+        ts.devices("tpu")
