@@ -253,11 +253,12 @@ def network_block(x, w1, b1, w2, b2):
     return tnp.tanh(hidden @ w2 + b2)
 
 
-network_manual = ts.shard_map(network_block, mesh=mesh1d, in_specs=(P(None, "x"), P("x", None), P(), P(), P()),
-                              out_specs=P())
+# Under jit, as a JAX program writes it: traced once, then one compiled call.
+network_manual = ts.jit(ts.shard_map(network_block, mesh=mesh1d,
+                                     in_specs=(P(None, "x"), P("x", None), P(), P(), P()), out_specs=P()))
 
 
-manual = network_manual(x, w1, b1, w2, b2)
+manual = network_manual(x_sharded, w1_sharded, b1, w2, b2)
 print("manual:", manual)
 close(manual, "manual (shard_map + psum): matches NumPy")
 check(np.allclose(np.asarray(auto), np.asarray(manual), rtol=1e-6, atol=1e-6)

@@ -18,12 +18,24 @@ constexpr std::source_location kNoLoc{};
 
 // ------------------------------------------------------------ arguments
 
+// The first tessera Array among h's leaves, if any: where the NumPy leaves
+// of a call go (JAX's uncommitted arrays follow the committed ones).
+std::optional<ts::Array> first_array(nb::handle h) {
+  if (nb::isinstance<ts::Array>(h)) return nb::cast<ts::Array>(h);
+  if (is_array_leaf(h)) return std::nullopt;
+  const Node n = node_of(h);
+  for (nb::handle c : n.children)
+    if (auto a = first_array(c)) return a;
+  return std::nullopt;
+}
+
 // Appends h's arrays to `leaves` (NumPy arrays placed replicated on the
-// mesh of the first Array seen, else on device 0) and its structure and
-// static leaves to `statics`.
-void flatten_in(nb::handle h, std::vector<ts::Array>& leaves, std::string& statics) {
+// mesh of `like`, else of the first Array seen, else on device 0) and its
+// structure and static leaves to `statics`.
+void flatten_in(nb::handle h, std::vector<ts::Array>& leaves, std::string& statics,
+                const std::optional<ts::Array>& like = std::nullopt) {
   if (is_array_leaf(h)) {
-    leaves.push_back(to_array(h, leaves.empty() ? nullptr : &leaves.front(), "jit"));
+    leaves.push_back(to_array(h, like ? &*like : leaves.empty() ? nullptr : &leaves.front(), "jit"));
     statics += "a;";
     return;
   }
@@ -41,7 +53,7 @@ void flatten_in(nb::handle h, std::vector<ts::Array>& leaves, std::string& stati
   }
   for (std::size_t i = 0; i < n.children.size(); ++i) {
     if (n.kind == Node::Kind::Dict) statics += nb::cast<std::string>(nb::repr(n.keys[i])) + ":";
-    flatten_in(n.children[i], leaves, statics);
+    flatten_in(n.children[i], leaves, statics, like);
   }
   statics += n.kind == Node::Kind::Dict ? "}" : ")";
 }
@@ -136,12 +148,13 @@ struct PyJit {
     Flat f;
     f.is_static.assign(args.size(), false);
     for (int a : static_argnums) f.is_static[normalize_argnum(a, args.size(), "jit")] = true;
+    const std::optional<ts::Array> like = first_array(args);
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::size_t before = f.arrays.size();
       if (f.is_static[i]) {
         f.statics += "S" + nb::cast<std::string>(nb::repr(args[i])) + ";";
       } else {
-        flatten_in(args[i], f.arrays, f.statics);
+        flatten_in(args[i], f.arrays, f.statics, like);
       }
       if (in_shardings) {
         if (in_shardings->size() != 1 && in_shardings->size() != args.size())
@@ -198,10 +211,11 @@ struct PyGrad {
     for (int& a : nums) diff[a = normalize_argnum(a, args.size(), name)] = true;
     // The differentiated arrays, in argument order.
     std::vector<ts::Array> leaves;
+    const std::optional<ts::Array> like = first_array(args);
     for (std::size_t i = 0; i < args.size(); ++i) {
       if (!diff[i]) continue;
       std::string ignored;
-      flatten_in(args[i], leaves, ignored);
+      flatten_in(args[i], leaves, ignored, like);
     }
     ts::detail::TraceFn fn = [&](const std::vector<ts::Array>& tracers, std::any& tree) {
       nb::gil_scoped_acquire gil;
@@ -300,10 +314,11 @@ struct PyVmap {
     if (per_arg && nb::len(in_axes) != args.size())
       throw ts::ShapeError("[vmap] in_axes has " + std::to_string(nb::len(in_axes)) + " entries for " +
                            std::to_string(args.size()) + " arguments");
+    const std::optional<ts::Array> like = first_array(args);
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::size_t before = arrays.size();
       std::string ignored;
-      flatten_in(args[i], arrays, ignored);
+      flatten_in(args[i], arrays, ignored, like);
       const int axis = axis_of(per_arg ? nb::handle(in_axes[i]) : nb::handle(in_axes));
       axes.insert(axes.end(), arrays.size() - before, axis);
     }
@@ -328,7 +343,8 @@ struct PyVmap {
 std::vector<ts::Array> leaves_of(nb::handle tree, const char* op) {
   std::vector<ts::Array> leaves;
   std::string ignored;
-  for (nb::handle h : tree) flatten_in(h, leaves, ignored);
+  const std::optional<ts::Array> like = first_array(tree);
+  for (nb::handle h : tree) flatten_in(h, leaves, ignored, like);
   (void)op;
   return leaves;
 }

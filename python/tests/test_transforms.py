@@ -242,3 +242,18 @@ def test_namedtuple_and_dataclass_pytrees():
     # vmap over a NamedTuple of batched arrays.
     v = ts.vmap(lambda p: p.w.sum() + p.b.sum())(Params(x, x))
     np.testing.assert_allclose(np.asarray(v), 2 * x_np.sum(1), rtol=1e-5)
+
+
+def test_numpy_arguments_follow_the_arrays_mesh():
+    # NumPy leaves go replicated onto the mesh of the call's Arrays, wherever
+    # they come in the arguments (JAX's uncommitted arrays).
+    m = ts.make_mesh((4,), ("x",), devices=ts.devices()[:4])
+    x = host((8, 3))
+    a = ts.device_put(x, NamedSharding(m, ts.P("x")))
+    out = ts.jit(lambda u, v: u + v)(x, a)
+    assert out.sharding.mesh == m
+    np.testing.assert_allclose(np.asarray(out), 2 * x, rtol=1e-6)
+    g = ts.grad(lambda u, v: tnp.sum(u * v))(x, a)
+    np.testing.assert_allclose(np.asarray(g), x, rtol=1e-6)
+    v = ts.vmap(lambda u, w: u * w)(x, a)
+    np.testing.assert_allclose(np.asarray(v), x * x, rtol=1e-6)
