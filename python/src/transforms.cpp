@@ -169,9 +169,29 @@ struct PyJit {
   }
 
   nb::object call(nb::args args, nb::kwargs kwargs) const {
-    if (kwargs.size() != 0) throw nb::type_error("jit: keyword arguments are not supported so far; pass them positionally");
+    if (kwargs.size() == 0) return call_with(args, fun);
+    // Keyword arguments are one more argument, a dict (a pytree: its arrays
+    // traced, the rest static, as JAX does), spread again by a wrapper.
+    if (in_shardings && in_shardings->size() != 1)
+      throw ts::ShardingError("[jit] in_shardings has one entry per positional argument; keyword arguments (" +
+                              std::to_string(kwargs.size()) +
+                              " given) need a single in_shardings for all, or to be passed positionally");
+    nb::list all;
+    for (nb::handle a : args) all.append(a);
+    all.append(nb::dict(kwargs));
+    const std::size_t npos = args.size();
+    nb::object spread = nb::cpp_function([f = fun, npos](nb::args a) {
+      nb::list pos;
+      for (std::size_t i = 0; i < npos; ++i) pos.append(a[i]);
+      return f(*nb::tuple(pos), **nb::borrow<nb::dict>(a[npos]));
+    });
+    return call_with(nb::borrow<nb::args>(nb::tuple(all)), spread);
+  }
+
+  // A call of `f` (fun, or fun behind the keyword wrapper) on `args`.
+  nb::object call_with(const nb::args& args, nb::handle f_) const {
     Flat f = flatten(args);
-    const ts::detail::TraceFn fn = trace_fn(fun, args, "jit", f.is_static);
+    const ts::detail::TraceFn fn = trace_fn(f_, args, "jit", f.is_static);
     ts::detail::JitResult res;
     {
       ReleaseForDevices release;

@@ -257,3 +257,27 @@ def test_numpy_arguments_follow_the_arrays_mesh():
     np.testing.assert_allclose(np.asarray(g), x, rtol=1e-6)
     v = ts.vmap(lambda u, w: u * w)(x, a)
     np.testing.assert_allclose(np.asarray(v), x * x, rtol=1e-6)
+
+
+def test_jit_keyword_arguments():
+    x = host((6,))
+    a = ts.device_put(x)
+
+    def f(v, *, scale, bias=None):
+        return v * scale + (0.0 if bias is None else bias)
+
+    jf = ts.jit(f)
+    np.testing.assert_allclose(np.asarray(jf(a, scale=ts.device_put(np.float32(2.0)), bias=a)), 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jf(a, scale=3.0)), 3 * x, rtol=1e-6)  # a number: static
+    np.testing.assert_allclose(np.asarray(jf(a, scale=3.0)), 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jf(a, scale=4.0)), 4 * x, rtol=1e-6)
+    assert jf.cache_size() == 3
+    m = ts.make_mesh((2,), ("x",), devices=ts.devices()[:2])
+    s = NamedSharding(m, ts.P("x"))
+    per_arg = ts.jit(lambda u, w, *, scale: u * w * scale, in_shardings=[s, s])
+    with pytest.raises(ts.ShardingError, match=r"^\[jit\] in_shardings has one entry per positional argument"):
+        per_arg(a, a, scale=2.0)
+    one = ts.jit(lambda u, *, w: u * w, in_shardings=s)
+    r = one(x, w=x)
+    assert r.sharding.spec == ts.P("x")
+    np.testing.assert_allclose(np.asarray(r), x * x, rtol=1e-6)
