@@ -22,6 +22,7 @@ void init_errors(nb::module_& m);
 void init_sharding(nb::module_& m);
 void init_array(nb::module_& m);
 void init_ops(nb::module_& m);
+void init_ops_more(nb::module_& m);  // after init_ops and init_shard_map: adds to numpy_ops and lax
 void init_transforms(nb::module_& m);
 void init_shard_map(nb::module_& m);
 void init_random(nb::module_& m);

@@ -19,6 +19,7 @@ NB_MODULE(_core, m) {
   tessera_py::init_shard_map(m);
   tessera_py::init_random(m);
   tessera_py::init_explain(m);
+  tessera_py::init_ops_more(m);
 #ifdef TESSERA_PY_IFU
   tessera_py::init_ifu(m);
 #endif

@@ -58,7 +58,7 @@ from tessera._core import (
     vmap,
 )
 
-from tessera import distributed, ifu, lax, numpy, random, sharding  # noqa: E402  (submodules, after the core)
+from tessera import distributed, ifu, lax, nn, numpy, ops, random, sharding  # noqa: E402  (submodules, after the core)
 from tessera._core import _shard_map  # noqa: E402
 
 P = PartitionSpec

@@ -16,7 +16,7 @@ from tessera._core import lax as _lax
 
 __all__ = [
     "all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "pmean", "pmin", "ppermute", "psum",
-    "psum_scatter",
+    "psum_scatter", "rsqrt", "with_sharding_constraint",
 ]
 
 
@@ -116,3 +116,15 @@ def axis_size(axis_name):
     for name in _names(axis_name):
         size *= _lax.axis_size(name)
     return size
+
+
+def rsqrt(x):
+    """1 / sqrt(x), elementwise (jax.lax.rsqrt); works anywhere, not only in bodies."""
+    return _lax.rsqrt(x)
+
+
+def with_sharding_constraint(x, shardings):
+    """x (an Array or a pytree of them) moved to ``shardings``: a NamedSharding
+    or a PartitionSpec on x's mesh, one for every array (JAX's
+    jax.lax.with_sharding_constraint; under jit the program reshards there)."""
+    return _tree_map(lambda v: _lax.with_sharding_constraint(v, shardings), x)
