@@ -30,3 +30,23 @@ def specs_for(mesh, ndim):
         out.append(ts.P(names[0], names[1]))
         out.append(ts.P(None, names[1]))
     return out
+
+
+# Helpers of the shard_map and collective tests.
+def mesh1d(n):
+    """A 1-d mesh "x" of the first n devices."""
+    return ts.make_mesh((n,), ("x",), devices=ts.devices()[:n])
+
+
+def mesh24():
+    """A 2x4 mesh ("x", "y") of all 8 devices."""
+    return ts.make_mesh((2, 4), ("x", "y"))
+
+
+def put(x, mesh, spec):
+    return ts.device_put(x, ts.NamedSharding(mesh, spec))
+
+
+def host(shape, seed=0, dtype=np.float32):
+    """Uniform values in [-1, 1) of the given shape and dtype."""
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype)

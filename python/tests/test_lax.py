@@ -10,25 +10,9 @@ import pytest
 import tessera as ts
 import tessera.numpy as tnp
 from tessera import lax
-from tessera.sharding import NamedSharding
+from conftest import host, mesh1d, mesh24, put
 
 P = ts.P
-
-
-def mesh1d(n):
-    return ts.make_mesh((n,), ("x",), devices=ts.devices()[:n])
-
-
-def mesh24():
-    return ts.make_mesh((2, 4), ("x", "y"))
-
-
-def put(x, mesh, spec):
-    return ts.device_put(x, NamedSharding(mesh, spec))
-
-
-def host(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype)
 
 
 def smap(f, mesh, in_specs, out_specs, **kw):
