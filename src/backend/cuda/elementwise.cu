@@ -1,0 +1,349 @@
+// The elementwise kernels on CUDA GPUs (kernels.hpp): one kernel per dtype
+// for unary, binary and select, switching on the op inside (the op is the
+// same for every thread, so the branch costs nothing but a compare). Each
+// element is computed by the same function of kernels/scalar_math.hpp that
+// the CPU's loop calls for it (backend/cpu/elementwise.cpp), the f32
+// polynomials with the C library's value for an element beyond their range,
+// so an element gives the CPU's bits wherever the math stays in that source.
+//
+// Operands are walked by strides: output element i's row-major index gives
+// each operand's offset (0-stride dims broadcast). Size-1 dims are dropped
+// first, and when every array operand is contiguous the offset is i itself.
+#include "kernels/scalar_math.hpp"  // first: see launch.cuh
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels.hpp"
+#include "backend/cuda/launch.cuh"
+#include "tessera/error.hpp"
+
+namespace tessera::cuda {
+
+namespace {
+
+namespace math = detail::math;
+namespace lm = detail::lm;
+using std::int64_t;
+
+const char* op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: return "negative";
+    case UnaryOp::Abs: return "abs";
+    case UnaryOp::Exp: return "exp";
+    case UnaryOp::Log: return "log";
+    case UnaryOp::Log1p: return "log1p";
+    case UnaryOp::Expm1: return "expm1";
+    case UnaryOp::Sqrt: return "sqrt";
+    case UnaryOp::Rsqrt: return "rsqrt";
+    case UnaryOp::Sin: return "sin";
+    case UnaryOp::Cos: return "cos";
+    case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::Sigmoid: return "sigmoid";
+    case UnaryOp::Floor: return "floor";
+    case UnaryOp::Ceil: return "ceil";
+    case UnaryOp::Round: return "round";
+    case UnaryOp::Sign: return "sign";
+    case UnaryOp::IsNan: return "isnan";
+    case UnaryOp::IsFinite: return "isfinite";
+    case UnaryOp::Not: return "logical_not";
+  }
+  return "unary";
+}
+
+const char* op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "subtract";
+    case BinaryOp::Mul: return "multiply";
+    case BinaryOp::Div: return "divide";
+    case BinaryOp::FloorDiv: return "floor_divide";
+    case BinaryOp::Mod: return "remainder";
+    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Max: return "maximum";
+    case BinaryOp::Min: return "minimum";
+    case BinaryOp::Eq: return "equal";
+    case BinaryOp::Ne: return "not_equal";
+    case BinaryOp::Lt: return "less";
+    case BinaryOp::Le: return "less_equal";
+    case BinaryOp::Gt: return "greater";
+    case BinaryOp::Ge: return "greater_equal";
+    case BinaryOp::And: return "logical_and";
+    case BinaryOp::Or: return "logical_or";
+    case BinaryOp::Xor: return "logical_xor";
+  }
+  return "binary";
+}
+
+// Calls f(T{}) for the C++ type of dtype t (core/dispatch.hpp's mapping).
+template <class F>
+void dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::bool_: return f(bool{});
+    case DType::u8: return f(std::uint8_t{});
+    case DType::i8: return f(std::int8_t{});
+    case DType::u32: return f(std::uint32_t{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::u64: return f(std::uint64_t{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+  }
+}
+
+// ------------------------------------------------------------ operands
+
+/// One operand on the device: an array's data or a scalar in dtype T.
+template <class T>
+struct Arg {
+  const T* data = nullptr;
+  T scalar{};
+  bool is_scalar = false;
+  TESSERA_HD T at(int64_t off) const { return is_scalar ? scalar : data[off]; }
+};
+
+// The scalar as the CPU's scalar_of converts it.
+template <class T>
+Arg<T> arg_of(const Operand& o) {
+  Arg<T> a;
+  a.is_scalar = o.is_scalar;
+  if (o.is_scalar) a.scalar = math::kFloat<T> ? static_cast<T>(o.f) : static_cast<T>(o.i);
+  else a.data = static_cast<const T*>(o.data);
+  return a;
+}
+
+/// Output element i's offsets into K operands: its row-major index over
+/// `dims` dotted with each operand's strides, or i itself when `flat`.
+template <int K>
+struct Walk {
+  int rank = 0;
+  bool flat = true;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[K][kMaxRank] = {};
+
+  TESSERA_HD void offsets(int64_t i, int64_t (&off)[K]) const {
+    for (int k = 0; k < K; ++k) off[k] = flat ? i : 0;
+    if (flat) return;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t q = i / dims[d], j = i - q * dims[d];
+      i = q;
+      for (int k = 0; k < K; ++k) off[k] += j * strides[k][d];
+    }
+  }
+};
+
+/// The walk of `shape` for operands `ops` (checked: at most kMaxRank dims,
+/// one stride per dim), and its element count in *n.
+template <int K>
+Walk<K> make_walk(const char* op, const std::vector<int64_t>& shape, const Operand* const (&ops)[K], int64_t* n) {
+  const int r = static_cast<int>(shape.size());
+  if (r > kMaxRank)
+    throw ShapeError(std::string("[") + op + "] CUDA kernels take arrays of at most " + std::to_string(kMaxRank) +
+                     " dims, got " + std::to_string(r));
+  *n = 1;
+  for (int64_t s : shape) *n *= s;
+  Walk<K> w;
+  for (int k = 0; k < K; ++k) {
+    const Operand& o = *ops[k];
+    if (o.is_scalar || r == 0) continue;
+    if (static_cast<int>(o.strides.size()) != r)
+      throw ShapeError(std::string("[") + op + "] internal: an operand has strides for " +
+                       std::to_string(o.strides.size()) + " dims, the shape has " + std::to_string(r));
+    int64_t acc = 1;
+    for (int d = r - 1; d >= 0; --d) {
+      if (shape[static_cast<std::size_t>(d)] != 1 && o.strides[static_cast<std::size_t>(d)] != acc) w.flat = false;
+      acc *= shape[static_cast<std::size_t>(d)];
+    }
+  }
+  if (w.flat) return w;
+  for (int d = 0; d < r; ++d) {
+    const int64_t s = shape[static_cast<std::size_t>(d)];
+    if (s == 1) continue;  // contributes nothing to any offset
+    w.dims[w.rank] = s;
+    for (int k = 0; k < K; ++k)
+      w.strides[k][w.rank] = ops[k]->is_scalar ? 0 : ops[k]->strides[static_cast<std::size_t>(d)];
+    ++w.rank;
+  }
+  return w;
+}
+
+// ---------------------------------------------------------------- unary
+
+// True for the ops the CPU kernel computes in T (the float-valued ones only
+// in float dtypes).
+template <class T>
+bool unary_done(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: case UnaryOp::Abs: case UnaryOp::Sign: case UnaryOp::Floor: case UnaryOp::Ceil:
+    case UnaryOp::Round: case UnaryOp::IsNan: case UnaryOp::IsFinite: case UnaryOp::Not:
+      return true;
+    default:
+      return math::kFloat<T>;
+  }
+}
+
+// exp(sign * x) of f32 as the CPU's exp_f32_checked computes it: the
+// polynomial, or the C library beyond its range (and for NaN).
+TESSERA_HD inline float exp_f32_checked(float x, float sign) {
+  if (math::exp_f32_outside(x)) return lm::exp(sign * x);
+  return math::exp_f32_one(sign * x);
+}
+
+// sin (kCos false) or cos of float T as the CPU's trig_checked computes it:
+// the polynomial, or the C library beyond its range (NaN keeps the
+// polynomial's).
+template <class T, bool kCos>
+TESSERA_HD T trig_checked(T x) {
+  std::uint32_t outside = 0;
+  const T y = math::trig_fast<T, kCos ? 1 : 0>(x, outside);
+  constexpr T limit = sizeof(T) == 4 ? T(math::kTrigFastLimit) : T(math::kTrigFastLimitF64);
+  if (!(lm::fabs(x) <= limit) && !lm::isnan(x)) return kCos ? lm::cos(x) : lm::sin(x);
+  return y;
+}
+
+template <class T>
+struct UnaryKernel {
+  UnaryOp op;
+  const T* x;
+  void* y;
+
+  TESSERA_HD void operator()(int64_t i) const {
+    const T v = x[i];
+    T* yt = static_cast<T*>(y);
+    bool* yb = static_cast<bool*>(y);
+    switch (op) {
+      case UnaryOp::Neg: yt[i] = math::neg(v); return;
+      case UnaryOp::Abs: yt[i] = math::abs(v); return;
+      case UnaryOp::Sign: yt[i] = math::sign(v); return;
+      case UnaryOp::Floor: yt[i] = math::floor(v); return;
+      case UnaryOp::Ceil: yt[i] = math::ceil(v); return;
+      case UnaryOp::Round: yt[i] = math::round(v); return;
+      case UnaryOp::IsNan: yb[i] = math::is_nan(v); return;
+      case UnaryOp::IsFinite: yb[i] = math::is_finite(v); return;
+      case UnaryOp::Not: yb[i] = math::logical_not(v); return;
+      default: break;
+    }
+    if constexpr (math::kFloat<T>) {
+      constexpr bool f32 = sizeof(T) == 4;
+      switch (op) {
+        case UnaryOp::Exp:
+          if constexpr (f32) yt[i] = exp_f32_checked(v, 1.0f);
+          else yt[i] = math::exp(v);
+          return;
+        case UnaryOp::Log:
+          if constexpr (f32) yt[i] = math::log_f32_outside(v) ? lm::log(v) : math::log_f32_one(v);
+          else yt[i] = math::log(v);
+          return;
+        case UnaryOp::Log1p: yt[i] = math::log1p(v); return;
+        case UnaryOp::Expm1: yt[i] = math::expm1(v); return;
+        case UnaryOp::Sqrt: yt[i] = math::sqrt(v); return;
+        case UnaryOp::Rsqrt: yt[i] = math::rsqrt(v); return;
+        case UnaryOp::Sin: yt[i] = trig_checked<T, false>(v); return;
+        case UnaryOp::Cos: yt[i] = trig_checked<T, true>(v); return;
+        case UnaryOp::Tanh:
+          if constexpr (f32) yt[i] = math::tanh_f32(v);
+          else yt[i] = math::tanh(v);
+          return;
+        case UnaryOp::Sigmoid:
+          if constexpr (f32) yt[i] = math::sigmoid_of_exp(exp_f32_checked(v, -1.0f));
+          else yt[i] = math::sigmoid(v);
+          return;
+        default: return;
+      }
+    }
+  }
+};
+
+// --------------------------------------------------------------- binary
+
+template <class T>
+struct BinaryKernel {
+  BinaryOp op;
+  Arg<T> a, b;
+  void* out;
+  Walk<2> w;
+
+  TESSERA_HD void operator()(int64_t i) const {
+    int64_t off[2];
+    w.offsets(i, off);
+    const T u = a.at(off[0]), v = b.at(off[1]);
+    using O = math::Ops<T>;
+    T* y = static_cast<T*>(out);
+    bool* yb = static_cast<bool*>(out);
+    switch (op) {
+      case BinaryOp::Add: y[i] = O::add(u, v); return;
+      case BinaryOp::Sub: y[i] = O::sub(u, v); return;
+      case BinaryOp::Mul: y[i] = O::mul(u, v); return;
+      case BinaryOp::Div: y[i] = O::div(u, v); return;
+      case BinaryOp::FloorDiv: y[i] = O::floordiv(u, v); return;
+      case BinaryOp::Mod: y[i] = O::mod(u, v); return;
+      case BinaryOp::Pow: y[i] = O::pow(u, v); return;
+      case BinaryOp::Max: y[i] = O::max(u, v); return;
+      case BinaryOp::Min: y[i] = O::min(u, v); return;
+      case BinaryOp::Eq: yb[i] = O::eq(u, v); return;
+      case BinaryOp::Ne: yb[i] = O::ne(u, v); return;
+      case BinaryOp::Lt: yb[i] = O::lt(u, v); return;
+      case BinaryOp::Le: yb[i] = O::le(u, v); return;
+      case BinaryOp::Gt: yb[i] = O::gt(u, v); return;
+      case BinaryOp::Ge: yb[i] = O::ge(u, v); return;
+      case BinaryOp::And: yb[i] = O::logical_and(u, v); return;
+      case BinaryOp::Or: yb[i] = O::logical_or(u, v); return;
+      case BinaryOp::Xor: yb[i] = O::logical_xor(u, v); return;
+    }
+  }
+};
+
+// --------------------------------------------------------------- select
+
+template <class T>
+struct SelectKernel {
+  Arg<bool> c;
+  Arg<T> x, y;
+  T* out;
+  Walk<3> w;
+
+  TESSERA_HD void operator()(int64_t i) const {
+    int64_t off[3];
+    w.offsets(i, off);
+    out[i] = c.at(off[0]) ? x.at(off[1]) : y.at(off[2]);
+  }
+};
+
+}  // namespace
+
+void unary(UnaryOp op, DType t, const void* x, void* y, std::int64_t n) {
+  if (n <= 0) return;
+  dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    if (!unary_done<T>(op)) return;  // as the CPU: the front end converts to f32 first
+    for_each(op_name(op), n, UnaryKernel<T>{op, static_cast<const T*>(x), y});
+  });
+}
+
+void binary(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out,
+            const std::vector<std::int64_t>& shape) {
+  const char* name = op_name(op);
+  int64_t n = 0;
+  const Operand* const ops[2] = {&a, &b};
+  const Walk<2> w = make_walk(name, shape, ops, &n);
+  if (n <= 0) return;
+  dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    for_each(name, n, BinaryKernel<T>{op, arg_of<T>(a), arg_of<T>(b), out, w});
+  });
+}
+
+void select(DType t, const Operand& cond, const Operand& x, const Operand& y, void* out,
+            const std::vector<std::int64_t>& shape) {
+  int64_t n = 0;
+  const Operand* const ops[3] = {&cond, &x, &y};
+  const Walk<3> w = make_walk("select", shape, ops, &n);
+  if (n <= 0) return;
+  dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    for_each("select", n, SelectKernel<T>{arg_of<bool>(cond), arg_of<T>(x), arg_of<T>(y), static_cast<T*>(out), w});
+  });
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,60 @@
+// Running a kernel body f(i) for i in [0, n) on the calling thread's GPU
+// (stream.hpp): a grid-stride CUDA kernel on its stream, or, on an emulated
+// GPU, a plain loop on the calling thread over the same functor. The body is
+// written once, as a __host__ __device__ functor (a struct with a const
+// operator()(std::int64_t)) holding device pointers and small fixed-size
+// arrays by value, so the GPU and its emulation run the same source.
+//
+// Launches are asynchronous: the caller synchronizes once per op
+// (cuda::synchronize), not for_each.
+//
+// Include the headers of src/kernels/ before this one: they spell libcu++'s
+// namespace `cuda::std`, which inside namespace tessera would name
+// tessera::cuda once stream.hpp has declared it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/stream.hpp"
+
+namespace tessera::cuda {
+
+namespace launch_detail {
+
+/// Threads per block, and the most blocks one launch uses (each thread
+/// then strides over the rest): 4096 blocks of 256 threads fill an H100 or
+/// H200 (132 SMs, 2048 resident threads each) several times over.
+inline constexpr int kThreads = 256;
+inline constexpr std::int64_t kMaxBlocks = 4096;
+
+template <class F>
+__global__ void __launch_bounds__(kThreads) for_each_kernel(std::int64_t n, F f) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+}
+
+}  // namespace launch_detail
+
+/// Runs f(i) for every i in [0, n) on the calling thread's GPU, in no
+/// particular order (each i must write only its own elements). Raises
+/// DeviceError "[op] ..." when the thread drives no GPU or the launch fails.
+/// n <= 0 does nothing.
+template <class F>
+void for_each(const char* op, std::int64_t n, F f) {
+  if (n <= 0) return;
+  const Current& c = current(op);
+  if (c.emulated) {
+    for (std::int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  using launch_detail::kMaxBlocks;
+  using launch_detail::kThreads;
+  const std::int64_t wanted = (n + kThreads - 1) / kThreads;
+  const unsigned blocks = static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks);
+  launch_detail::for_each_kernel<F><<<blocks, kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(n, f);
+  check(static_cast<int>(cudaGetLastError()), op, "a kernel launch");
+}
+
+}  // namespace tessera::cuda
