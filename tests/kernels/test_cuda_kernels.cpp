@@ -314,6 +314,9 @@ std::vector<BinaryCase> binary_cases() {
       {{4, 3}, strided(12, {1, 4}), array({4, 3})},  // a transposed view
       {{6, 2}, strided(30, {5, 2}), strided(3, {0, 1})},
       {{2, 1, 2, 1, 3, 1, 2, 2}, array({2, 1, 2, 1, 3, 1, 2, 2}), array({1, 1, 1, 1, 3, 1, 1, 2})},
+      {{2, 3, 4, 5}, array({2, 3, 1, 1}), array({1, 1, 4, 5})},
+      {{2, 3, 4, 5}, strided(120, {60, 20, 1, 4}), array({3, 4, 1})},  // the last two dims transposed
+      {{3, 4, 5}, strided(200, {40, 10, 2}), array({3, 4, 5})},      // every other element
       {{}, array({}), array({})},
       {{0}, array({0}), array({0})},
       {{2, 0, 3}, array({2, 0, 3}), array({3})},

@@ -8,7 +8,8 @@
 //
 // Operands are walked by strides: output element i's row-major index gives
 // each operand's offset (0-stride dims broadcast). Size-1 dims are dropped
-// first, and when every array operand is contiguous the offset is i itself.
+// and dims that every operand steps through as one run are merged first,
+// and when every array operand is contiguous the offset is i itself.
 #include "kernels/scalar_math.hpp"  // first: see launch.cuh
 
 #include <cstdint>
@@ -160,9 +161,20 @@ Walk<K> make_walk(const char* op, const std::vector<int64_t>& shape, const Opera
   for (int d = 0; d < r; ++d) {
     const int64_t s = shape[static_cast<std::size_t>(d)];
     if (s == 1) continue;  // contributes nothing to any offset
+    int64_t st[K];
+    for (int k = 0; k < K; ++k) st[k] = ops[k]->is_scalar ? 0 : ops[k]->strides[static_cast<std::size_t>(d)];
+    // Merged into the dim before when every operand steps over this one as
+    // one run of the other (both broadcast, or both contiguous together):
+    // fewer divisions per element.
+    bool merge = w.rank > 0;
+    for (int k = 0; k < K && merge; ++k) merge = w.strides[k][w.rank - 1] == st[k] * s;
+    if (merge) {
+      w.dims[w.rank - 1] *= s;
+      for (int k = 0; k < K; ++k) w.strides[k][w.rank - 1] = st[k];
+      continue;
+    }
     w.dims[w.rank] = s;
-    for (int k = 0; k < K; ++k)
-      w.strides[k][w.rank] = ops[k]->is_scalar ? 0 : ops[k]->strides[static_cast<std::size_t>(d)];
+    for (int k = 0; k < K; ++k) w.strides[k][w.rank] = st[k];
     ++w.rank;
   }
   return w;
