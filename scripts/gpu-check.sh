@@ -58,7 +58,7 @@ ARCH="${CUDA_ARCH:---generate-code=arch=compute_90,code=[sm_90,compute_90]}"
 NVCC_FLAGS=(-O3 -std=c++20 "$ARCH" --fmad=false --ftz=false --prec-div=true --prec-sqrt=true
   -Xcompiler=-Wall,-Wextra,-ffp-contract=off)
 CXX_FLAGS=(-O3 -std=c++20 -Wall -Wextra -ffp-contract=off -fno-trapping-math)
-INC=(-I"$ROOT/src" -I"$ROOT/tests" -I"$CUDA_HOME/include")
+INC=(-I"$ROOT/src" -I"$ROOT/include" -I"$ROOT/tests" -I"$CUDA_HOME/include")
 CUDART=(-L"$CUDA_HOME/lib64" -lcudart_static -ldl -lrt -lpthread)
 
 build() {  # name, command...

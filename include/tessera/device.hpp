@@ -32,14 +32,15 @@ class Device {
   Device() = default;
   /// The global device id (0..device_count()-1).
   int id() const { return id_; }
-  /// Device kind: "cpu".
-  std::string kind() const { return "cpu"; }
+  /// Device kind: "cpu", or "cuda" for a GPU (or one of the
+  /// TESSERA_DEVICES_PER_GPU devices of a GPU).
+  std::string kind() const;
   /// Index of the process owning the device.
   int process_index() const;
   /// True when this process owns the device (holds its memory and runs its
   /// worker).
   bool is_local() const { return process_index() == tessera::process_index(); }
-  /// "CpuDevice(id=3)".
+  /// "CpuDevice(id=3)", "CudaDevice(id=3)".
   std::string str() const;
   auto operator<=>(const Device&) const = default;
 
@@ -53,12 +54,13 @@ class Device {
 /// All devices of every process, ordered by id (by process, then by local
 /// id). Starts the runtime on first use.
 std::vector<Device> devices();
-/// The devices of one platform, as JAX's jax.devices(backend): "cpu" gives
-/// devices(). "cuda" raises DeviceError saying why it cannot: no CUDA GPU
-/// (no driver, no device, or a build without CUDA), or, where there are
-/// GPUs, that this build cannot run on them yet (it finds and lists them,
-/// see `tessera devices`, but has no CUDA execution backend). Any other
-/// name raises DeviceError listing the platforms.
+/// The devices of one platform ("cpu" or "cuda"), as JAX's
+/// jax.devices(backend). A process runs on one platform: TESSERA_PLATFORM,
+/// else the one named by the first devices(platform) before the runtime
+/// starts, else the CPU. Asking for the other one afterwards raises
+/// DeviceError saying how to choose. "cuda" without a usable GPU raises
+/// DeviceError saying why (no driver, no device, a build without CUDA). Any
+/// other name raises DeviceError listing the platforms.
 std::vector<Device> devices(std::string_view platform);
 /// Number of devices of every process.
 int device_count();

@@ -103,7 +103,15 @@ void Array::copy_to_host(void* out, DType as, const char* op) const {
       continue;
     }
     done.push_back(idx);
-    detail::copy_box(a.buffers[pos].data(), idx, dst, whole, idx, isz);
+    const detail::Buffer& b = a.buffers[pos];
+    if (b.on_host()) {
+      detail::copy_box(b.data(), idx, dst, whole, idx, isz);
+    } else {
+      // A GPU's block: to the host in one copy, then into place.
+      std::vector<unsigned char> block(b.nbytes());
+      detail::read_buffer(b, block.data(), block.size(), op);
+      detail::copy_box(block.data(), idx, dst, whole, idx, isz);
+    }
   }
   for (const auto& idx : missing)
     if (std::find(done.begin(), done.end(), idx) == done.end())
@@ -163,7 +171,7 @@ Array make_array_from_blocks(const Shape& shape, DType dtype, const NamedShardin
     }
   }
   return make_array(shape, dtype, sharding, [&](int pos, Buffer& b) {
-    if (b.nbytes() > 0) std::memcpy(b.data(), data[block_of[pos]].data(), b.nbytes());
+    write_buffer(b, data[block_of[pos]].data(), b.nbytes(), "make_array_from_callback");
   });
 }
 
@@ -178,13 +186,17 @@ Array device_put_raw(const void* data, DType dtype, const Shape& shape, const Na
   return detail::make_array(shape, dtype, sharding, [&](int pos, Buffer& b) {
     if (b.nbytes() == 0) return;
     auto idx = sharding.shard_index(shape, pos);
-    detail::copy_box(data, whole, b.data(), idx, idx, isz);
+    // A GPU's block is gathered on the host first, then copied over whole.
+    std::vector<unsigned char> staging(b.on_host() ? 0 : b.nbytes());
+    void* block = b.on_host() ? b.data() : staging.data();
+    detail::copy_box(data, whole, block, idx, idx, isz);
     // Kernels read bool elements as C++ bool, where a byte other than 0 or 1
     // is undefined: normalise raw host bytes.
     if (dtype == DType::bool_) {
-      auto* p = static_cast<unsigned char*>(b.data());
+      auto* p = static_cast<unsigned char*>(block);
       for (std::size_t i = 0; i < b.nbytes(); ++i) p[i] = p[i] != 0;
     }
+    if (!b.on_host()) detail::write_buffer(b, staging.data(), staging.size(), "device_put");
   });
 }
 

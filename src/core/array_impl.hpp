@@ -54,6 +54,15 @@ void for_each_run(const std::vector<Slice>& src_box, const std::vector<Slice>& d
 void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
               const std::vector<Slice>& box, std::size_t itemsize);
 
+/// copy_box between buffers in any memory space (host, or a GPU's: the
+/// GPU port copies each run, then waits once). Host to host is copy_box.
+void copy_box(const Buffer& src, const std::vector<Slice>& src_box, const Buffer& dst,
+              const std::vector<Slice>& dst_box, const std::vector<Slice>& box, std::size_t itemsize, const char* op);
+/// The first `nbytes` of `dst` from host memory, in whatever space `dst`
+/// is; read_buffer the other way.
+void write_buffer(const Buffer& dst, const void* host, std::size_t nbytes, const char* op);
+void read_buffer(const Buffer& src, void* host, std::size_t nbytes, const char* op);
+
 /// The part of a row-major block covering `block` that is the box `box`
 /// (inside it), as a view of `buffer` without copying, when that part is
 /// contiguous: `box` spans the block whole on every dim after the first one

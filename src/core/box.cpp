@@ -119,6 +119,50 @@ void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, con
   });
 }
 
+namespace {
+// The GPU whose stream copies between `a` and `b` (either may be host memory).
+const GpuHandle* copier(const Buffer* a, const Buffer* b) {
+  Runtime& rt = Runtime::get();
+  if (a && !a->on_host()) return rt.gpu(a->device_id());
+  if (b && !b->on_host()) return rt.gpu(b->device_id());
+  return nullptr;
+}
+}  // namespace
+
+void copy_box(const Buffer& src, const std::vector<Slice>& src_box, const Buffer& dst,
+              const std::vector<Slice>& dst_box, const std::vector<Slice>& box, std::size_t itemsize, const char* op) {
+  const GpuHandle* g = copier(&src, &dst);
+  if (g == nullptr) return copy_box(src.data(), src_box, dst.data(), dst_box, box, itemsize);
+  const auto* s = static_cast<const unsigned char*>(src.device_data());
+  auto* d = static_cast<unsigned char*>(dst.device_data());
+  const CopyKind kind = src.on_host() ? CopyKind::HostToDevice
+                        : dst.on_host() ? CopyKind::DeviceToHost
+                                        : CopyKind::DeviceToDevice;
+  // One copy per contiguous run, queued, and one wait at the end.
+  for_each_run(src_box, dst_box, box, itemsize, [&](std::int64_t so, std::int64_t dof, std::int64_t bytes) {
+    gpu_copy(*g, d + dof, s + so, static_cast<std::size_t>(bytes), kind, op, false);
+  });
+  gpu_wait(*g, op);
+}
+
+void write_buffer(const Buffer& dst, const void* host, std::size_t nbytes, const char* op) {
+  if (nbytes == 0) return;
+  if (dst.on_host()) {
+    std::memcpy(dst.data(), host, nbytes);
+    return;
+  }
+  gpu_copy(*Runtime::get().gpu(dst.device_id()), dst.device_data(), host, nbytes, CopyKind::HostToDevice, op);
+}
+
+void read_buffer(const Buffer& src, void* host, std::size_t nbytes, const char* op) {
+  if (nbytes == 0) return;
+  if (src.on_host()) {
+    std::memcpy(host, src.data(), nbytes);
+    return;
+  }
+  gpu_copy(*Runtime::get().gpu(src.device_id()), host, src.device_data(), nbytes, CopyKind::DeviceToHost, op);
+}
+
 Buffer contiguous_view(const Buffer& buffer, const std::vector<Slice>& block, const std::vector<Slice>& box,
                        std::size_t itemsize) {
   const size_t rank = block.size();

@@ -43,6 +43,11 @@ struct Operand {
   std::int64_t i = 0;   // scalar value for integer and bool dtypes
 };
 
+/// Row-major strides (elements) of a `local` block broadcast to `out`
+/// (right-aligned; 0 for broadcast dims): an Operand's strides, on every
+/// backend.
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& local, const std::vector<std::int64_t>& out);
+
 /// What a fusable elementwise primitive computes on one element, for the
 /// loops a backend generates for a fused group (backend/cpu/native): the
 /// op, its dtypes and its scalar operand. Each one names a function of

@@ -20,7 +20,7 @@
 #include <cuda/std/cstdint>
 #include <cuda/std/limits>
 #include <cuda/std/type_traits>
-#define TESSERA_STD cuda::std
+#define TESSERA_STD ::cuda::std
 #define TESSERA_HD __host__ __device__
 #define TESSERA_SCALAR_FN __host__ __device__ __forceinline__
 #else
@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
-#define TESSERA_STD std
+#define TESSERA_STD ::std
 #define TESSERA_HD
 // GNU attribute syntax: it may stand between `static` and the return type.
 #define TESSERA_SCALAR_FN __attribute__((always_inline)) inline

@@ -61,6 +61,7 @@ class Fill final : public Creation {
   std::string params() const override { return "value=" + text_; }
   // backend/cpu/eval_creation.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   alignas(8) unsigned char value_[8] = {};
@@ -74,6 +75,7 @@ class Arange final : public Creation {
   std::string params() const override;
   // backend/cpu/eval_creation.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   double start_, step_;
@@ -86,6 +88,7 @@ class Linspace final : public Creation {
   std::string params() const override;
   // backend/cpu/eval_creation.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   LinspaceParams p_;
@@ -98,6 +101,7 @@ class Eye final : public Creation {
   std::string params() const override { return "k=" + std::to_string(k_); }
   // backend/cpu/eval_creation.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   std::int64_t k_;

@@ -75,6 +75,7 @@ class Unary final : public Elementwise {
 
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_EVAL_TILE;
   std::optional<ElementExpr> element_expr() const override;
 
@@ -95,6 +96,7 @@ class Binary final : public Elementwise {
 
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_EVAL_TILE;
   std::optional<ElementExpr> element_expr() const override;
 
@@ -117,6 +119,7 @@ class BinaryScalar final : public Elementwise {
 
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_EVAL_TILE;
   std::optional<ElementExpr> element_expr() const override;
 
@@ -138,6 +141,7 @@ class Select final : public Elementwise {
 
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_EVAL_TILE;
   std::optional<ElementExpr> element_expr() const override;
 
@@ -158,6 +162,7 @@ class SelectScalar final : public Elementwise {
 
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_EVAL_TILE;
   std::optional<ElementExpr> element_expr() const override;
 
@@ -179,6 +184,7 @@ class Convert final : public Elementwise {
 
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_EVAL_TILE;
   std::optional<ElementExpr> element_expr() const override;
 
@@ -201,6 +207,7 @@ class Constraint final : public Elementwise {
 
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
   // transforms/rules/elementwise.cpp
   TESSERA_DECLARE_BATCH;
@@ -221,6 +228,7 @@ class StopGradient final : public Elementwise {
 
   // backend/cpu/eval_elementwise.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
   // transforms/rules/elementwise.cpp
   TESSERA_DECLARE_BATCH;

@@ -3,8 +3,25 @@
 #include "primitives/primitive.hpp"
 
 #include "core/validate.hpp"
+#include "runtime/runtime.hpp"
 
 namespace tessera::detail {
+
+void Primitive::eval_cuda(const LocalArgs&, LocalOuts&) const {
+  throw DeviceError("[" + std::string(name()) + "] has no CUDA kernel yet: it runs on CPU devices only so far " +
+                    "(see docs/gpu.md for what runs on GPUs)");
+}
+
+bool on_cuda_device() {
+  const int dev = current_device();
+  return dev >= 0 && Runtime::get().platform() == Platform::Cuda;
+}
+
+void eval_kernel(const Primitive& prim, const LocalArgs& in, LocalOuts& out) {
+  if (!on_cuda_device()) return prim.eval_cpu(in, out);
+  prim.eval_cuda(in, out);
+  gpu_wait(*Runtime::get().gpu(current_device()), std::string(prim.name()).c_str());
+}
 
 void Primitive::eval_tile(std::span<const void* const>, void*, std::int64_t) const {
   throw Error(msg(std::string(name()).c_str(), "cannot run in a fused loop"));

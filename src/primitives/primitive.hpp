@@ -63,6 +63,11 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
   virtual std::vector<TypeInfo> infer(std::span<const AbstractArray> in) const = 0;
   /// Per-device kernel over local blocks (mesh-agnostic).
   virtual void eval_cpu(const LocalArgs& in, LocalOuts& out) const = 0;
+  /// The same on a CUDA device (backend/cuda/eval_<family>.cpp): the blocks
+  /// are in the GPU's memory, and kernels go onto the calling thread's
+  /// stream (eval_kernel waits for it). The default raises DeviceError
+  /// "[op] has no CUDA kernel yet": nothing falls back to the host.
+  virtual void eval_cuda(const LocalArgs& in, LocalOuts& out) const;
   /// Stencils whose kernels read an operand's rows from several buffers
   /// return true: the engine (spmd/engine.cpp) then leaves each device's
   /// own block in place, gathers only the rows of its halo before and after
@@ -162,6 +167,7 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
                                  const std::vector<TypeInfo>& out, const std::vector<NamedSharding>& layouts) \
       const override
 #define TESSERA_DECLARE_EVAL_CPU void eval_cpu(const LocalArgs& in, LocalOuts& out) const override
+#define TESSERA_DECLARE_EVAL_CUDA void eval_cuda(const LocalArgs& in, LocalOuts& out) const override
 #define TESSERA_DECLARE_EVAL_TILE \
   void eval_tile(std::span<const void* const> in, void* out, std::int64_t n) const override
 #define TESSERA_DECLARE_BATCH                                                                              \
@@ -176,6 +182,13 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
       const override
 
 using PrimitivePtr = std::shared_ptr<const Primitive>;
+
+/// Runs `prim`'s kernel for the device whose worker calls it: eval_cpu on a
+/// CPU device; eval_cuda on a CUDA device, then waits for its stream (so
+/// the blocks it read may be freed, and its errors are raised here).
+void eval_kernel(const Primitive& prim, const LocalArgs& in, LocalOuts& out);
+/// True when the calling thread runs a CUDA device's work.
+bool on_cuda_device();
 
 /// Applies `prim` to `args` in the innermost trace (src/transforms/trace.cpp).
 std::vector<Array> bind(PrimitivePtr prim, std::vector<Array> args);

@@ -70,3 +70,4 @@ double collective_timeout() {
 }  // namespace config
 
 }  // namespace tessera
+

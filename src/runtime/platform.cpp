@@ -1,5 +1,6 @@
 #include "runtime/platform.hpp"
 
+#include <atomic>
 #include <string>
 
 #include "runtime/gpus.hpp"
@@ -10,6 +11,8 @@ namespace tessera::detail {
 
 namespace {
 constexpr std::string_view kPlatforms = "'cpu' or 'cuda'";
+// What devices(platform) asked for before the runtime started.
+std::atomic<int> g_requested{-1};
 }  // namespace
 
 std::string gpu_summary() {
@@ -23,26 +26,40 @@ std::string gpu_summary() {
   return s;
 }
 
-void require_platform(std::string_view platform, std::string_view origin) {
-  if (platform == "cpu") return;
-  if (platform == "cuda") {
-    std::string why;
-    if (cuda_device_count(&why) == 0)
-      throw DeviceError("[devices] " + std::string(origin) + ": no CUDA GPU: " + why);
-    // Read now, so a bad value is reported even before GPUs can run.
-    const int per_gpu = config::devices_per_gpu();
-    std::string found = gpu_summary();
-    if (per_gpu > 1) found += "; " + std::to_string(per_gpu) + " devices each (TESSERA_DEVICES_PER_GPU)";
-    throw DeviceError("[devices] " + std::string(origin) +
-                      ": the CUDA execution backend is not available yet in this build (found " + found +
-                      "); run on the CPU devices (TESSERA_PLATFORM=cpu, the default)");
-  }
+Platform platform_named(std::string_view name, std::string_view origin) {
+  if (name == "cpu") return Platform::Cpu;
+  if (name == "cuda") return Platform::Cuda;
   throw DeviceError("[devices] " + std::string(origin) + ": expected a platform " + std::string(kPlatforms) +
-                    ", got '" + std::string(platform) + "'");
+                    ", got '" + std::string(name) + "'");
 }
 
-void check_platform_setting() {
-  if (const auto p = config::platform_setting()) require_platform(*p, "TESSERA_PLATFORM=" + *p);
+void require_platform(std::string_view platform, std::string_view origin) {
+  if (platform_named(platform, origin) == Platform::Cpu) return;
+  std::string why;
+  if (cuda_device_count(&why) == 0) throw DeviceError("[devices] " + std::string(origin) + ": no CUDA GPU: " + why);
+  (void)config::devices_per_gpu();  // a bad value is reported before anything starts
+}
+
+void request_platform(std::string_view platform, std::string_view origin) {
+  require_platform(platform, origin);
+  if (config::platform_setting()) return;  // the environment decides
+  g_requested = static_cast<int>(platform_named(platform, origin));
+}
+
+Platform chosen_platform() {
+  if (const auto p = config::platform_setting()) {
+    const std::string origin = "TESSERA_PLATFORM=" + *p;
+    require_platform(*p, origin);
+    return platform_named(*p, origin);
+  }
+  const int r = g_requested.load();
+  return r < 0 ? Platform::Cpu : static_cast<Platform>(r);
+}
+
+void require_cpu_platform(const std::string& op, const char* what) {
+  if (!Runtime::started() || Runtime::get().platform() == Platform::Cpu) return;
+  throw DeviceError("[" + op + "] " + what + " on CUDA devices: not implemented yet (the CUDA backend runs " +
+                    "elementwise and creation ops, transfers and resharding so far; see docs/gpu.md)");
 }
 
 }  // namespace tessera::detail

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <string>
 #include <system_error>
 
@@ -91,7 +92,7 @@ void* Allocator::allocate(std::size_t nbytes) {
   // here gives the same DeviceError everywhere, whereas malloc's answer
   // depends on the overcommit policy (and sanitizer allocators abort).
   static const std::size_t kPhysical = physical_memory();
-  if (nbytes > kPhysical)
+  if (gpu_.ordinal < 0 && nbytes > kPhysical)
     throw DeviceError("[allocate] cannot allocate " + std::to_string(nbytes) + " bytes (" + bytes_str(nbytes) +
                       ") on CPU " + std::to_string(device_id_) + ": more than the machine's memory (" +
                       bytes_str(kPhysical) + "); shard the array over more devices or make it smaller");
@@ -107,15 +108,26 @@ void* Allocator::allocate(std::size_t nbytes) {
       return p;
     }
   }
-  void* p = std::aligned_alloc(kAlign, size);
+  void* p = fresh(size);
   if (p == nullptr) {
     // Cached blocks of other sizes may be what stands in the way.
     release_cache();
-    p = std::aligned_alloc(kAlign, size);
+    p = fresh(size);
   }
+  if (p == nullptr && gpu_.ordinal >= 0)
+    throw DeviceError("[allocate] out of memory on CUDA device " + std::to_string(device_id_) + " (GPU " +
+                      std::to_string(gpu_.ordinal) + "): requested " + std::to_string(nbytes) + " bytes (" +
+                      bytes_str(nbytes) + "), " + bytes_str(gpu_free_bytes(gpu_)) + " free on the GPU, " +
+                      bytes_str(bytes_in_use()) + " in use by this device; shard the array over more devices or " +
+                      "make it smaller");
   if (p == nullptr)
     throw DeviceError("[allocate] out of memory on CPU " + std::to_string(device_id_) + ": requested " +
                       std::to_string(nbytes) + " bytes (" + bytes_str(nbytes) + ")");
+  if (gpu_.ordinal >= 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    count_alloc(size);
+    return p;
+  }
   // First touch on the owning worker places the pages near its core.
   auto touch = [p, size] {
     auto* b = static_cast<unsigned char*>(p);
@@ -131,6 +143,16 @@ void* Allocator::allocate(std::size_t nbytes) {
   std::lock_guard<std::mutex> lock(mu_);
   count_alloc(size);
   return p;
+}
+
+void* Allocator::fresh(std::size_t size) {
+  if (gpu_.ordinal >= 0) return gpu_allocate(gpu_, size);
+  return std::aligned_alloc(kAlign, size);
+}
+
+void Allocator::release(void* p) {
+  if (gpu_.ordinal >= 0) return gpu_deallocate(gpu_, p);
+  std::free(p);
 }
 
 void Allocator::count_alloc(std::size_t size) {
@@ -151,14 +173,14 @@ void Allocator::deallocate(void* p, std::size_t nbytes) {
   if (tracing()) [[unlikely]]
     record_memory(device_id_, static_cast<std::int64_t>(in_use_));
   if (size > kMaxCachedBytes) {
-    std::free(p);
+    release(p);
     return;
   }
   // Make room by evicting other cached blocks, largest first: the block just
   // freed is the likeliest to be asked for again.
   while (cached_ + size > kMaxCachedBytes) {
     auto victim = std::prev(free_.end());
-    std::free(victim->second);
+    release(victim->second);
     cached_ -= victim->first;
     free_.erase(victim);
   }
@@ -168,7 +190,7 @@ void Allocator::deallocate(void* p, std::size_t nbytes) {
 
 void Allocator::release_cache() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [size, p] : free_) std::free(p);
+  for (auto& [size, p] : free_) release(p);
   free_.clear();
   cached_ = 0;
 }
@@ -266,12 +288,18 @@ void Worker::loop() {
 
 // ------------------------------------------------------------------ Runtime
 
-Runtime::Runtime(int n, int process, std::vector<int> first_device)
-    : process_(process), first_device_(std::move(first_device)) {
+Runtime::Runtime(int n, int process, std::vector<int> first_device, Platform platform)
+    : process_(process), first_device_(std::move(first_device)), platform_(platform) {
   const int first = first_device_[process_];
   allocators_.reserve(n);
   workers_.reserve(n);
-  for (int i = 0; i < n; ++i) allocators_.push_back(std::make_unique<Allocator>(first + i));
+  if (platform_ == Platform::Cuda) {
+    // Device i of this process is on GPU i / k (k devices per GPU).
+    const int per_gpu = config::devices_per_gpu();
+    for (int i = 0; i < n; ++i) gpus_.push_back(gpu_open(i / per_gpu, first + i));
+  }
+  for (int i = 0; i < n; ++i)
+    allocators_.push_back(std::make_unique<Allocator>(first + i, platform_ == Platform::Cuda ? &gpus_[i] : nullptr));
   try {
     for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(first + i));
   } catch (const std::system_error& e) {
@@ -283,6 +311,20 @@ Runtime::Runtime(int n, int process, std::vector<int> first_device)
     throw DeviceError("[devices] could start only " + std::to_string(made) + " of " + std::to_string(n) +
                       " CPU devices (one worker thread each): " + e.what() +
                       "; ask for fewer with config::set_num_cpu_devices or TESSERA_NUM_CPU_DEVICES");
+  }
+  // Each CUDA device's worker drives its GPU: bind it there, once.
+  for (int i = 0; i < static_cast<int>(gpus_.size()); ++i) {
+    std::promise<void> bound;
+    auto done = bound.get_future();
+    workers_[i]->submit([&bound, g = gpus_[i]] {
+      try {
+        gpu_bind(g);
+        bound.set_value();
+      } catch (...) {
+        bound.set_exception(std::current_exception());
+      }
+    });
+    done.get();
   }
 }
 
@@ -309,16 +351,21 @@ Runtime& Runtime::get() {
   static Runtime* rt = [] {
     // First of all: a platform this process cannot run on leaves nothing
     // started.
-    check_platform_setting();
+    const Platform platform = chosen_platform();
     // Before the workers start, so they record from their first task and a
     // bad TESSERA_TRACE path leaves nothing started.
     start_trace_from_env();
     int n = g_requested_devices.load();
-    if (n == 0) n = default_device_count();
+    if (platform == Platform::Cuda) {
+      // Every GPU this process sees, k devices each.
+      n = cuda_device_count() * config::devices_per_gpu();
+    } else if (n == 0) {
+      n = default_device_count();
+    }
     // Join the other processes (MPI under mpirun): every process learns how
     // many devices each has, so device ids are global.
     ProcessLayout layout = start_processes(n);
-    auto* r = new Runtime(n, layout.index, std::move(layout.first_device));
+    auto* r = new Runtime(n, layout.index, std::move(layout.first_device), platform);
     g_started = true;
     std::atexit([] { Runtime::get().shutdown(); });
     return r;
@@ -411,6 +458,8 @@ void run_on_devices(const std::vector<Device>& all_devices, const std::function<
 
 void run_inline_on_devices(const std::vector<Device>& all_devices, const std::function<void(int)>& fn) {
   Runtime& rt = Runtime::get();
+  // A GPU is driven by its worker's thread alone (its stream is bound there).
+  if (rt.platform() == Platform::Cuda) return run_on_devices(all_devices, fn);
   const std::string_view label = TimelineScope::innermost_name("task");
   std::exception_ptr first;
   const int outer = t_current_device;
@@ -439,9 +488,16 @@ void run_on_devices_sized(const std::vector<Device>& devices, const std::functio
 // ------------------------------------------------------------------- Buffer
 
 Buffer::Buffer(int device_id, std::size_t nbytes) : nbytes_(nbytes), device_id_(device_id) {
-  Allocator& a = Runtime::get().allocator(device_id);
+  Runtime& rt = Runtime::get();
+  host_ = rt.platform() == Platform::Cpu;
+  Allocator& a = rt.allocator(device_id);
   void* p = a.allocate(nbytes);
   ptr_ = std::shared_ptr<void>(p, [&a, nbytes](void* q) { a.deallocate(q, nbytes); });
+}
+
+void Buffer::not_host_memory() const {
+  throw DeviceError("[internal] host code reached for the memory of CUDA device " + std::to_string(device_id_) +
+                    " directly; it must be copied to the host (or the op needs a CUDA kernel)");
 }
 
 }  // namespace tessera::detail
@@ -450,7 +506,13 @@ Buffer::Buffer(int device_id, std::size_t nbytes) : nbytes_(nbytes), device_id_(
 
 namespace tessera {
 
-std::string Device::str() const { return "CpuDevice(id=" + std::to_string(id_) + ")"; }
+std::string Device::kind() const {
+  return detail::Runtime::get().platform() == detail::Platform::Cuda ? "cuda" : "cpu";
+}
+
+std::string Device::str() const {
+  return (kind() == "cuda" ? "CudaDevice(id=" : "CpuDevice(id=") + std::to_string(id_) + ")";
+}
 
 int Device::process_index() const { return detail::Runtime::get().process_of(id_); }
 
@@ -463,8 +525,18 @@ std::vector<Device> devices() {
 }
 
 std::vector<Device> devices(std::string_view platform) {
-  // devices("cuda") needs no CPU runtime to say why it has no devices.
-  if (platform != "cpu") detail::require_platform(platform, "devices(\"" + std::string(platform) + "\")");
+  // Before the runtime starts, asking for a platform chooses it (checked
+  // first, so no runtime starts on a platform that cannot run).
+  const std::string origin = "devices(\"" + std::string(platform) + "\")";
+  if (!detail::Runtime::started()) detail::request_platform(platform, origin);
+  const detail::Platform have = detail::Runtime::get().platform();
+  const detail::Platform want = detail::platform_named(platform, origin);
+  if (want != have)
+    throw DeviceError("[devices] " + origin + ": this process runs on the " +
+                      (have == detail::Platform::Cuda ? "CUDA devices" : "CPU devices") +
+                      " (one platform per process); choose the platform before the first use of devices, with "
+                      "TESSERA_PLATFORM=" + std::string(platform) + " or by calling devices(\"" +
+                      std::string(platform) + "\") first");
   return devices();
 }
 

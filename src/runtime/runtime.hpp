@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/gpus.hpp"
 #include "tessera/device.hpp"
 #include "tessera/observe.hpp"
 
@@ -28,9 +29,17 @@ inline constexpr int kMaxCpuDevices = 4096;
 /// Caching allocator of one device. Blocks are 64-byte aligned. A fresh block
 /// has its pages first touched on the owning worker (so the OS places them
 /// near that core); freed blocks are kept in size-keyed free lists and reused.
+///
+/// The allocator of a CUDA device (`gpu` given) keeps the same accounts and
+/// the same cache over its GPU memory pool (runtime/gpus.hpp): no first
+/// touch, and blocks go back to the pool instead of the OS. Its blocks
+/// are freed on the host once the work that used them is done (every task
+/// waits for its stream), so a cached block is free to reuse at once.
 class Allocator {
  public:
-  explicit Allocator(int device_id) : device_id_(device_id) {}
+  explicit Allocator(int device_id, const GpuHandle* gpu = nullptr) : device_id_(device_id) {
+    if (gpu) gpu_ = *gpu;
+  }
   ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
@@ -54,8 +63,11 @@ class Allocator {
 
  private:
   void count_alloc(std::size_t size);  // under mu_
+  void* fresh(std::size_t size);       // a new block from the OS or the GPU's pool
+  void release(void* p);               // back to where fresh() took it
 
   int device_id_;
+  GpuHandle gpu_;  // ordinal < 0: host memory
   mutable std::mutex mu_;
   std::multimap<std::size_t, void*> free_;  // rounded size -> block
   std::size_t in_use_ = 0;
@@ -98,6 +110,10 @@ class Worker {
   std::thread thread_;
 };
 
+/// What a process's devices are: CPU threads, or GPUs (TESSERA_PLATFORM,
+/// devices("cuda") before the runtime starts). One platform per process.
+enum class Platform { Cpu, Cuda };
+
 /// The process-wide set of devices. Created on first use, never destroyed
 /// (buffers may outlive static destructors); workers are joined at exit.
 /// With several processes (comm/process.hpp) device ids are global, ordered
@@ -121,6 +137,11 @@ class Runtime {
   bool is_local(int id) const { return id >= first_local() && id < first_local() + num_local(); }
   Worker& worker(int id) { return *workers_.at(local_index(id)); }
   Allocator& allocator(int id) { return *allocators_.at(local_index(id)); }
+  Platform platform() const { return platform_; }
+  /// The GPU of local CUDA device `id`; nullptr on the CPU platform.
+  const GpuHandle* gpu(int id) const {
+    return platform_ == Platform::Cuda ? &gpus_.at(local_index(id)) : nullptr;
+  }
   /// Whether work over `n` devices should poll (yielding, for a while)
   /// before it sleeps while waiting. When each device has a core the others
   /// are microseconds away. With more devices than cores it pays too: a
@@ -131,7 +152,7 @@ class Runtime {
   bool polls_for(int) const { return true; }
 
  private:
-  Runtime(int n, int process, std::vector<int> first_device);
+  Runtime(int n, int process, std::vector<int> first_device, Platform platform);
   void shutdown();
   // Index of local device `id` among this process's; raises DeviceError for
   // another process's device (its memory is not here).
@@ -140,7 +161,14 @@ class Runtime {
   std::vector<int> first_device_;  // per process, its first device id; then the total
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::unique_ptr<Allocator>> allocators_;
+  Platform platform_ = Platform::Cpu;
+  std::vector<GpuHandle> gpus_;  // CUDA platform: per local device
 };
+
+/// The platform the runtime starts (or started) on: TESSERA_PLATFORM, else
+/// what config::set_platform / devices(platform) asked for first, else the
+/// CPU. Raises DeviceError when that platform cannot run here.
+Platform chosen_platform();
 
 /// Id of the device whose worker runs the current thread, or -1.
 int current_device();
@@ -183,7 +211,18 @@ class Buffer {
   Buffer() = default;
   /// Allocates on device `device_id` (call from any thread).
   Buffer(int device_id, std::size_t nbytes);
-  void* data() const { return ptr_.get(); }
+  /// The memory, for host code: raises DeviceError when it is a GPU's
+  /// (host code must copy it with the GPU port, or run a CUDA kernel).
+  void* data() const {
+    if (!host_) [[unlikely]]
+      not_host_memory();
+    return ptr_.get();
+  }
+  /// The memory in its own space (a device pointer on a GPU), for kernels
+  /// and copies that know which space it is.
+  void* device_data() const { return ptr_.get(); }
+  /// True for host memory (CPU devices).
+  bool on_host() const { return host_; }
   std::size_t nbytes() const { return nbytes_; }
   int device_id() const { return device_id_; }
   /// `nbytes` starting `offset` bytes in, sharing this buffer's memory (which
@@ -194,11 +233,14 @@ class Buffer {
     b.ptr_ = std::shared_ptr<void>(ptr_, static_cast<unsigned char*>(ptr_.get()) + offset);
     b.nbytes_ = nbytes;
     b.device_id_ = device_id_;
+    b.host_ = host_;
     return b;
   }
 
  private:
+  [[noreturn]] void not_host_memory() const;
   std::shared_ptr<void> ptr_;
+  bool host_ = true;
   std::size_t nbytes_ = 0;
   int device_id_ = -1;
 };

@@ -66,7 +66,7 @@ struct Steps {
     for (size_t i = 0; i < ops.size(); ++i) {
       const Array& a = ops[i];
       if (boxes[i].empty()) {
-        in.push_back(LocalIn{local_data(a, pos), local_shape(a, pos), a.dtype(), local_index(a, pos)});
+        in.push_back(LocalIn{a.impl()->buffers[pos].device_data(), local_shape(a, pos), a.dtype(), local_index(a, pos)});
         continue;
       }
       const std::vector<Slice>& box = boxes[i][pos];
@@ -190,6 +190,7 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
   const char* op = name.c_str();
   if (prim.identity()) return {reshard_for(ctx, args[0], part.results[0], op)};
   if (prim.lowers_itself()) {
+    require_cpu_platform(name, "this op");
     auto res = prim.eval_global(ctx, args, types, part.results);
     for (size_t r = 0; r < res.size(); ++r)
       if (r >= types.size() || !(res[r].sharding() == part.results[r]) || res[r].shape() != types[r].shape)
@@ -205,6 +206,8 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
   st.boxes.resize(ops.size());
   st.widened.resize(ops.size());
   st.pieces.resize(ops.size());
+  if (prim.reads_halo_pieces() || part.has_engine_steps())
+    require_cpu_platform(name, "stencils and scans over sharded dims (halo exchange)");
   exchange_halos(ctx, prim, part, ops, types, op, st);
   if (part.scan) carry_totals(ctx, prim, part, ops, types, op, st);
   if (part.has_engine_steps() && !st.moved) record_none(mesh, op);
@@ -228,7 +231,7 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
       auto box = part.local[r].shard_index(types[r].shape, pos);
       Shape shape = box_shape(box);
       Buffer b(mesh.devices()[pos].id(), static_cast<std::size_t>(num_elements(shape)) * itemsize(types[r].dtype));
-      out.push_back(LocalOut{b.data(), std::move(shape), types[r].dtype, std::move(box)});
+      out.push_back(LocalOut{b.device_data(), std::move(shape), types[r].dtype, std::move(box)});
       bufs[r][pos] = std::move(b);
     }
     if (prim.reads_halo_pieces()) {
@@ -237,7 +240,7 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
         if (!st.pieces[i].empty()) held[i] = st.pieces[i][pos];
       prim.eval_halo(in, held, out);
     } else if (st.before.empty()) {
-      prim.eval_cpu(in, out);
+      eval_kernel(prim, in, out);
     } else {
       const std::vector<Slice>& b = st.before_boxes[pos];
       prim.eval_scan(in, LocalIn{st.before[pos].data(), box_shape(b), st.before_dtype, b}, out);

@@ -55,7 +55,7 @@ std::vector<Buffer> gather_boxes(const ExecContext& ctx, const Array& a, const s
   for (const auto& p : plan.pieces)
     if (p.src == p.dst && p.box == boxes[p.dst]) {
       out[p.dst] = contiguous_view(src[p.src], a.sharding().shard_index(a.shape(), p.src), p.box, itemsize(a.dtype()));
-      viewed[p.dst] = out[p.dst].data() != nullptr;
+      viewed[p.dst] = out[p.dst].device_data() != nullptr;
       any_view = any_view || viewed[p.dst];
     }
   // The pieces still to copy: the plan itself unless some became views.

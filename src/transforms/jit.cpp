@@ -268,6 +268,9 @@ bool broadcasts_into(const Slot& in, const Slot& o) {
 }
 
 void fuse(Compiled& c) {
+  // GPUs run each member as its own kernel until fused groups are compiled
+  // for them (NVRTC).
+  if (Runtime::get().platform() == Platform::Cuda) return;
   std::vector<Step> out;
   size_t i = 0;
   while (i < c.steps.size()) {
@@ -464,18 +467,18 @@ void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   in.reserve(st.in.size());
   for (int s : st.in) {
     const Slot& sl = c.slots[s];
-    in.push_back(LocalIn{bufs[s][pos].data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
+    in.push_back(LocalIn{bufs[s][pos].device_data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
   }
   LocalOuts out;
   out.reserve(st.out.size());
   for (int s : st.out) {
     const Slot& sl = c.slots[s];
     Buffer b(dev, static_cast<std::size_t>(num_elements(sl.local[pos])) * itemsize(sl.dtype));
-    out.push_back(LocalOut{b.data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
+    out.push_back(LocalOut{b.device_data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
     bufs[s][pos] = std::move(b);
   }
   TimelineScope scope(q.prim->name(), "kernel");
-  q.prim->eval_cpu(in, out);
+  eval_kernel(*q.prim, in, out);
 }
 
 // A fused step's members as its loops see them: per member, the

@@ -375,17 +375,5 @@ void select(DType t, const Operand& cond, const Operand& x, const Operand& y, vo
   });
 }
 
-std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& local,
-                                            const std::vector<std::int64_t>& out) {
-  const int r = static_cast<int>(out.size()), lr = static_cast<int>(local.size());
-  std::vector<std::int64_t> st(r, 0);
-  std::int64_t acc = 1;
-  for (int d = lr - 1; d >= 0; --d) {
-    const int od = d + (r - lr);
-    st[od] = (local[d] == 1 && out[od] != 1) ? 0 : acc;
-    acc *= local[d];
-  }
-  return st;
-}
 
 }  // namespace tessera::cpu

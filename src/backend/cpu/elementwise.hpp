@@ -12,6 +12,7 @@ namespace tessera::cpu {
 // The ops and the operand form are descriptions shared with the primitives
 // and the front ends (core/elementwise_op.hpp).
 using detail::BinaryOp;
+using detail::broadcast_strides;
 using detail::Operand;
 using detail::returns_bool;
 using detail::UnaryOp;
@@ -33,8 +34,5 @@ void select(DType t, const Operand& cond, const Operand& x, const Operand& y, vo
 /// select() on n elements of contiguous runs or scalars (fused tiles).
 void select_flat(DType t, const Operand& cond, const Operand& x, const Operand& y, void* out, std::int64_t n);
 
-/// Row-major strides (elements) of `local` broadcast to `out` (right-aligned;
-/// 0 for broadcast dims).
-std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& local, const std::vector<std::int64_t>& out);
 
 }  // namespace tessera::cpu

@@ -5,10 +5,13 @@
 // error.
 #include <cuda_runtime_api.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
 #include "runtime/gpus.hpp"
+#include "tessera/error.hpp"
 
 namespace tessera::detail {
 
@@ -55,6 +58,18 @@ const Count& count_once() {
 
 }  // namespace
 
+int emulated_gpus() {
+  const char* env = std::getenv("TESSERA_CUDA_EMULATE");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || errno == ERANGE || v < 0 || v > 64)
+    throw DeviceError(std::string("[devices] TESSERA_CUDA_EMULATE: expected a number of emulated GPUs (0 to 64), got '") +
+                      env + "'");
+  return static_cast<int>(v);
+}
+
 std::string cuda_runtime_version() {
   int v = 0;
   if (cudaRuntimeGetVersion(&v) != cudaSuccess) v = CUDART_VERSION;
@@ -62,6 +77,10 @@ std::string cuda_runtime_version() {
 }
 
 int cuda_device_count(std::string* why_none) {
+  if (const int n = emulated_gpus(); n > 0) {
+    if (why_none) why_none->clear();
+    return n;
+  }
   const Count& c = count_once();
   if (why_none) *why_none = c.why_none;
   return c.n;
@@ -69,6 +88,18 @@ int cuda_device_count(std::string* why_none) {
 
 std::vector<GpuInfo> cuda_gpus(bool free_memory) {
   std::vector<GpuInfo> out;
+  if (const int n = emulated_gpus(); n > 0) {
+    // What the emulation has: host memory, shared by the emulated GPUs.
+    for (int i = 0; i < n; ++i) {
+      GpuInfo g;
+      g.index = i;
+      g.name = "Emulated GPU (host memory, TESSERA_CUDA_EMULATE)";
+      g.cc_major = 9;
+      g.pci_bus_id = "emulated";
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
   const int n = cuda_device_count();
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p{};

@@ -3,6 +3,7 @@
 // TESSERA_PLATFORM=cuda and `tessera devices` say so instead of failing to
 // link.
 #include "runtime/gpus.hpp"
+#include "tessera/error.hpp"
 
 namespace tessera::detail {
 
@@ -14,5 +15,24 @@ int cuda_device_count(std::string* why_none) {
 std::vector<GpuInfo> cuda_gpus(bool) { return {}; }
 
 std::string cuda_runtime_version() { return {}; }
+
+// Emulated GPUs run the CUDA backend's kernels, which this build lacks.
+int emulated_gpus() { return 0; }
+
+// No GPU is ever opened in this build (cuda_device_count is 0), so these
+// are unreachable; they say why if they are reached anyway.
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  throw DeviceError(std::string("[") + op + "] this build has no CUDA backend");
+}
+}  // namespace
+
+GpuHandle gpu_open(int, int) { no_cuda("devices"); }
+void gpu_bind(const GpuHandle&) { no_cuda("devices"); }
+void* gpu_allocate(const GpuHandle&, std::size_t) { no_cuda("allocate"); }
+void gpu_deallocate(const GpuHandle&, void*) {}
+std::size_t gpu_free_bytes(const GpuHandle&) { return 0; }
+void gpu_copy(const GpuHandle&, void*, const void*, std::size_t, CopyKind, const char* op, bool) { no_cuda(op); }
+void gpu_wait(const GpuHandle&, const char*) {}
 
 }  // namespace tessera::detail

@@ -91,7 +91,7 @@ Local gather_deposits(const std::vector<Deposit>& d, int axis, bool tiled, int d
     if (!tiled) piece.insert(piece.begin() + axis, 1);
     std::vector<Slice> box = whole_box(piece);
     box[axis] = {offset[r], offset[r] + piece[axis]};
-    if (!box_empty(box)) copy_box(d[r].data.data(), box, res.data(), whole_box(out), box, isz);
+    if (!box_empty(box)) copy_box(d[r].data, box, res, whole_box(out), box, isz, "all_gather");
   }
   return {res, out, d[0].dtype};
 }
@@ -126,7 +126,12 @@ Local permute_deposits(const std::vector<Deposit>& d, int rank, const std::vecto
     if (dst == rank) return {d[src].data, shape, dtype};  // the sender's buffer, shared
   const std::size_t nbytes = static_cast<std::size_t>(num_elements(shape)) * itemsize(dtype);
   Buffer zeros(device, nbytes);
-  if (nbytes) std::memset(zeros.data(), 0, nbytes);
+  if (nbytes && zeros.on_host()) {
+    std::memset(zeros.data(), 0, nbytes);
+  } else if (nbytes) {
+    const std::vector<unsigned char> host(nbytes, 0);
+    write_buffer(zeros, host.data(), nbytes, "ppermute");
+  }
   return {zeros, shape, dtype};
 }
 
@@ -157,7 +162,7 @@ Local all_to_all_deposits(const std::vector<Deposit>& d, int rank, int split_axi
       const std::int64_t shift = dst[k].start - src[k].start;
       src_block[k] = {src_block[k].start + shift, src_block[k].stop + shift};
     }
-    copy_box(d[r].data.data(), src_block, res.data(), whole_box(out), dst, isz);
+    copy_box(d[r].data, src_block, res, whole_box(out), dst, isz, "all_to_all");
   }
   return {res, out, dtype};
 }
@@ -174,12 +179,15 @@ Buffer exchange_deposits(const ReshardPlan& plan, int my_position, const Buffer&
   const std::size_t isz = itemsize(plan.dtype);
   // The whole box one contiguous part of this member's own block: a view.
   if (mine_last - mine_first == 1 && mine_first->src == my_position && mine_first->box == tbox)
-    if (Buffer v = contiguous_view(mine, plan.source.shard_index(plan.shape, my_position), tbox, isz); v.data())
+    if (Buffer v = contiguous_view(mine, plan.source.shard_index(plan.shape, my_position), tbox, isz); v.device_data())
       return v;
   Buffer out(device, static_cast<std::size_t>(num_elements(box_shape(tbox))) * isz);
   for (auto p = mine_first; p != mine_last; ++p) {
     const PieceSource from = source(static_cast<int>(p - plan.pieces.begin()));
-    copy_box(from.data, from.box, out.data(), tbox, p->box, isz);
+    if (from.buffer)
+      copy_box(*from.buffer, from.box, out, tbox, p->box, isz, "reshard");
+    else
+      copy_box(from.data, from.box, out.data(), tbox, p->box, isz);
   }
   return out;
 }
@@ -211,6 +219,7 @@ class ThreadsGroup final : public Group {
   // element is combined in the fixed tree order (comm/tree.hpp), whoever
   // computes it.
   Local all_reduce(const Local& in, ReduceOp op) override {
+    require_cpu_platform(g_.op, "reductions across devices (psum, reduce-scatter)");
     TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     auto rv = threads_meet(g_, {in.data, in.shape, in.dtype,
                                 collective_sig(g_.op, in, std::string("reduce=") + name(op), true)});
@@ -258,7 +267,7 @@ class ThreadsGroup final : public Group {
     if (!tiled) mine.insert(mine.begin() + axis, 1);
     std::vector<Slice> box = whole_box(mine);
     box[axis] = {offset, offset + mine[axis]};
-    if (!box_empty(box)) copy_box(in.data.data(), box, res.data(), whole_box(out), box, isz);
+    if (!box_empty(box)) copy_box(in.data, box, res, whole_box(out), box, isz, "all_gather");
     rv->barrier();
     return {res, out, in.dtype};
   }
@@ -267,6 +276,7 @@ class ThreadsGroup final : public Group {
   // its own result, in the tree order; no shared buffer, no barrier
   // (deposits outlive the reads).
   Local reduce_scatter(const Local& in, int dim, bool tiled, ReduceOp op) override {
+    require_cpu_platform(g_.op, "reductions across devices (psum, reduce-scatter)");
     TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     auto rv = threads_meet(g_, {in.data, in.shape, in.dtype,
                                 collective_sig(g_.op, in, reduce_scatter_params(dim, tiled, op), true)});
@@ -308,7 +318,7 @@ class ThreadsGroup final : public Group {
     const auto& d = rv->deposits();
     return exchange_deposits(plan, my_position, mine, my_device(), [&](int i) {
       const int src = plan.pieces[i].src;
-      return PieceSource{d[src].data.data(), plan.source.shard_index(plan.shape, src)};
+      return PieceSource{d[src].data.device_data(), plan.source.shard_index(plan.shape, src), &d[src].data};
     });
   }
 

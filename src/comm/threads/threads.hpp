@@ -93,6 +93,7 @@ Local all_to_all_deposits(const std::vector<Deposit>& d, int rank, int split_axi
 struct PieceSource {
   const void* data = nullptr;
   std::vector<Slice> box;
+  const Buffer* buffer = nullptr;  // when given, `data`'s buffer (in any memory space: a GPU's too)
 };
 /// Position `my_position`'s box of the plan's target, on `device`, each
 /// piece copied from `source(index in plan.pieces)` (see Group::exchange).

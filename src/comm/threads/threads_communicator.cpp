@@ -57,7 +57,7 @@ class ThreadsCommunicator final : public Communicator {
       Buffer out(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(box_shape(tbox))) * isz);
       for (int i = b; i < e; ++i) {
         const TransferPiece& p = plan.pieces[i];
-        copy_box(src[p.src].data(), plan.source.shard_index(plan.shape, p.src), out.data(), tbox, p.box, isz);
+        copy_box(src[p.src], plan.source.shard_index(plan.shape, p.src), out, tbox, p.box, isz, "reshard");
       }
       dst[t] = std::move(out);
     }, bytes);
@@ -67,6 +67,7 @@ class ThreadsCommunicator final : public Communicator {
               const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
               const std::vector<std::vector<Slice>>& out_boxes, std::vector<Buffer>& dst) override {
     const std::size_t isz = itemsize(dtype);
+    require_cpu_platform(std::string(name(op)) + "-reduce", "reductions across devices (sharded contractions and reductions)");
     // Every member reads the group's partials straight from their buffers
     // and combines its own box of the result, in the tree order over the
     // group (comm/tree.hpp).

@@ -1,0 +1,126 @@
+// The GPU port's running half (runtime/gpus.hpp) with the CUDA runtime:
+// each device's stream and memory pool, its allocations and its copies; and
+// the same for emulated GPUs (host memory, memcpy).
+//
+// Memory: one cudaMemPool_t per Tessera device (not the GPU's default pool),
+// so TESSERA_DEVICES_PER_GPU devices on one GPU keep separate accounts as
+// separate GPUs would. Blocks come from cudaMallocAsync on the device's
+// stream; the runtime's allocator (runtime/runtime.cpp) keeps freed blocks
+// in its size-keyed cache and returns them to the pool only when it must.
+// No managed memory.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/stream.hpp"
+#include "runtime/gpus.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::detail {
+
+namespace {
+
+void check(cudaError_t e, const GpuHandle& g, const char* op, const std::string& what) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw DeviceError(std::string("[") + op + "] " + what + " on CUDA device " + std::to_string(g.device_id) + " (GPU " +
+                    std::to_string(g.ordinal) + ") failed: " + cudaGetErrorName(e) + " (" +
+                    std::to_string(static_cast<int>(e)) + "): " + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+GpuHandle gpu_open(int ordinal, int device_id) {
+  GpuHandle g;
+  g.ordinal = ordinal;
+  g.device_id = device_id;
+  if (emulated_gpus() > 0) {
+    g.emulated = true;
+    return g;
+  }
+  check(cudaSetDevice(ordinal), g, "devices", "selecting the GPU");
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), g, "devices", "creating a stream");
+  g.stream = s;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = ordinal;
+  cudaMemPool_t pool = nullptr;
+  check(cudaMemPoolCreate(&pool, &props), g, "devices", "creating a memory pool");
+  // Keep what the pool has (the runtime's allocator caches on top of it):
+  // without a threshold the pool hands memory back at every synchronize.
+  std::uint64_t keep = ~std::uint64_t(0);
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), g, "devices",
+        "configuring the memory pool");
+  g.pool = pool;
+  return g;
+}
+
+void gpu_bind(const GpuHandle& g) {
+  if (!g.emulated) check(cudaSetDevice(g.ordinal), g, "devices", "selecting the GPU");
+  cuda::bind_current({g.ordinal, g.stream, g.emulated, g.device_id});
+}
+
+void* gpu_allocate(const GpuHandle& g, std::size_t nbytes) {
+  if (g.emulated) return std::aligned_alloc(256, (nbytes + 255) / 256 * 256);
+  check(cudaSetDevice(g.ordinal), g, "allocate", "selecting the GPU");
+  void* p = nullptr;
+  const cudaError_t e =
+      cudaMallocFromPoolAsync(&p, nbytes, static_cast<cudaMemPool_t>(g.pool), static_cast<cudaStream_t>(g.stream));
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  check(e, g, "allocate", "allocating " + std::to_string(nbytes) + " bytes");
+  return p;
+}
+
+void gpu_deallocate(const GpuHandle& g, void* p) {
+  if (p == nullptr) return;
+  if (g.emulated) {
+    std::free(p);
+    return;
+  }
+  // Called from any thread (a cache being released); the stream orders it
+  // after the device's work. Errors here have nowhere to go: a failed free
+  // leaks the block into the pool, which is destroyed with the process.
+  if (cudaSetDevice(g.ordinal) == cudaSuccess) (void)cudaFreeAsync(p, static_cast<cudaStream_t>(g.stream));
+  (void)cudaGetLastError();
+}
+
+std::size_t gpu_free_bytes(const GpuHandle& g) {
+  if (g.emulated) return 0;
+  std::size_t free = 0, total = 0;
+  if (cudaSetDevice(g.ordinal) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return free;
+}
+
+void gpu_wait(const GpuHandle& g, const char* op) {
+  if (g.emulated) return;
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(g.stream)), g, op, "waiting for the stream");
+}
+
+void gpu_copy(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes, CopyKind kind, const char* op,
+              bool wait) {
+  if (nbytes == 0) return;
+  if (g.emulated) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+  check(cudaSetDevice(g.ordinal), g, op, "selecting the GPU");
+  const cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
+                           : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
+                                                            : cudaMemcpyDefault;  // peer copies too (UVA)
+  const auto s = static_cast<cudaStream_t>(g.stream);
+  check(cudaMemcpyAsync(dst, src, nbytes, k, s), g, op, "a copy of " + std::to_string(nbytes) + " bytes");
+  if (wait) check(cudaStreamSynchronize(s), g, op, "a copy of " + std::to_string(nbytes) + " bytes");
+}
+
+}  // namespace tessera::detail

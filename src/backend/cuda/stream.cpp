@@ -1,0 +1,46 @@
+// The calling thread's GPU (backend/cuda/stream.hpp) with the CUDA runtime.
+#include "backend/cuda/stream.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera::cuda {
+
+namespace {
+thread_local Current t_current;
+
+std::string where(const Current& c) {
+  std::string s = "CUDA device " + std::to_string(c.device_id);
+  if (c.emulated) return s + " (emulated)";
+  return s + " (GPU " + std::to_string(c.ordinal) + ")";
+}
+}  // namespace
+
+const Current& current(const char* op) {
+  if (t_current.ordinal < 0)
+    throw DeviceError(std::string("[") + op + "] internal: a CUDA kernel was called from a thread that drives no GPU");
+  return t_current;
+}
+
+void bind_current(const Current& c) { t_current = c; }
+
+void check(int err, const char* op, const char* what) {
+  if (err == cudaSuccess) return;
+  const auto e = static_cast<cudaError_t>(err);
+  (void)cudaGetLastError();  // clear a non-sticky error so later calls do not report it
+  std::string msg = std::string("[") + op + "] " + what + " failed";
+  if (t_current.ordinal >= 0) msg += " on " + where(t_current);
+  msg += std::string(": ") + cudaGetErrorName(e) + " (" + std::to_string(err) + "): " + cudaGetErrorString(e);
+  throw DeviceError(msg);
+}
+
+void synchronize(const char* op) {
+  const Current& c = current(op);
+  if (c.emulated) return;
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(c.stream)), op, "a kernel");
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,46 @@
+// The GPU that the calling thread drives. Each CUDA device of the runtime is
+// one worker thread (runtime/runtime.hpp) bound at its start to one GPU and
+// one stream of it; every kernel launched and every copy made from that
+// thread goes onto that stream, in order, and an eval returns only after
+// its stream has finished (synchronize()), so a buffer freed on the host is
+// never still in use on the GPU.
+//
+// Emulated GPUs (TESSERA_CUDA_EMULATE=n, for testing the backend on
+// machines without one): the same code paths, with device memory in host
+// memory, copies by memcpy, and each kernel run as a loop over its
+// elements on the worker thread (launch.cuh). The kernels' per-element
+// code is the same source either way.
+//
+// Plain C++ (no CUDA headers), so host code compiled by the C++ compiler
+// can include it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::cuda {
+
+/// The calling thread's GPU: its CUDA ordinal and stream (a cudaStream_t).
+struct Current {
+  int ordinal = -1;
+  void* stream = nullptr;
+  bool emulated = false;
+  int device_id = -1;  // the Tessera device, for messages
+};
+
+/// The calling thread's GPU; raises DeviceError ("[op] ...") when the thread
+/// drives none (a CUDA kernel called off a CUDA device's worker).
+const Current& current(const char* op);
+
+/// Binds the calling thread to a GPU (the worker of a CUDA device, once).
+void bind_current(const Current& c);
+
+/// Waits until everything queued on the calling thread's stream is done;
+/// raises DeviceError naming `op` and the CUDA error if a kernel failed.
+void synchronize(const char* op);
+
+/// Raises DeviceError "[op] CUDA error on <device>: <name> (<code>): <text>"
+/// when `err` (a cudaError_t) is not cudaSuccess.
+void check(int err, const char* op, const char* what);
+
+}  // namespace tessera::cuda
