@@ -127,6 +127,11 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
   /// says which (spmd/member.hpp): every exchange and kernel loop it runs
   /// takes it.
   virtual bool runs_per_member() const { return true; }
+  /// True when eval_global also runs on CUDA devices (its lowering moves
+  /// data with the memory-space-aware copies and runs kernels through
+  /// eval_kernel). False: on GPUs it raises "[op] this op on CUDA devices:
+  /// not implemented yet".
+  virtual bool lowers_on_cuda() const { return false; }
   virtual std::vector<Array> eval_global(const ExecContext& ctx, const std::vector<Array>& in,
                                          const std::vector<TypeInfo>& out,
                                          const std::vector<NamedSharding>& layouts) const;

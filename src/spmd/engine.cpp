@@ -190,7 +190,7 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
   const char* op = name.c_str();
   if (prim.identity()) return {reshard_for(ctx, args[0], part.results[0], op)};
   if (prim.lowers_itself()) {
-    require_cpu_platform(name, "this op");
+    if (!prim.lowers_on_cuda()) require_cpu_platform(name, "this op");
     auto res = prim.eval_global(ctx, args, types, part.results);
     for (size_t r = 0; r < res.size(); ++r)
       if (r >= types.size() || !(res[r].sharding() == part.results[r]) || res[r].shape() != types[r].shape)
