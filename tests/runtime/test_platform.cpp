@@ -1,8 +1,8 @@
 // Choosing a platform: devices(platform), TESSERA_PLATFORM and
 // TESSERA_DEVICES_PER_GPU, and the GPU port under them. A machine without a
-// GPU (or a build without CUDA) must say why there is none, never crash;
-// with GPUs, this build must say it cannot run on them yet, never fall back
-// to the CPU silently.
+// GPU (or a build without CUDA) must say why there is none, never crash,
+// never fall back to the CPU silently; with GPUs, TESSERA_PLATFORM=cuda runs
+// on them. (The CUDA platform itself: test_cuda_platform.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -85,8 +85,11 @@ TEST(Platform, CudaSaysWhyItCannotRun) {
     expect_error<ts::DeviceError>([] { (void)ts::devices("cuda"); }, "[devices] devices(\"cuda\"): no CUDA GPU: ",
                                   {why});
   } else {
+    // This process already runs on the CPU devices.
+    (void)ts::devices();
     expect_error<ts::DeviceError>([] { (void)ts::devices("cuda"); }, "[devices] devices(\"cuda\"): ",
-                                  {"CUDA execution backend is not available yet", "found", "GPU"});
+                                  {"this process runs on the CPU devices", "one platform per process",
+                                   "TESSERA_PLATFORM=cuda"});
   }
 }
 
@@ -167,7 +170,15 @@ namespace {
   std::string why;
   if (td::cuda_device_count(&why) == 0)
     start_fails_then_works("cuda", "[devices] TESSERA_PLATFORM=cuda: no CUDA GPU: " + why);
-  start_fails_then_works("cuda", "[devices] TESSERA_PLATFORM=cuda: the CUDA execution backend is not available yet");
+  // With GPUs the runtime starts on them.
+  setenv("TESSERA_PLATFORM", "cuda", 1);
+  try {
+    for (const auto& d : ts::devices())
+      if (d.kind() != "cuda") finish(2, d.str());
+  } catch (const std::exception& e) {
+    finish(3, e.what());
+  }
+  finish(0);
 }
 
 [[noreturn]] void cpu_platform() {

@@ -1,0 +1,66 @@
+# The existing suites on the CUDA platform. Each suite runs twice more:
+#   cuda-emulated.<suite>  on 8 devices of 2 emulated GPUs (TESSERA_CUDA_EMULATE:
+#                          device memory in host memory, kernels as host loops,
+#                          every other code path the GPU's), on every machine;
+#   cuda.<suite>           on the real GPUs, 8 devices per GPU, skipped (not
+#                          passed) where there is none.
+# A suite lists the tests that do not run on GPUs, each with why: tests of
+# what only the CPU has (its fused loops, the identity of host buffers), and
+# ops whose CUDA path is still to come (those raise "[op] has no CUDA kernel
+# yet" or "... on CUDA devices: not implemented yet").
+if(NOT TESSERA_HAVE_CUDA)
+  return()
+endif()
+
+set(TESSERA_CUDA_EMULATED_ENV
+  "TESSERA_PLATFORM=cuda;TESSERA_CUDA_EMULATE=2;TESSERA_DEVICES_PER_GPU=4;TESSERA_KERNEL_CACHE=${CMAKE_BINARY_DIR}/kernel-cache")
+
+# tessera_cuda_suite(<test executable> [gtest patterns not run on GPUs...])
+function(tessera_cuda_suite name)
+  set(filter "")
+  if(ARGN)
+    list(JOIN ARGN ":" excluded)
+    set(filter "--gtest_filter=-${excluded}")
+  endif()
+  add_test(NAME cuda-emulated.${name} COMMAND ${name} ${filter})
+  set_tests_properties(cuda-emulated.${name} PROPERTIES LABELS cuda-emulated TIMEOUT 900
+    ENVIRONMENT "${TESSERA_CUDA_EMULATED_ENV}")
+  add_test(NAME cuda.${name} COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cuda/run_on_gpu.sh
+    $<TARGET_FILE:tessera_gpu_info> $<TARGET_FILE:${name}> ${filter})
+  set_tests_properties(cuda.${name} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 900
+    ENVIRONMENT "TESSERA_DEVICES_PER_GPU=8;TESSERA_KERNEL_CACHE=${CMAKE_BINARY_DIR}/kernel-cache")
+endfunction()
+
+# The CUDA platform itself: devices, memory, transfers, refusals.
+add_executable(test_cuda_platform runtime/test_cuda_platform.cpp)
+target_link_libraries(test_cuda_platform PRIVATE tessera_internal GTest::gtest GTest::gtest_main)
+target_include_directories(test_cuda_platform PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_cuda_platform PRIVATE -Wall -Wextra)
+tessera_cuda_suite(test_cuda_platform)
+add_test(NAME cuda-emulated.bad_setting COMMAND test_cuda_platform --gtest_filter=CudaPlatform.DevicesAreGpus)
+set_tests_properties(cuda-emulated.bad_setting PROPERTIES LABELS cuda-emulated
+  ENVIRONMENT "TESSERA_PLATFORM=cuda;TESSERA_CUDA_EMULATE=two"
+  PASS_REGULAR_EXPRESSION "\\[devices\\] TESSERA_CUDA_EMULATE: expected a number of emulated GPUs \\(0 to 64\\), got 'two'")
+
+tessera_cuda_suite(test_array)
+tessera_cuda_suite(test_creation)
+tessera_cuda_suite(test_elementwise)
+tessera_cuda_suite(test_dtypes)
+tessera_cuda_suite(test_bad_inputs)
+tessera_cuda_suite(test_reshard)
+tessera_cuda_suite(test_random)
+tessera_cuda_suite(test_reduce)
+tessera_cuda_suite(test_linalg)
+tessera_cuda_suite(test_shape)
+tessera_cuda_suite(test_stencil)
+tessera_cuda_suite(test_indexing)
+tessera_cuda_suite(test_zero_size)
+tessera_cuda_suite(test_search)
+tessera_cuda_suite(test_interp2d)
+tessera_cuda_suite(test_spectra)
+tessera_cuda_suite(test_shard_map)
+tessera_cuda_suite(test_collectives)
+tessera_cuda_suite(test_jit)
+tessera_cuda_suite(test_vmap)
+tessera_cuda_suite(test_autodiff)
+tessera_cuda_suite(test_contract)
