@@ -12,7 +12,7 @@
 #                         with a full build (BUILD_DIR): `tessera devices`,
 #                         TESSERA_PLATFORM=cuda, and the ctest tests labelled cuda
 #
-#   scripts/gpu-check.sh [BUILD_DIR]
+#   scripts/gpu-check.sh [BUILD_DIR | --full]
 #
 # Needs only a driver, nvcc (CUDA 12 or later, found on PATH, in $CUDA_HOME
 # or /usr/local/cuda) and a C++20 host compiler (g++ 12 or later): the first
@@ -99,19 +99,57 @@ if build shared_math_gpu build_sweep; then
   fi
 fi
 
+# --full: build the library and its test suites here, against the Debian
+# packages that scripts/gpu-deps.sh gathered on a build machine (carried to
+# this one as build/gpu-deps, or $GPU_DEPS): no MPI, no IFU app. Then run
+# the checks below on that build.
+if [ "$BUILD_DIR" = "--full" ]; then
+  DEPS="${GPU_DEPS:-$ROOT/build/gpu-deps}"
+  BUILD_DIR="${GPU_BUILD_DIR:-$ROOT/build/gpu}"
+  if [ ! -d "$DEPS/include/gtest" ]; then
+    fail "--full needs the folder scripts/gpu-deps.sh makes ($DEPS)"
+    BUILD_DIR=""
+  else
+    export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
+    start=$(date +%s)
+    if cmake -S "$ROOT" -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$DEPS" \
+        -DCMAKE_CUDA_COMPILER="$NVCC" -DTESSERA_WITH_CUDA=ON -DTESSERA_WITH_MPI=OFF -DTESSERA_BUILD_IFU=OFF \
+        -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_EXAMPLES=OFF \
+        -DCBLAS_INCLUDE_DIR="$DEPS/include/x86_64-linux-gnu" \
+        -DBLAS_LIBRARIES="$DEPS/lib/x86_64-linux-gnu/libopenblas.so" > "$OUT/build-full.txt" 2>&1 &&
+      cmake --build "$BUILD_DIR" -j "$(nproc)" >> "$OUT/build-full.txt" 2>&1; then
+      log "full build: $(( $(date +%s) - start )) s"
+    else
+      fail "full build (see build-full.txt)"
+      BUILD_DIR=""
+    fi
+  fi
+fi
+
 # With a full build: the command line and the ctest tests labelled cuda.
 if [ -n "$BUILD_DIR" ]; then
   TESSERA="$BUILD_DIR/tools/tessera"
   if [ -x "$TESSERA" ]; then
     "$TESSERA" devices > "$OUT/devices.txt" 2>&1 || fail "tessera devices"
-    # Must fail, saying it cannot run on the GPUs it found.
-    TESSERA_PLATFORM=cuda "$TESSERA" devices > "$OUT/devices-platform-cuda.txt" 2>&1
-    grep -q "TESSERA_PLATFORM=cuda" "$OUT/devices-platform-cuda.txt" || fail "TESSERA_PLATFORM=cuda gave no [devices] error"
-    TESSERA_DEVICES_PER_GPU=2 "$TESSERA" devices > "$OUT/devices-per-gpu-2.txt" 2>&1 || fail "TESSERA_DEVICES_PER_GPU=2"
+    # The runtime on the GPUs: CUDA devices, two per GPU.
+    TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=2 "$TESSERA" devices > "$OUT/devices-platform-cuda.txt" 2>&1 ||
+      fail "TESSERA_PLATFORM=cuda tessera devices (see devices-platform-cuda.txt)"
+    grep -q "CudaDevice(id=1)  kind=cuda" "$OUT/devices-platform-cuda.txt" || fail "TESSERA_PLATFORM=cuda lists no CUDA devices"
   else
     fail "no $TESSERA"
   fi
-  ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure > "$OUT/ctest-cuda.txt" 2>&1 || fail "ctest -L cuda"
+  # Every suite on the GPUs (label cuda: 8 devices per GPU), then the
+  # emulated runs for comparison when time allows (label cuda-emulated).
+  ctest --test-dir "$BUILD_DIR" -L '^cuda$' -j 4 --timeout 300 --output-on-failure > "$OUT/ctest-cuda.txt" 2>&1 ||
+    fail "ctest -L cuda (see ctest-cuda.txt)"
+  tail -15 "$OUT/ctest-cuda.txt" | tee -a "$OUT/summary.txt"
+  SANITIZER="${SANITIZER:-$(command -v compute-sanitizer || true)}"
+  if [ -n "$SANITIZER" ] && [ -x "$BUILD_DIR/tests/test_cuda_platform" ]; then
+    TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=2 "$SANITIZER" --tool memcheck --error-exitcode 1 \
+      "$BUILD_DIR/tests/test_cuda_platform" > "$OUT/memcheck-platform.txt" 2>&1 ||
+      fail "compute-sanitizer memcheck of test_cuda_platform (see memcheck-platform.txt)"
+  fi
 fi
 
 [ $status -eq 0 ] && log "all checks passed" || log "some checks failed"

@@ -65,9 +65,8 @@ std::string gib(std::size_t bytes) {
 }
 
 // The GPUs this process sees (or why there are none), with memory, and the
-// devices they would give: the CUDA execution backend does not exist yet,
-// so they run nothing, and the listing says so.
-void print_gpus() {
+// devices they give.
+void print_gpus(bool on_gpus) {
   // Checked even without GPUs, so a bad setting shows up here first.
   const int per_gpu = ts::config::devices_per_gpu();
   std::string why;
@@ -81,12 +80,12 @@ void print_gpus() {
             << " device" << (n * per_gpu == 1 ? "" : "s") << "\n";
   for (const ts::detail::GpuInfo& g : ts::detail::cuda_gpus(/*free_memory=*/true)) {
     std::cout << "  GPU " << g.index << "  " << g.name << "  sm_" << g.cc_major << g.cc_minor << "  "
-              << gib(g.total_bytes) << " total";
+              << (g.pci_bus_id == "emulated" ? std::string("host memory") : gib(g.total_bytes) + " total");
     if (g.free_known) std::cout << ", " << gib(g.free_bytes) << " free";
     if (!g.pci_bus_id.empty()) std::cout << "  pci " << g.pci_bus_id;
     std::cout << "\n";
   }
-  std::cout << "  (this build cannot run on GPUs yet: the CUDA execution backend is still to come)\n";
+  if (!on_gpus) std::cout << "  (not used by this process: TESSERA_PLATFORM=cuda runs on them)\n";
 }
 
 }  // namespace
@@ -98,14 +97,15 @@ int cmd_devices(const Context& ctx) {
   } catch (const ts::DeviceError&) {
     // A platform the runtime cannot start on (TESSERA_PLATFORM=cuda): show
     // the GPUs, then the error.
-    print_gpus();
+    print_gpus(false);
     throw;
   }
   // Under mpirun every process knows every device (and which process owns
   // it), so process 0 alone prints the whole list.
   if (ts::process_index() != 0) return 0;
+  const bool on_gpus = !devs.empty() && devs[0].kind() == "cuda";
   std::cout << devs.size() << " device" << (devs.size() == 1 ? "" : "s") << " (count from "
-            << device_count_source(ctx) << ")\n";
+            << (on_gpus ? std::string("the GPUs and TESSERA_DEVICES_PER_GPU") : device_count_source(ctx)) << ")\n";
   std::cout << "processes: " << ts::process_count() << " (backend " << ts::distributed::backend()
             << "); this is process " << ts::process_index() << ", with " << ts::local_device_count() << " local device"
             << (ts::local_device_count() == 1 ? "" : "s") << "\n";
@@ -117,7 +117,7 @@ int cmd_devices(const Context& ctx) {
     std::cout << "  " << s << "  kind=" << d.kind() << "  process=" << d.process_index()
               << (d.is_local() ? "  local" : "") << "\n";
   }
-  print_gpus();
+  print_gpus(on_gpus);
   const auto platform = ts::config::platform_setting();
   std::cout << "platform: " << (platform ? *platform : "cpu") << (platform ? " (TESSERA_PLATFORM)" : " (the default; TESSERA_PLATFORM=cpu|cuda chooses)") << "\n";
   return 0;
