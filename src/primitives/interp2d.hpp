@@ -2,8 +2,9 @@
 // on every device.
 //
 // The class is defined in parts, one per layer: its type, sharding rule and
-// parameters in primitives/interp2d.cpp, its per-device kernel (eval_cpu) in
-// backend/cpu/eval_interp2d.cpp, its batching, JVP and transposition rules
+// parameters in primitives/interp2d.cpp, its per-device kernels in
+// backend/cpu/eval_interp2d.cpp (eval_cpu) and backend/cuda/eval_interp2d.cpp
+// (eval_cuda), its batching, JVP and transposition rules
 // in transforms/rules/interp2d.cpp.
 #pragma once
 
@@ -26,6 +27,7 @@ class Interp2d final : public Primitive {
   TESSERA_DECLARE_RULE;
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const override;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   std::string params() const override;
   TESSERA_DECLARE_BATCH;
   // Linear in f (transpose: Interp2dTranspose); in xq and yq through the
@@ -60,6 +62,7 @@ class Interp2dTranspose final : public Primitive {
   bool keeps_operand_layouts() const override { return true; }
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const override;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   std::string params() const override;
   TESSERA_DECLARE_BATCH;
   // Linear in ct: its JVP is itself on the tangent, its transpose Interp2d.

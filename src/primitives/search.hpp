@@ -5,6 +5,7 @@
 //   primitives/search.cpp          types, rules, layouts, parameters, factories
 //   spmd/lower_search.cpp          the median's eval_global (it partitions itself)
 //   backend/cpu/eval_search.cpp    the per-device kernels (eval_cpu, the median's shares)
+//   backend/cuda/eval_search.cpp   the same on CUDA devices (eval_cuda, cuda_share)
 //   transforms/rules/search.cpp    batching and JVP rules
 #pragma once
 
@@ -23,6 +24,7 @@ class Searchsorted final : public Primitive {
   TESSERA_DECLARE_INFER;
   TESSERA_DECLARE_RULE;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
   TESSERA_DECLARE_BATCH;
@@ -66,6 +68,9 @@ class MedianMiddle final : public Primitive {
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   bool lowers_itself() const override { return true; }
+  // The lowering moves data with the memory-space-aware exchanges and runs
+  // each device's share on its own memory (cuda_share on GPUs).
+  bool lowers_on_cuda() const override { return true; }
   TESSERA_DECLARE_EVAL_CPU;
   TESSERA_DECLARE_EVAL_GLOBAL;
   std::string params() const override;
@@ -77,6 +82,11 @@ class MedianMiddle final : public Primitive {
   /// (0: the block holds its selections whole, select() only).
   virtual std::unique_ptr<MedianShare> share(const Shape& block, const std::vector<bool>& reduced, DType t,
                                              int bits) const;
+  /// The same on a CUDA device (backend/cuda/eval_search.cpp): its
+  /// pointers are that GPU's, and each call returns once its kernels are
+  /// done. Selections held whole run the radix passes locally.
+  std::unique_ptr<MedianShare> cuda_share(const Shape& block, const std::vector<bool>& reduced, DType t,
+                                          int bits) const;
   /// The radix selection's passes over keys of dtype t, `bits` per pass.
   virtual int radix_passes(DType t, int bits) const;
 

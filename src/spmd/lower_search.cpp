@@ -16,7 +16,9 @@
 // the results are bitwise the same on every mesh and layout.
 //
 // The per-device work runs through the primitive's shares (MedianShare,
-// made by backend/cpu/eval_search.cpp); this file only moves data.
+// made by backend/cpu/eval_search.cpp, or backend/cuda/eval_search.cpp on a
+// CUDA device, whose pointers are then the GPU's); this file only moves
+// data, with the memory-space-aware exchanges.
 #include <algorithm>
 #include <memory>
 #include <utility>
@@ -55,7 +57,10 @@ std::vector<Array> MedianMiddle::eval_global(const ExecContext& ctx, const std::
   const std::size_t isz = itemsize(t);
   // The mask where x lies (a local slice when it is replicated).
   const Array mask = masked_ ? reshard_for(ctx, in[1], sh, op) : Array();
-  auto mask_at = [&](int pos) { return masked_ ? static_cast<const bool*>(local_data(mask, pos)) : nullptr; };
+  // Blocks in their own memory space: the shares of a CUDA device run
+  // kernels on them (cuda_share), a CPU device's read them.
+  auto block = [](const Array& a, int pos) { return a.impl()->buffers[pos].device_data(); };
+  auto mask_at = [&](int pos) { return masked_ ? static_cast<const bool*>(block(mask, pos)) : nullptr; };
 
   std::vector<bool> red(static_cast<std::size_t>(rank), false);
   std::int64_t line = 1;
@@ -80,7 +85,8 @@ std::vector<Array> MedianMiddle::eval_global(const ExecContext& ctx, const std::
   // Each device's share of the selections (with `bits` per radix pass; 0:
   // held whole) and its result buffers.
   auto allocate = [&](int pos, int bits) {
-    shares[pos] = share(local_shape(x, pos), red, t, bits);
+    shares[pos] = on_cuda_device() ? cuda_share(local_shape(x, pos), red, t, bits)
+                                   : share(local_shape(x, pos), red, t, bits);
     const int dev = mesh.devices()[pos].id();
     lo[pos] = Buffer(dev, static_cast<std::size_t>(shares[pos]->outputs()) * isz);
     hi[pos] = Buffer(dev, static_cast<std::size_t>(shares[pos]->outputs()) * isz);
@@ -90,7 +96,7 @@ std::vector<Array> MedianMiddle::eval_global(const ExecContext& ctx, const std::
     record_none(mesh, op);
     for_each_device(ctx, mesh, [&](int pos) {
       allocate(pos, 0);
-      shares[pos]->select(local_data(x, pos), mask_at(pos), lo[pos].data(), hi[pos].data());
+      shares[pos]->select(block(x, pos), mask_at(pos), lo[pos].device_data(), hi[pos].device_data());
     });
   } else {
     const int bits = digit_bits(line, outputs);
@@ -116,13 +122,13 @@ std::vector<Array> MedianMiddle::eval_global(const ExecContext& ctx, const std::
       for_each_device(ctx, mesh, [&](int pos) {
         part[pos] = Buffer(mesh.devices()[pos].id(), static_cast<std::size_t>(num_elements(box_shape(boxes[pos]))) *
                                                          sizeof(std::int64_t));
-        shares[pos]->count(p, local_data(x, pos), mask_at(pos), static_cast<std::int64_t*>(part[pos].data()));
+        shares[pos]->count(p, block(x, pos), mask_at(pos), static_cast<std::int64_t*>(part[pos].device_data()));
       });
       const auto total = reduce_over(ctx, mesh, raxes, ReduceOp::Sum, DType::i64, part, boxes, boxes, op);
       for_each_device(ctx, mesh,
-                      [&](int pos) { shares[pos]->advance(p, static_cast<const std::int64_t*>(total[pos].data())); });
+                      [&](int pos) { shares[pos]->advance(p, static_cast<const std::int64_t*>(total[pos].device_data())); });
     }
-    for_each_device(ctx, mesh, [&](int pos) { shares[pos]->finish(lo[pos].data(), hi[pos].data()); });
+    for_each_device(ctx, mesh, [&](int pos) { shares[pos]->finish(lo[pos].device_data(), hi[pos].device_data()); });
   }
   // Each device's outputs are its block's kept coordinates, row-major: the
   // block of the natural layout (dropping size-1 dims moves nothing).
