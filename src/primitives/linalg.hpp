@@ -4,8 +4,9 @@
 //
 // The primitive's parts live in their layers: type inference, the sharding
 // rule, parameters and conflict messages here (primitives/linalg.cpp), the
-// per-device kernel in backend/cpu/eval_linalg.cpp, the transformation
-// rules (batching, JVP, transposition) in transforms/rules/linalg.cpp.
+// per-device kernels in backend/cpu/eval_linalg.cpp and
+// backend/cuda/eval_linalg.cpp, the transformation rules (batching, JVP,
+// transposition) in transforms/rules/linalg.cpp.
 #pragma once
 
 #include <optional>
@@ -46,8 +47,9 @@ class DotGeneral final : public Primitive {
   double work(std::span<const AbstractArray> in, const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
 
-  // backend/cpu/eval_linalg.cpp
+  // backend/cpu/eval_linalg.cpp, backend/cuda/eval_linalg.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
   // transforms/rules/linalg.cpp
   TESSERA_DECLARE_BATCH;
