@@ -12,6 +12,8 @@ namespace tessera::cli {
 struct Context {
   /// --num-devices N (already applied with ts::config::set_num_cpu_devices).
   std::optional<int> num_devices;
+  /// --platform cpu|cuda (already chosen before the runtime started).
+  std::optional<std::string> platform;
 };
 
 /// Where the device count comes from: "--num-devices", the environment

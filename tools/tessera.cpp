@@ -118,8 +118,10 @@ int cmd_devices(const Context& ctx) {
               << (d.is_local() ? "  local" : "") << "\n";
   }
   print_gpus(on_gpus);
-  const auto platform = ts::config::platform_setting();
-  std::cout << "platform: " << (platform ? *platform : "cpu") << (platform ? " (TESSERA_PLATFORM)" : " (the default; TESSERA_PLATFORM=cpu|cuda chooses)") << "\n";
+  const auto setting = ts::config::platform_setting();
+  std::cout << "platform: " << (on_gpus ? "cuda" : "cpu")
+            << (setting ? " (TESSERA_PLATFORM)" : ctx.platform ? " (--platform)" : " (the default; --platform or TESSERA_PLATFORM=cpu|cuda chooses)")
+            << "\n";
   return 0;
 }
 
@@ -139,6 +141,10 @@ int run(int argc, char** argv) {
   app.add_option("--num-devices", ctx.num_devices,
                  "number of virtual CPU devices (per process under mpirun; default: $TESSERA_NUM_CPU_DEVICES, "
                  "else hardware threads)");
+  app.add_option("--platform", ctx.platform,
+                 "cpu or cuda: the devices to run on (default: $TESSERA_PLATFORM, else cpu); with cuda, "
+                 "--num-devices/--devices N gives each GPU N / (number of GPUs) devices")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 
   CLI::App* devices =
       app.add_subcommand("devices", "list the devices, their processes and where their count came from, and the GPUs");
@@ -231,7 +237,20 @@ int run(int argc, char** argv) {
     return app.exit(e);
   }
   // Before anything that could start the runtime.
-  if (ctx.num_devices) ts::config::set_num_cpu_devices(*ctx.num_devices);
+  if (ctx.platform == "cuda") {
+    // A device count becomes devices per GPU (TESSERA_DEVICES_PER_GPU).
+    const int gpus = ts::detail::cuda_device_count();
+    if (ctx.num_devices && gpus > 0) {
+      if (*ctx.num_devices % gpus != 0)
+        throw ts::DeviceError("[devices] --platform cuda: expected a device count that is a multiple of the " +
+                              std::to_string(gpus) + " GPUs, got " + std::to_string(*ctx.num_devices));
+      setenv("TESSERA_DEVICES_PER_GPU", std::to_string(*ctx.num_devices / gpus).c_str(), 1);
+    }
+  } else if (ctx.num_devices) {
+    ts::config::set_num_cpu_devices(*ctx.num_devices);
+  }
+  // Chooses the platform (or says why it cannot run here).
+  if (ctx.platform) (void)ts::devices(*ctx.platform);
 
   if (devices->parsed()) return cli::cmd_devices(ctx);
   if (demo->parsed()) return cli::cmd_demo(ctx, dopt);

@@ -62,6 +62,8 @@ void copy_box(const Buffer& src, const std::vector<Slice>& src_box, const Buffer
 /// is; read_buffer the other way.
 void write_buffer(const Buffer& dst, const void* host, std::size_t nbytes, const char* op);
 void read_buffer(const Buffer& src, void* host, std::size_t nbytes, const char* op);
+/// The first `nbytes` of `src` into `dst`, buffers in any memory spaces.
+void copy_buffer(const Buffer& dst, const Buffer& src, std::size_t nbytes, const char* op);
 
 /// The part of a row-major block covering `block` that is the box `box`
 /// (inside it), as a view of `buffer` without copying, when that part is

@@ -163,6 +163,18 @@ void read_buffer(const Buffer& src, void* host, std::size_t nbytes, const char* 
   gpu_copy(*Runtime::get().gpu(src.device_id()), host, src.device_data(), nbytes, CopyKind::DeviceToHost, op);
 }
 
+void copy_buffer(const Buffer& dst, const Buffer& src, std::size_t nbytes, const char* op) {
+  if (nbytes == 0) return;
+  if (dst.on_host() && src.on_host()) {
+    std::memcpy(dst.data(), src.data(), nbytes);
+    return;
+  }
+  const CopyKind kind = src.on_host() ? CopyKind::HostToDevice
+                        : dst.on_host() ? CopyKind::DeviceToHost
+                                        : CopyKind::DeviceToDevice;
+  gpu_copy(*copier(&dst, &src), dst.device_data(), src.device_data(), nbytes, kind, op);
+}
+
 Buffer contiguous_view(const Buffer& buffer, const std::vector<Slice>& block, const std::vector<Slice>& box,
                        std::size_t itemsize) {
   const size_t rank = block.size();

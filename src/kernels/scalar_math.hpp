@@ -229,6 +229,27 @@ TESSERA_SCALAR_FN float sigmoid_f32_fast(float x, TESSERA_STD::uint32_t& outside
   return sigmoid_of_exp(exp_f32_fast(-1.0f * x, outside));
 }
 
+// Per element, the values of the CPU's eager kernels
+// (backend/cpu/elementwise.cpp): the polynomial, or libm beyond its range.
+// For loops that cannot recompute a tile afterwards, as the CPU's do when
+// `outside` is set: the GPU's kernels, eager and fused.
+
+// exp(sign * x) of f32 (sign -1 for sigmoid).
+TESSERA_SCALAR_FN float exp_f32_checked(float x, float sign) {
+  return exp_f32_outside(x) ? lm::exp(sign * x) : exp_f32_one(sign * x);
+}
+TESSERA_SCALAR_FN float log_f32_checked(float x) { return log_f32_outside(x) ? lm::log(x) : log_f32_one(x); }
+TESSERA_SCALAR_FN float sigmoid_f32_checked(float x) { return sigmoid_of_exp(exp_f32_checked(x, -1.0f)); }
+// sin (kPhase 0) or cos (1) of float T; NaN keeps the polynomial's value.
+template <class T, int kPhase>
+TESSERA_SCALAR_FN T trig_checked(T x) {
+  TESSERA_STD::uint32_t outside = 0;
+  const T y = trig_fast<T, kPhase>(x, outside);
+  constexpr T limit = sizeof(T) == 4 ? T(kTrigFastLimit) : T(kTrigFastLimitF64);
+  if (!(lm::fabs(x) <= limit) && !lm::isnan(x)) return kPhase == 1 ? lm::cos(x) : lm::sin(x);
+  return y;
+}
+
 // ------------------------------------------------------------------ unary
 
 template <class T>

@@ -42,6 +42,7 @@
 #include <optional>
 
 #include "backend/cpu/compiled.hpp"
+#include "backend/cuda/fused.hpp"
 #include "core/promote.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/exchange.hpp"
@@ -182,7 +183,23 @@ struct Step {
   std::shared_ptr<const ReshardPlan> plan;  // Reshard between different layouts
   std::optional<CommRecord> record;         // communication: what explain shows for it
   std::shared_ptr<const cpu::NativeKernel> native;  // Fused: the group's native loop, if compiled
+  std::shared_ptr<struct CudaFused> cuda;           // Fused, on GPUs: the group's CUDA loop
   std::int64_t work_bytes = 0;  // Kernel, Fused: the bytes its blocks read and write over all devices
+};
+
+// A fused group on GPUs: the CUDA source of its loop (backend/cuda/fused.hpp)
+// with its scalar operands, compiled by the first device's worker that runs
+// it (NVRTC needs the GPU's architecture) and shared by the others. Without
+// a kernel (an emulated GPU, no NVRTC, a group whose operands broadcast)
+// the members run one by one, each a CUDA kernel.
+struct CudaFused {
+  std::string source;  // empty: no loop for this group
+  std::vector<double> f;
+  std::vector<std::int64_t> i;
+  std::size_t words = 0;  // of the kernel's argument struct
+  std::mutex mu;
+  bool tried = false;
+  std::shared_ptr<const cuda::FusedKernel> kernel;
 };
 
 struct Slot {
@@ -268,9 +285,6 @@ bool broadcasts_into(const Slot& in, const Slot& o) {
 }
 
 void fuse(Compiled& c) {
-  // GPUs run each member as its own kernel until fused groups are compiled
-  // for them (NVRTC).
-  if (Runtime::get().platform() == Platform::Cuda) return;
   std::vector<Step> out;
   size_t i = 0;
   while (i < c.steps.size()) {
@@ -332,6 +346,7 @@ void fuse(Compiled& c) {
 }
 
 std::shared_ptr<const cpu::NativeKernel> native_loop(const Compiled& c, const Step& st);  // below, with the running
+std::shared_ptr<CudaFused> cuda_group(const Compiled& c, const Step& st);                  // below
 
 std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& mesh) {
   auto c = std::make_shared<Compiled>(mesh);
@@ -440,7 +455,12 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
   c->prog = std::move(prog);
   fuse(*c);
   for (Step& st : c->steps) {
-    if (st.kind == Step::Fused) st.native = native_loop(*c, st);
+    if (st.kind == Step::Fused) {
+      if (Runtime::get().platform() == Platform::Cuda)
+        st.cuda = cuda_group(*c, st);
+      else
+        st.native = native_loop(*c, st);
+    }
     for (const std::vector<int>* slots : {&st.in, &st.out})
       for (int sl : *slots)
         for (const Shape& l : c->slots[sl].local)
@@ -518,23 +538,16 @@ int sink_member(const Compiled& c, const Step& st) {
   return -1;
 }
 
-// The native loop of fused step `st` (backend/cpu/native.hpp), when the
-// mode asks for one and it can be built; else nullptr (the tile loop).
-std::shared_ptr<const cpu::NativeKernel> native_loop(const Compiled& c, const Step& st) {
-  const cpu::NativeMode mode = cpu::native_mode();
-  if (mode == cpu::NativeMode::Off) return nullptr;
-  if (mode == cpu::NativeMode::Auto) {
-    std::int64_t most = 0;
-    for (const Shape& l : c.slots[c.eqn_out[st.eqns[0]][0]].local) most = std::max(most, num_elements(l));
-    if (most < cpu::native_min_elements()) return nullptr;
-  }
+// Fused step `st` as a generated loop sees it (backend/cpu/native.hpp);
+// nullopt when a member has no element expression.
+std::optional<cpu::NativeGroup> native_group(const Compiled& c, const Step& st) {
   cpu::NativeGroup g;
   const int sink_from = sink_member(c, st);
   const std::vector<FusedMember> members = fused_members(c, st);
   for (size_t k = 0; k < members.size(); ++k) {
     cpu::NativeGroup::Member nm;
     auto e = members[k].prim->element_expr();
-    if (!e) return nullptr;
+    if (!e) return std::nullopt;
     nm.expr = *e;
     for (const auto& [member, s] : members[k].args) {
       cpu::NativeGroup::Arg a;
@@ -548,10 +561,131 @@ std::shared_ptr<const cpu::NativeKernel> native_loop(const Compiled& c, const St
     if (members[k].out || static_cast<int>(k) == sink_from) nm.output = g.num_outputs++;
     g.members.push_back(std::move(nm));
   }
-  return cpu::native_kernel(g);
+  return g;
+}
+
+// The native loop of fused step `st`, when the mode asks for one and it can
+// be built; else nullptr (the tile loop).
+std::shared_ptr<const cpu::NativeKernel> native_loop(const Compiled& c, const Step& st) {
+  const cpu::NativeMode mode = cpu::native_mode();
+  if (mode == cpu::NativeMode::Off) return nullptr;
+  if (mode == cpu::NativeMode::Auto) {
+    std::int64_t most = 0;
+    for (const Shape& l : c.slots[c.eqn_out[st.eqns[0]][0]].local) most = std::max(most, num_elements(l));
+    if (most < cpu::native_min_elements()) return nullptr;
+  }
+  const auto g = native_group(c, st);
+  return g ? cpu::native_kernel(*g) : nullptr;
+}
+
+// The CUDA loop's source of fused step `st`: one thread per element of
+// the result block, so every external operand must have that block's
+// layout (broadcast operands leave the group to its members).
+std::shared_ptr<CudaFused> cuda_group(const Compiled& c, const Step& st) {
+  auto cf = std::make_shared<CudaFused>();
+  const Slot& res = c.slots[c.eqn_out[st.eqns[0]][0]];
+  for (int in : st.in)
+    if (!tile_compatible(c.slots[in], res)) return cf;
+  const auto g = native_group(c, st);
+  if (!g) return cf;
+  cf->source = cpu::native_source(*g, cpu::NativeTarget::Cuda, &cf->f, &cf->i);
+  cf->words = cpu::cuda_args_layout(g->inputs.size(), static_cast<std::size_t>(g->num_outputs), cf->f.size(),
+                                    cf->i.size())
+                  .words;
+  return cf;
+}
+
+// A fused step on a GPU: the group's CUDA loop, or its members one after
+// another (each result in memory); then the reduction it ends in.
+void run_fused_cuda(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
+  const int dev = c.mesh.devices()[pos].id();
+  const Shape& shape = c.slots[c.eqn_out[st.eqns[0]][0]].local[pos];
+  const std::int64_t n = num_elements(shape);
+  TimelineScope scope("fused", "fused");
+  const std::vector<FusedMember> members = fused_members(c, st);
+  const int sink_from = sink_member(c, st);
+  // Each member's block where it is written to memory: a result of the
+  // step, or (members run one by one, or the sink's operand) a temporary.
+  std::vector<Buffer> value(members.size());
+  for (size_t k = 0; k < members.size(); ++k) {
+    const int so = members[k].slot;
+    if (members[k].out) {
+      bufs[so][pos] = Buffer(dev, static_cast<std::size_t>(n) * itemsize(c.slots[so].dtype));
+      value[k] = bufs[so][pos];
+    }
+  }
+  CudaFused& cf = *st.cuda;
+  const cuda::FusedKernel* kernel = nullptr;
+  if (!cf.source.empty()) {
+    std::lock_guard<std::mutex> lock(cf.mu);
+    if (!cf.tried) {
+      cf.tried = true;
+      std::string why;
+      cf.kernel = cuda::fused_kernel(cf.source, cpu::kernel_cache_dir(), &why);
+    }
+    kernel = cf.kernel.get();
+  }
+  auto temp = [&](size_t k) {
+    if (value[k].device_data() == nullptr && n > 0)
+      value[k] = Buffer(dev, static_cast<std::size_t>(n) * itemsize(c.slots[members[k].slot].dtype));
+  };
+  if (kernel != nullptr) {
+    // The argument struct's words: inputs, outputs, float and integer
+    // scalars (cpu::cuda_args_layout), arrays at least one long.
+    std::vector<const void*> ins;
+    std::vector<void*> outs;
+    for (size_t k = 0; k < members.size(); ++k) {
+      for (const auto& [member, s] : members[k].args)
+        if (member < 0) ins.push_back(bufs[s][pos].device_data());
+      if (members[k].out || static_cast<int>(k) == sink_from) {
+        temp(k);
+        outs.push_back(value[k].device_data());
+      }
+    }
+    std::vector<std::uint64_t> words;
+    words.reserve(cf.words);
+    auto put = [&](auto v, std::size_t count) {
+      for (std::size_t j = 0; j < std::max<std::size_t>(count, 1); ++j) {
+        std::uint64_t w = 0;
+        if (j < count) std::memcpy(&w, &v[j], sizeof w);
+        words.push_back(w);
+      }
+    };
+    put(ins.data(), ins.size());
+    put(outs.data(), outs.size());
+    put(cf.f.data(), cf.f.size());
+    put(cf.i.data(), cf.i.size());
+    cuda::launch_fused(*kernel, words.data(), words.size(), n, "jit");
+    gpu_wait(*Runtime::get().gpu(dev), "jit");
+  } else {
+    for (size_t k = 0; k < members.size(); ++k) {
+      LocalArgs in;
+      for (const auto& [member, s] : members[k].args) {
+        const Slot& sl = c.slots[s];
+        if (member >= 0)
+          in.push_back(LocalIn{value[member].device_data(), shape, sl.dtype, sl.boxes[pos]});
+        else
+          in.push_back(LocalIn{bufs[s][pos].device_data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
+      }
+      temp(k);
+      const Slot& so = c.slots[members[k].slot];
+      LocalOuts out{LocalOut{value[k].device_data(), shape, so.dtype, so.boxes[pos]}};
+      eval_kernel(*members[k].prim, in, out);
+    }
+  }
+  if (st.sink_eqn >= 0) {
+    const Slot& so = c.slots[st.sink_out];
+    const Slot& si = c.slots[c.eqn_in[st.sink_eqn][0]];
+    Buffer b(dev, static_cast<std::size_t>(num_elements(so.local[pos])) * itemsize(so.dtype));
+    LocalArgs in{LocalIn{value[sink_from].device_data(), si.local[pos], si.dtype, si.boxes[pos]}};
+    LocalOuts out{LocalOut{b.device_data(), so.local[pos], so.dtype, so.boxes[pos]}};
+    eval_kernel(*c.prog.eqns[st.sink_eqn].prim, in, out);
+    bufs[st.sink_out][pos] = std::move(b);
+  }
 }
 
 void run_fused(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
+  if (st.cuda) return run_fused_cuda(c, st, pos, bufs);
   const int dev = c.mesh.devices()[pos].id();
   const Shape& shape = c.slots[c.eqn_out[st.eqns[0]][0]].local[pos];  // every member's result block
   const std::int64_t n = num_elements(shape);

@@ -647,7 +647,7 @@ class ShardMapPrim final : public Primitive {
       const int rank = static_cast<int>(out[k].shape.size());
       const Shape want = layouts[k].shard_shape(out[k].shape, pos);
       if (!o.valid() || o.dtype() != out[k].dtype || o.shape() != want)
-        throw ShapeError(msg(op, "under jit, output " + std::to_string(k) + " on CPU " +
+        throw ShapeError(msg(op, "under jit, output " + std::to_string(k) + " on device " +
                                      std::to_string(mesh_.devices()[pos].id()) + " is " +
                                      (o.valid() ? typeof(o) : std::string("empty")) + " but its block was " +
                                      dtype_name(out[k].dtype) + shape_str(want) +
@@ -664,7 +664,7 @@ class ShardMapPrim final : public Primitive {
       if (!opt_.check_vma && !unnamed.empty()) {
         Local all = m.over(unnamed, op).all_gather(Local{b, o.shape(), o.dtype()}, 0, false);
         Buffer first(mesh_.devices()[pos].id(), b.nbytes());
-        if (b.nbytes() > 0) std::memcpy(first.data(), all.data.data(), b.nbytes());
+        copy_buffer(first, all.data, b.nbytes(), "shard_map");
         b = std::move(first);
       }
       std::vector<Buffer> bufs(n);
@@ -744,8 +744,8 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh, co
       const Array& o = outs[pos][k];
       if (o.ndim() != rank || o.dtype() != first.dtype())
         throw ShapeError(msg(op, "output " + std::to_string(k) + " differs between devices: " + typeof(first) +
-                                     " on CPU " + std::to_string(mesh.devices()[0].id()) + ", " + typeof(o) +
-                                     " on CPU " + std::to_string(mesh.devices()[pos].id())));
+                                     " on " + mesh.devices()[0].str() + ", " + typeof(o) + " on " +
+                                     mesh.devices()[pos].str()));
       if (opt.check_vma && Runtime::get().is_local(mesh.devices()[pos].id()))
         check_out_vma(spec, named, k, o, out_vma[pos][k]);
     }

@@ -67,8 +67,12 @@ std::string ctype(DType t, NativeTarget target) {
 bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
 
 // The call computing a unary op on `x`, as the eager kernel
-// (backend/cpu/elementwise.cpp) computes it; "" when there is none.
-std::string unary_call(UnaryOp op, DType t, const std::string& x) {
+// (backend/cpu/elementwise.cpp) computes it; "" when there is none. The
+// CPU's loop takes the polynomials and flags an element beyond their range
+// (its tile is then recomputed); a GPU kernel cannot go back, so it takes
+// libm for that element at once (the *_checked functions).
+std::string unary_call(UnaryOp op, DType t, const std::string& x, NativeTarget target) {
+  const bool gpu = target == NativeTarget::Cuda;
   const std::string T = t == DType::f32 ? "float" : "double";  // (used by the float ops only)
   const bool f32 = t == DType::f32;
   switch (op) {
@@ -85,16 +89,24 @@ std::string unary_call(UnaryOp op, DType t, const std::string& x) {
   }
   if (!is_float(t)) return "";  // the front end converts integer operands of these to f32
   switch (op) {
-    case UnaryOp::Exp: return f32 ? "M::exp_f32_fast(1.0f * " + x + ", outside)" : "M::exp(" + x + ")";
-    case UnaryOp::Log: return f32 ? "M::log_f32_fast(" + x + ", outside)" : "M::log(" + x + ")";
+    case UnaryOp::Exp:
+      if (f32 && gpu) return "M::exp_f32_checked(" + x + ", 1.0f)";
+      return f32 ? "M::exp_f32_fast(1.0f * " + x + ", outside)" : "M::exp(" + x + ")";
+    case UnaryOp::Log:
+      if (f32 && gpu) return "M::log_f32_checked(" + x + ")";
+      return f32 ? "M::log_f32_fast(" + x + ", outside)" : "M::log(" + x + ")";
     case UnaryOp::Log1p: return "M::log1p(" + x + ")";
     case UnaryOp::Expm1: return "M::expm1(" + x + ")";
     case UnaryOp::Sqrt: return "M::sqrt(" + x + ")";
     case UnaryOp::Rsqrt: return "M::rsqrt(" + x + ")";
-    case UnaryOp::Sin: return "M::trig_fast<" + T + ", 0>(" + x + ", outside)";
-    case UnaryOp::Cos: return "M::trig_fast<" + T + ", 1>(" + x + ", outside)";
+    case UnaryOp::Sin:
+      return gpu ? "M::trig_checked<" + T + ", 0>(" + x + ")" : "M::trig_fast<" + T + ", 0>(" + x + ", outside)";
+    case UnaryOp::Cos:
+      return gpu ? "M::trig_checked<" + T + ", 1>(" + x + ")" : "M::trig_fast<" + T + ", 1>(" + x + ", outside)";
     case UnaryOp::Tanh: return f32 ? "M::tanh_f32(" + x + ")" : "M::tanh(" + x + ")";
-    case UnaryOp::Sigmoid: return f32 ? "M::sigmoid_f32_fast(" + x + ", outside)" : "M::sigmoid(" + x + ")";
+    case UnaryOp::Sigmoid:
+      if (f32 && gpu) return "M::sigmoid_f32_checked(" + x + ")";
+      return f32 ? "M::sigmoid_f32_fast(" + x + ", outside)" : "M::sigmoid(" + x + ")";
     default: return "";
   }
 }
@@ -213,7 +225,7 @@ struct Generator {
       switch (e.kind) {
         case ElementExpr::Kind::Unary:
           if (x.size() != 1) return "";
-          value = unary_call(e.unary, e.t, x[0]);
+          value = unary_call(e.unary, e.t, x[0], target);
           break;
         case ElementExpr::Kind::Binary:
           if (x.size() != 2) return "";
@@ -260,16 +272,24 @@ struct Generator {
     std::string src = kNativePrelude;
     src += "\n// ---- the fused loop\nnamespace M = tessera::detail::math;\n";
     if (target == NativeTarget::Cuda) {
-      // One element per thread, grid-stride; the flag of an element beyond
-      // a polynomial's range is or-ed into *outside_ for the caller.
-      src +=
-          "extern \"C\" __global__ void tessera_fused(const void* const* in_, void* const* out_, const double* f_, "
-          "const cuda::std::int64_t* i_, cuda::std::int64_t n, unsigned* outside_) {\n";
+      // One element per thread, grid-stride. The operands come by value in
+      // one struct (kernel parameters: no arrays of pointers to upload per
+      // launch); each element takes libm at once where a polynomial's
+      // range ends (unary_call), so nothing is recomputed afterwards.
+      const CudaArgsLayout lay = cuda_args_layout(g.inputs.size(), static_cast<std::size_t>(g.num_outputs), f.size(),
+                                                  i.size());
+      if (lay.words * 8 > kCudaMaxArgBytes) return "";
+      src += "struct tessera_fused_args {\n  const void* in[" + std::to_string(lay.in) + "];\n  void* out[" +
+             std::to_string(lay.out) + "];\n  double f[" + std::to_string(lay.f) + "];\n  long long i[" +
+             std::to_string(lay.i) + "];\n};\n";
+      src += "extern \"C\" __global__ void tessera_fused(const tessera_fused_args args_, long long n) {\n"
+             "  const void* const* in_ = args_.in;\n  void* const* out_ = args_.out;\n"
+             "  const double* f_ = args_.f;\n  const long long* i_ = args_.i;\n";
       for (size_t k = 0; k < params.size(); ++k) src += "  " + params[k] + " = " + args[k] + ";\n";
-      src += "  (void)in_; (void)out_; (void)f_; (void)i_;\n  cuda::std::uint32_t outside = 0;\n";
-      src += "  for (cuda::std::int64_t e = blockIdx.x * static_cast<cuda::std::int64_t>(blockDim.x) + threadIdx.x; "
-             "e < n; e += static_cast<cuda::std::int64_t>(gridDim.x) * blockDim.x) {\n" +
-             body + "  }\n  if (outside) atomicOr(outside_, 1u);\n}\n";
+      src += "  (void)in_; (void)out_; (void)f_; (void)i_;\n";
+      src += "  for (long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; "
+             "e < n; e += static_cast<long long>(gridDim.x) * blockDim.x) {\n" +
+             body + "  }\n}\n";
       return src;
     }
     src += "constexpr int kStep = " + std::to_string(kStep) + ";\n\n";
@@ -478,7 +498,16 @@ void set_native_mode(NativeMode mode) {
 
 std::int64_t native_min_elements() { return std::int64_t(1) << 16; }
 
-std::string native_source(const NativeGroup& g, NativeTarget target) { return Generator(g, target)(); }
+std::string native_source(const NativeGroup& g, NativeTarget target, std::vector<double>* f,
+                          std::vector<std::int64_t>* i) {
+  Generator gen(g, target);
+  std::string src = gen();
+  if (f) *f = gen.f;
+  if (i) *i = gen.i;
+  return src;
+}
+
+const std::string& kernel_cache_dir() { return cache_dir(); }
 
 std::shared_ptr<const NativeKernel> native_kernel(const NativeGroup& g) {
   Generator gen(g, NativeTarget::Cpu);

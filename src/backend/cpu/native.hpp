@@ -87,9 +87,38 @@ std::int64_t native_min_elements();
 /// (kernels/portable.hpp, kernels/scalar_math.hpp), written for the target.
 enum class NativeTarget { Cpu, Cuda };
 
+/// A CUDA loop's operands come by value in one struct of 8-byte words:
+/// input pointers, output pointers, float scalars (double), integer scalars
+/// (long long), each array at least one long. The caller packs the words in
+/// this order (backend/cuda/fused.hpp). Kernel parameters may take 32764
+/// bytes on the GPUs the backend builds for (CUDA 12.1+, Volta+); a group
+/// needing more is not fused on GPUs.
+struct CudaArgsLayout {
+  std::size_t in = 1, out = 1, f = 1, i = 1, words = 4;
+};
+inline CudaArgsLayout cuda_args_layout(std::size_t in, std::size_t out, std::size_t f, std::size_t i) {
+  CudaArgsLayout l;
+  l.in = in > 0 ? in : 1;
+  l.out = out > 0 ? out : 1;
+  l.f = f > 0 ? f : 1;
+  l.i = i > 0 ? i : 1;
+  l.words = l.in + l.out + l.f + l.i;
+  return l;
+}
+inline constexpr std::size_t kCudaMaxArgBytes = 32000;
+
 /// The source of g's loop, or "" when some member has no element
-/// expression this generator knows.
-std::string native_source(const NativeGroup& g, NativeTarget target = NativeTarget::Cpu);
+/// expression this generator knows (or, for CUDA, more operands than its
+/// struct holds).
+/// With `f`/`i`: the group's float and integer scalar operands, in the
+/// order the source reads them.
+std::string native_source(const NativeGroup& g, NativeTarget target = NativeTarget::Cpu,
+                          std::vector<double>* f = nullptr, std::vector<std::int64_t>* i = nullptr);
+
+/// The disk cache of compiled loops (TESSERA_KERNEL_CACHE, else
+/// $XDG_CACHE_HOME/tessera/kernels, else ~/.cache/tessera/kernels), made on
+/// first use; the GPU's fused kernels are kept there too.
+const std::string& kernel_cache_dir();
 
 /// g's compiled loop: from the in-memory cache, the disk cache or the
 /// compiler (under one lock, so concurrent callers compile it once);

@@ -195,25 +195,6 @@ bool unary_done(UnaryOp op) {
   }
 }
 
-// exp(sign * x) of f32 as the CPU's exp_f32_checked computes it: the
-// polynomial, or the C library beyond its range (and for NaN).
-TESSERA_HD inline float exp_f32_checked(float x, float sign) {
-  if (math::exp_f32_outside(x)) return lm::exp(sign * x);
-  return math::exp_f32_one(sign * x);
-}
-
-// sin (kCos false) or cos of float T as the CPU's trig_checked computes it:
-// the polynomial, or the C library beyond its range (NaN keeps the
-// polynomial's).
-template <class T, bool kCos>
-TESSERA_HD T trig_checked(T x) {
-  std::uint32_t outside = 0;
-  const T y = math::trig_fast<T, kCos ? 1 : 0>(x, outside);
-  constexpr T limit = sizeof(T) == 4 ? T(math::kTrigFastLimit) : T(math::kTrigFastLimitF64);
-  if (!(lm::fabs(x) <= limit) && !lm::isnan(x)) return kCos ? lm::cos(x) : lm::sin(x);
-  return y;
-}
-
 template <class T>
 struct UnaryKernel {
   UnaryOp op;
@@ -240,25 +221,25 @@ struct UnaryKernel {
       constexpr bool f32 = sizeof(T) == 4;
       switch (op) {
         case UnaryOp::Exp:
-          if constexpr (f32) yt[i] = exp_f32_checked(v, 1.0f);
+          if constexpr (f32) yt[i] = math::exp_f32_checked(v, 1.0f);
           else yt[i] = math::exp(v);
           return;
         case UnaryOp::Log:
-          if constexpr (f32) yt[i] = math::log_f32_outside(v) ? lm::log(v) : math::log_f32_one(v);
+          if constexpr (f32) yt[i] = math::log_f32_checked(v);
           else yt[i] = math::log(v);
           return;
         case UnaryOp::Log1p: yt[i] = math::log1p(v); return;
         case UnaryOp::Expm1: yt[i] = math::expm1(v); return;
         case UnaryOp::Sqrt: yt[i] = math::sqrt(v); return;
         case UnaryOp::Rsqrt: yt[i] = math::rsqrt(v); return;
-        case UnaryOp::Sin: yt[i] = trig_checked<T, false>(v); return;
-        case UnaryOp::Cos: yt[i] = trig_checked<T, true>(v); return;
+        case UnaryOp::Sin: yt[i] = math::trig_checked<T, 0>(v); return;
+        case UnaryOp::Cos: yt[i] = math::trig_checked<T, 1>(v); return;
         case UnaryOp::Tanh:
           if constexpr (f32) yt[i] = math::tanh_f32(v);
           else yt[i] = math::tanh(v);
           return;
         case UnaryOp::Sigmoid:
-          if constexpr (f32) yt[i] = math::sigmoid_of_exp(exp_f32_checked(v, -1.0f));
+          if constexpr (f32) yt[i] = math::sigmoid_f32_checked(v);
           else yt[i] = math::sigmoid(v);
           return;
         default: return;
