@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <string>
+
+#include "tessera/error.hpp"
 
 namespace tessera::detail {
 
@@ -75,6 +78,34 @@ void tree_combine(ReduceOp op, DType dtype, int lo, int hi,
     const std::int64_t len = std::min(tile, count - off);
     c.eval(lo, hi, off, len, out + off * static_cast<std::int64_t>(c.isz), 0);
   }
+}
+
+void tree_combine_buffers(ReduceOp op, DType dtype, const std::vector<const Buffer*>& parts,
+                          const std::vector<CombineRun>& runs, std::int64_t count, const Buffer& out,
+                          std::size_t out_offset, int device, const char* op_name) {
+  if (count <= 0) return;
+  const GpuHandle* g = Runtime::get().gpu(device);
+  if (g == nullptr || out.on_host())
+    throw DeviceError(std::string("[") + op_name + "] internal: a GPU combine on device " + std::to_string(device) +
+                      ", which is no CUDA device");
+  const int n = static_cast<int>(parts.size());
+  const std::int64_t slice = count * static_cast<std::int64_t>(itemsize(dtype));
+  // Every member's values side by side in member order, then one kernel.
+  // (Members on this GPU could be read in place through an array of
+  // pointers instead; a copy keeps one kernel for every layout, peers on
+  // other GPUs included, at the cost of n * count elements of scratch.)
+  Buffer scratch(device, static_cast<std::size_t>(n * slice));
+  auto* s = static_cast<unsigned char*>(scratch.device_data());
+  for (int r = 0; r < n; ++r) {
+    const Buffer& p = *parts[static_cast<std::size_t>(r)];
+    const auto* src = static_cast<const unsigned char*>(p.device_data());
+    const CopyKind kind = p.on_host() ? CopyKind::HostToDevice : CopyKind::DeviceToDevice;
+    for (const CombineRun& run : runs)
+      gpu_copy(*g, s + r * slice + run.dst, src + run.src, static_cast<std::size_t>(run.bytes), kind, op_name, false);
+  }
+  tree_combine_on_gpu(op, dtype, n, s, static_cast<unsigned char*>(out.device_data()) + out_offset, count, device,
+                      op_name);
+  gpu_wait(*g, op_name);
 }
 
 }  // namespace tessera::detail

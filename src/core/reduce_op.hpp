@@ -5,47 +5,16 @@
 // device, across a mesh or inside shard_map follows one rule per kind.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
-#include "kernels/wrapping.hpp"
+#include "kernels/combine.hpp"  // ReduceOp and combine1, shared with the GPU kernels
 #include "tessera/dtype.hpp"
 
 namespace tessera::detail {
 
-enum class ReduceOp { Sum, Prod, Max, Min, Any, All };
-
 /// "sum", "prod", "max", "min", "any", "all" (collective signatures, messages).
 const char* name(ReduceOp op);
-
-/// One step of a reduction: the running value `acc` combined with `v`.
-/// - Sum and Prod wrap on integer overflow, as XLA does (signed overflow is
-///   undefined in C++); on bool they are logical or and logical and.
-/// - Max and Min return NaN when either side is NaN, so NaN wins whatever
-///   the order; equal values (0.0 and -0.0) keep `acc`.
-/// - Any and All treat every nonzero value as true and return 0 or 1.
-template <ReduceOp r, class A>
-inline A combine1(A acc, A v) {
-  if constexpr (r == ReduceOp::Sum) {
-    return wrapping_add(acc, v);
-  } else if constexpr (r == ReduceOp::Prod) {
-    return wrapping_mul(acc, v);
-  } else if constexpr (r == ReduceOp::Max) {
-    if constexpr (std::is_floating_point_v<A>)
-      if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
-    return v > acc ? v : acc;
-  } else if constexpr (r == ReduceOp::Min) {
-    if constexpr (std::is_floating_point_v<A>)
-      if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<A>::quiet_NaN();
-    return v < acc ? v : acc;
-  } else if constexpr (r == ReduceOp::Any) {
-    return static_cast<A>(acc != A(0) || v != A(0));
-  } else {
-    return static_cast<A>(acc != A(0) && v != A(0));
-  }
-}
 
 /// Calls f(std::integral_constant<ReduceOp, op>{}): the kind becomes a
 /// template argument, so inner loops carry no switch and vectorise.

@@ -4,7 +4,8 @@
 //
 // The primitives' parts live in their layers: type inference, sharding
 // rules and parameters here (primitives/reduce.cpp), the per-device kernels
-// and sinks in backend/cpu/eval_reduce.cpp, argmax/argmin's partitioning in
+// and sinks in backend/cpu/eval_reduce.cpp (on CUDA devices
+// backend/cuda/eval_reduce.cpp), argmax/argmin's partitioning in
 // spmd/lower_reduce.cpp, the transformation rules (batching, JVP,
 // transposition) in transforms/rules/reduce.cpp.
 #pragma once
@@ -58,6 +59,8 @@ class Reduce final : public Primitive {
   // backend/cpu/eval_reduce.cpp
   std::unique_ptr<TileSink> sink(const LocalIn& in, const LocalOut& out) const override;
   TESSERA_DECLARE_EVAL_CPU;
+  // backend/cuda/eval_reduce.cpp
+  TESSERA_DECLARE_EVAL_CUDA;
 
   // transforms/rules/reduce.cpp
   TESSERA_DECLARE_BATCH;
@@ -101,6 +104,9 @@ class ArgReduce final : public Primitive {
                                                     const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
   bool lowers_itself() const override { return true; }
+  // The lowering moves data only through reduce_over and runs each per-block
+  // step as the device's kernel (the _cuda ones on GPUs).
+  bool lowers_on_cuda() const override { return true; }
 
   // spmd/lower_reduce.cpp
   TESSERA_DECLARE_EVAL_GLOBAL;
@@ -120,6 +126,15 @@ class ArgReduce final : public Primitive {
                         std::int64_t* out) const;
   /// The n winning indices as i32, as jnp.argmax returns them.
   void block_indices(const std::int64_t* first, std::int64_t n, std::int32_t* out) const;
+
+  // backend/cuda/eval_reduce.cpp: eval_cuda raises as eval_cpu does; the
+  // three steps on a CUDA device, over device pointers, queued on the
+  // device's stream (the caller waits for it).
+  TESSERA_DECLARE_EVAL_CUDA;
+  void block_best_cuda(const LocalIn& x, void* value, std::int64_t* index) const;
+  void block_candidates_cuda(DType t, const void* value, const std::int64_t* index, const void* best,
+                             std::int64_t n, std::int64_t* out) const;
+  void block_indices_cuda(const std::int64_t* first, std::int64_t n, std::int32_t* out) const;
 
   // transforms/rules/reduce.cpp
   TESSERA_DECLARE_BATCH;

@@ -108,12 +108,23 @@ Local reduce_scatter_deposits(const std::vector<Deposit>& d, int rank, int dim, 
   Shape out = box_shape(box);
   const std::size_t isz = itemsize(dtype);
   Buffer res(device, static_cast<std::size_t>(num_elements(out)) * isz);
-  if (!box_empty(box))
+  if (!box_empty(box) && !res.on_host()) {
+    // On a GPU: the same runs, copied into scratch there and combined by a
+    // kernel in the same tree order.
+    std::vector<const Buffer*> parts;
+    for (const Deposit& m : d) parts.push_back(&m.data);
+    std::vector<CombineRun> runs;
+    for_each_run(whole_box(shape), box, box, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t bytes) {
+      runs.push_back({so, dof, bytes});
+    });
+    tree_combine_buffers(op, dtype, parts, runs, num_elements(out), res, 0, device, "reduce_scatter");
+  } else if (!box_empty(box)) {
     for_each_run(whole_box(shape), box, box, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t bytes) {
       tree_combine(op, dtype, 0, n, [&](int lo, int hi) {
         return hi - lo == 1 ? static_cast<const unsigned char*>(d[lo].data.data()) + so : nullptr;
       }, static_cast<unsigned char*>(res.data()) + dof, bytes / static_cast<std::int64_t>(isz));
     });
+  }
   if (!tiled) out.erase(out.begin() + dim);
   return {res, out, dtype};
 }
@@ -217,9 +228,12 @@ class ThreadsGroup final : public Group {
   // everyone, reading every member's deposit and writing into one shared
   // result buffer; after the barrier every member returns that buffer. Each
   // element is combined in the fixed tree order (comm/tree.hpp), whoever
-  // computes it.
+  // computes it. On GPUs a member combines its chunk with a kernel on its
+  // own GPU (comm/tree.hpp), writing it into the shared buffer, and after
+  // the barrier a member on another GPU than the shared buffer's copies the
+  // result to its own device, so its kernels never read another GPU's
+  // memory.
   Local all_reduce(const Local& in, ReduceOp op) override {
-    require_cpu_platform(g_.op, "reductions across devices (psum, reduce-scatter)");
     TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     auto rv = threads_meet(g_, {in.data, in.shape, in.dtype,
                                 collective_sig(g_.op, in, std::string("reduce=") + name(op), true)});
@@ -228,9 +242,14 @@ class ThreadsGroup final : public Group {
     const std::size_t isz = itemsize(in.dtype);
     Buffer out = rv->shared(static_cast<std::size_t>(n) * isz, g_.rank, my_device());
     const Slice chunk = block_slice(n, size(), g_.rank);
+    const auto& d = rv->deposits();
+    const auto skip = static_cast<std::size_t>(chunk.start) * isz;
+    if (!out.on_host()) {
+      if (chunk.size() > 0) combine_chunk_on_gpu(d, op, in.dtype, out, skip, chunk.size());
+      rv->barrier();
+      return {own_copy(out), in.shape, in.dtype};
+    }
     if (chunk.size() > 0) {
-      const auto& d = rv->deposits();
-      const auto skip = static_cast<std::size_t>(chunk.start) * isz;
       tree_combine(op, in.dtype, 0, size(), [&](int lo, int hi) {
         return hi - lo == 1 ? static_cast<const unsigned char*>(d[lo].data.data()) + skip : nullptr;
       }, static_cast<unsigned char*>(out.data()) + skip, chunk.size());
@@ -276,7 +295,6 @@ class ThreadsGroup final : public Group {
   // its own result, in the tree order; no shared buffer, no barrier
   // (deposits outlive the reads).
   Local reduce_scatter(const Local& in, int dim, bool tiled, ReduceOp op) override {
-    require_cpu_platform(g_.op, "reductions across devices (psum, reduce-scatter)");
     TimelineScope scope(g_.op, "collective", num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype)));
     auto rv = threads_meet(g_, {in.data, in.shape, in.dtype,
                                 collective_sig(g_.op, in, reduce_scatter_params(dim, tiled, op), true)});
@@ -324,6 +342,42 @@ class ThreadsGroup final : public Group {
 
  private:
   int my_device() const { return g_.device_ids[g_.rank]; }
+
+  bool same_gpu(int device_a, int device_b) const {
+    const Runtime& rt = Runtime::get();
+    return rt.gpu(device_a)->ordinal == rt.gpu(device_b)->ordinal;
+  }
+
+  // all_reduce's chunk on a GPU: `count` elements from byte `skip` of every
+  // deposit, combined into `out` at the same place. The kernel writes there
+  // itself when `out` is on this member's GPU; otherwise it writes local
+  // scratch, copied over after.
+  void combine_chunk_on_gpu(const std::vector<Deposit>& d, ReduceOp op, DType dtype, const Buffer& out,
+                            std::size_t skip, std::int64_t count) const {
+    std::vector<const Buffer*> parts;
+    for (const Deposit& m : d) parts.push_back(&m.data);
+    const std::int64_t bytes = count * static_cast<std::int64_t>(itemsize(dtype));
+    const std::vector<CombineRun> runs{{static_cast<std::int64_t>(skip), 0, bytes}};
+    if (same_gpu(out.device_id(), my_device())) {
+      tree_combine_buffers(op, dtype, parts, runs, count, out, skip, my_device(), g_.op.c_str());
+      return;
+    }
+    Buffer mine(my_device(), static_cast<std::size_t>(bytes));
+    tree_combine_buffers(op, dtype, parts, runs, count, mine, 0, my_device(), g_.op.c_str());
+    const GpuHandle& g = *Runtime::get().gpu(my_device());
+    gpu_copy(g, static_cast<unsigned char*>(out.device_data()) + skip, mine.device_data(),
+             static_cast<std::size_t>(bytes), CopyKind::DeviceToDevice, g_.op.c_str());
+  }
+
+  // The shared result itself when it is on this member's GPU, else a copy
+  // on this member's device.
+  Buffer own_copy(const Buffer& shared) const {
+    if (shared.nbytes() == 0 || same_gpu(shared.device_id(), my_device())) return shared;
+    Buffer mine(my_device(), shared.nbytes());
+    gpu_copy(*Runtime::get().gpu(my_device()), mine.device_data(), shared.device_data(), shared.nbytes(),
+             CopyKind::DeviceToDevice, g_.op.c_str());
+    return mine;
+  }
 
   GroupSpec g_;
 };

@@ -67,10 +67,10 @@ class ThreadsCommunicator final : public Communicator {
               const std::vector<Buffer>& partial, const std::vector<std::vector<Slice>>& partial_boxes,
               const std::vector<std::vector<Slice>>& out_boxes, std::vector<Buffer>& dst) override {
     const std::size_t isz = itemsize(dtype);
-    require_cpu_platform(std::string(name(op)) + "-reduce", "reductions across devices (sharded contractions and reductions)");
     // Every member reads the group's partials straight from their buffers
     // and combines its own box of the result, in the tree order over the
-    // group (comm/tree.hpp).
+    // group (comm/tree.hpp). On GPUs it copies them into scratch on its own
+    // GPU and a kernel combines them in the same order.
     std::int64_t bytes = 0;
     for (int t = 0; t < mesh.size(); ++t)
       bytes += num_elements(box_shape(out_boxes[t])) * static_cast<std::int64_t>(isz) *
@@ -83,6 +83,19 @@ class ThreadsCommunicator final : public Communicator {
         const std::vector<int> group = group_of(mesh, axes, t);
         // Partial boxes are equal within a group: the runs are the same for
         // every member.
+        if (!out.on_host()) {
+          std::vector<const Buffer*> parts;
+          for (int m : group) parts.push_back(&partial[m]);
+          std::vector<CombineRun> runs;
+          for_each_run(partial_boxes[t], obox, obox, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t n) {
+            runs.push_back({so, dof, n});
+          });
+          const std::string what = std::string(name(op)) + "-reduce";
+          tree_combine_buffers(op, dtype, parts, runs, num_elements(box_shape(obox)), out, 0, mesh.devices()[t].id(),
+                               what.c_str());
+          dst[t] = std::move(out);
+          return;
+        }
         for_each_run(partial_boxes[t], obox, obox, isz, [&](std::int64_t so, std::int64_t dof, std::int64_t n) {
           tree_combine(op, dtype, 0, static_cast<int>(group.size()), [&](int lo, int hi) {
             return hi - lo == 1 ? static_cast<const unsigned char*>(partial[group[lo]].data()) + so : nullptr;

@@ -1,0 +1,319 @@
+// The reduction kernels on CUDA GPUs (reduce.hpp). Every kernel gives one
+// thread one output element and has it combine that element's inputs in
+// exactly the order the CPU's kernel combines them, with the same
+// combine1 (kernels/combine.hpp), so results are the CPU's bit for bit.
+//
+// reduce: the CPU's reducer (backend/cpu/reduce.cpp) walks the block's rows
+// (the lines of the last dim) in row-major order; an output element therefore
+// meets its rows in the lexicographic order of the reduced dims, which is
+// the order this kernel walks them (an odometer over the reduced dims, the
+// kept ones fixed by the output index).
+//  - Last dim reduced ("fold"): each row is combined into the output's
+//    running value v. For sums the row's first inner/8*8 elements go into
+//    eight lanes (element j into lane j mod 8; the lanes start at 0, not at
+//    v), merged as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) into v once, then
+//    the row's tail adds one by one. Other kinds combine the row in order.
+//  - Last dim kept: each input element combines into its output in row
+//    order, one step per reduced index.
+//  The running value is the CPU's accumulator type (f64 for f32 sums,
+//  bytes for bool), starts at the kind's identity and is cast to the
+//  output's dtype at the end.
+//  A faster exact scheme: with the last dim reduced, each row's lane merge
+//  does not depend on v, so one pass could compute every row's eight lanes
+//  in parallel (a thread per row and lane) and a second fold them and the
+//  tails into v per output; a single long row stays eight serial chains,
+//  which is all the parallelism the CPU's order allows. Beyond that, the CPU
+//  would have to adopt a blocked tree order that both backends share.
+//
+// arg_best: one thread per line, walking it in index order (the tie rule
+// needs it), as cpu::arg_best does per line.
+//
+// tree_combine: one thread per element, folding the n members' values in the
+// reduction tree's order (kernels/combine.hpp's tree_fold), in the dtype
+// itself as the CPU's combine does.
+#include "kernels/combine.hpp"  // first: see launch.cuh
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cuda/kernels.hpp"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/reduce.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::cuda {
+
+namespace {
+
+using detail::combine1;
+using std::int64_t;
+
+// Calls f(T{}) for the C++ type of dtype t (core/dispatch.hpp's mapping).
+template <class F>
+void dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::bool_: return f(bool{});
+    case DType::u8: return f(std::uint8_t{});
+    case DType::i8: return f(std::int8_t{});
+    case DType::u32: return f(std::uint32_t{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::u64: return f(std::uint64_t{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+  }
+}
+
+// The CPU reducer's identity, accumulator type and the kinds it runs per
+// dtype (backend/cpu/reduce.cpp).
+template <class T>
+T identity(ReduceOp r) {
+  switch (r) {
+    case ReduceOp::Sum: return T(0);
+    case ReduceOp::Prod: return T(1);
+    case ReduceOp::Max:
+      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+    case ReduceOp::Min:
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+    case ReduceOp::Any: return T(0);
+    case ReduceOp::All: return T(1);
+  }
+  return T(0);
+}
+
+template <class T>
+using Acc = std::conditional_t<std::is_same_v<T, float>, double,
+                               std::conditional_t<std::is_same_v<T, bool>, unsigned char, T>>;
+
+template <ReduceOp r, class T>
+constexpr bool kRuns = (r == ReduceOp::Max || r == ReduceOp::Min) ? true
+                       : (r == ReduceOp::Any || r == ReduceOp::All) ? std::is_same_v<T, bool>
+                                                                    : !std::is_same_v<T, bool> && sizeof(T) >= 4;
+
+void check_rank(const char* op, std::size_t rank) {
+  if (rank > static_cast<std::size_t>(kMaxRank))
+    throw ShapeError(std::string("[") + op + "] CUDA kernels take arrays of at most " + std::to_string(kMaxRank) +
+                     " dims, got " + std::to_string(rank));
+}
+
+// ---------------------------------------------------------------- reduce
+
+template <ReduceOp r, class T>
+struct ReduceKernel {
+  using A = Acc<T>;
+  const T* in;
+  T* out;
+  A init;
+  // Output index -> input offset: the kept dims (the last dim excluded when
+  // folding), with their input strides.
+  int nkept = 0;
+  int64_t kdims[kMaxRank] = {}, kstride[kMaxRank] = {};
+  // The odometer: the reduced dims walked per output (the last dim excluded
+  // when folding), in dim order, and the number of their combinations.
+  int nred = 0;
+  int64_t rdims[kMaxRank] = {}, rstride[kMaxRank] = {};
+  int64_t steps = 0;
+  bool fold = true;
+  int64_t inner = 1, full8 = 0;
+
+  // v combined with the row x[0, inner) as the CPU's fold does it.
+  TESSERA_HD A row(A v, const T* x) const {
+    int64_t j = 0;
+    if constexpr (r == ReduceOp::Sum) {
+      A lane[8];
+      for (int q = 0; q < 8; ++q) lane[q] = A{};
+      for (; j < full8; j += 8)
+        for (int q = 0; q < 8; ++q) lane[q] = combine1<r, A>(lane[q], static_cast<A>(x[j + q]));
+      const A l01 = combine1<r, A>(lane[0], lane[1]), l23 = combine1<r, A>(lane[2], lane[3]);
+      const A l45 = combine1<r, A>(lane[4], lane[5]), l67 = combine1<r, A>(lane[6], lane[7]);
+      v = combine1<r, A>(v, combine1<r, A>(combine1<r, A>(l01, l23), combine1<r, A>(l45, l67)));
+    }
+    for (; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
+    return v;
+  }
+
+  TESSERA_HD void operator()(int64_t o) const {
+    int64_t base = 0;
+    for (int64_t i = o, d = nkept - 1; d >= 0; --d) {
+      const int64_t q = i / kdims[d];
+      base += (i - q * kdims[d]) * kstride[d];
+      i = q;
+    }
+    int64_t idx[kMaxRank] = {};
+    int64_t off = base;
+    A v = init;
+    for (int64_t s = 0; s < steps; ++s) {
+      v = fold ? row(v, in + off) : combine1<r, A>(v, static_cast<A>(in[off]));
+      // Next combination: the last reduced dim fastest.
+      for (int d = nred - 1; d >= 0; --d) {
+        off += rstride[d];
+        if (++idx[d] < rdims[d]) break;
+        off -= rstride[d] * rdims[d];
+        idx[d] = 0;
+      }
+    }
+    out[o] = static_cast<T>(v);
+  }
+};
+
+// ---------------------------------------------------------------- argmax
+
+template <class T>
+struct ArgBestKernel {
+  bool is_max;
+  const T* in;
+  T* value;
+  int64_t* index;
+  int64_t len, inner, base;
+  T none;
+
+  TESSERA_HD void operator()(int64_t e) const {
+    const int64_t a = e / inner, c = e - a * inner;
+    T bv = none;
+    int64_t bi = -1;
+    const T* p = in + a * len * inner + c;
+    for (int64_t j = 0; j < len; ++j) {
+      const T x = p[j * inner];
+      if (bi < 0 || detail::arg_better(is_max, x, base + j, bv, bi)) bv = x, bi = base + j;
+    }
+    value[e] = bv;
+    index[e] = bi;
+  }
+};
+
+template <class T>
+struct CandidatesKernel {
+  const T* value;
+  const int64_t* index;
+  const T* best;
+  int64_t* out;
+
+  TESSERA_HD void operator()(int64_t k) const {
+    out[k] = index[k] >= 0 && detail::arg_same_value(value[k], best[k]) ? index[k] : INT64_MAX;
+  }
+};
+
+struct IndicesKernel {
+  const int64_t* first;
+  std::int32_t* out;
+  TESSERA_HD void operator()(int64_t k) const { out[k] = static_cast<std::int32_t>(first[k]); }
+};
+
+// ---------------------------------------------------------------- combine
+
+template <ReduceOp r, class T>
+struct TreeKernel {
+  const T* parts;
+  T* out;
+  int n;
+  int64_t count;
+
+  struct Leaf {
+    const T* p;
+    int64_t count;
+    TESSERA_HD T operator()(int k) const { return p[k * count]; }
+  };
+
+  TESSERA_HD void operator()(int64_t i) const { out[i] = detail::tree_fold<r, T>(n, Leaf{parts + i, count}); }
+};
+
+}  // namespace
+
+void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& shape, const std::vector<bool>& reduced,
+            void* out) {
+  const char* name = detail::name(op);
+  check_rank(name, shape.size());
+  const int rank = static_cast<int>(shape.size());
+  int64_t total = 1, nout = 1;
+  for (int d = 0; d < rank; ++d) {
+    total *= shape[static_cast<std::size_t>(d)];
+    if (!reduced[static_cast<std::size_t>(d)]) nout *= shape[static_cast<std::size_t>(d)];
+  }
+  if (nout == 0) return;
+  dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    detail::with_op(op, [&](auto kind) {
+      constexpr ReduceOp r = decltype(kind)::value;
+      if constexpr (kRuns<r, T>) {
+        ReduceKernel<r, T> k;
+        k.in = static_cast<const T*>(in);
+        k.out = static_cast<T*>(out);
+        k.init = static_cast<Acc<T>>(identity<T>(r));
+        k.fold = rank == 0 || reduced[static_cast<std::size_t>(rank - 1)];
+        k.inner = rank > 0 && k.fold ? shape[static_cast<std::size_t>(rank - 1)] : 1;
+        k.full8 = r == ReduceOp::Sum ? k.inner / 8 * 8 : 0;
+        // Row-major input strides; the dims the odometer and the output index
+        // walk.
+        int64_t stride[kMaxRank] = {};
+        int64_t s = 1;
+        for (int d = rank - 1; d >= 0; --d) {
+          stride[d] = s;
+          s *= shape[static_cast<std::size_t>(d)];
+        }
+        k.steps = total == 0 ? 0 : 1;
+        const int walked = k.fold && rank > 0 ? rank - 1 : rank;
+        for (int d = 0; d < walked; ++d) {
+          const int64_t n = shape[static_cast<std::size_t>(d)];
+          if (reduced[static_cast<std::size_t>(d)]) {
+            k.rdims[k.nred] = n;
+            k.rstride[k.nred++] = stride[d];
+            k.steps *= n;
+          } else {
+            k.kdims[k.nkept] = n;
+            k.kstride[k.nkept++] = stride[d];
+          }
+        }
+        for_each(name, nout, k);
+      }
+    });
+  });
+}
+
+void arg_best(bool is_max, DType t, const void* in, const std::vector<int64_t>& shape, int axis, int64_t base,
+              void* value, int64_t* index) {
+  const char* name = is_max ? "argmax" : "argmin";
+  check_rank(name, shape.size());
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= shape[static_cast<std::size_t>(d)];
+  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+  dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    ArgBestKernel<T> k{is_max, static_cast<const T*>(in), static_cast<T*>(value), index,
+                       shape[static_cast<std::size_t>(axis)], inner, base,
+                       identity<T>(is_max ? ReduceOp::Max : ReduceOp::Min)};
+    for_each(name, outer * inner, k);
+  });
+}
+
+void arg_candidates(DType t, const void* value, const int64_t* index, const void* best, int64_t n, int64_t* out) {
+  dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    for_each("argmax", n,
+             CandidatesKernel<T>{static_cast<const T*>(value), index, static_cast<const T*>(best), out});
+  });
+}
+
+void arg_indices(const int64_t* first, int64_t n, std::int32_t* out) {
+  for_each("argmax", n, IndicesKernel{first, out});
+}
+
+void tree_combine(ReduceOp op, DType t, int n, const void* parts, void* out, int64_t count, int device,
+                  const char* op_name) {
+  if (n < 1)
+    throw Error(std::string("[") + op_name + "] internal: a combine of " + std::to_string(n) + " members");
+  if (const Current& c = current(op_name); c.device_id != device)
+    throw DeviceError(std::string("[") + op_name + "] internal: a combine for device " + std::to_string(device) +
+                      " called on the worker of device " + std::to_string(c.device_id));
+  dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    detail::with_op(op, [&](auto kind) {
+      for_each(op_name, count,
+               TreeKernel<decltype(kind)::value, T>{static_cast<const T*>(parts), static_cast<T*>(out), n, count});
+    });
+  });
+}
+
+}  // namespace tessera::cuda
