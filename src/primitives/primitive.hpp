@@ -95,6 +95,13 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
   virtual void eval_scan(const LocalArgs&, const LocalIn&, LocalOuts&) const {
     throw Error("[" + std::string(name()) + "] internal: eval_scan called on a primitive that does not scan");
   }
+  /// eval_halo, scan_totals and eval_scan on a CUDA device: the blocks and
+  /// pieces in the GPU's memory, kernels on the calling thread's stream
+  /// (the engine waits for it). The defaults raise "[op] has no CUDA kernel
+  /// yet".
+  virtual void eval_halo_cuda(const LocalArgs&, const std::vector<LocalArgs>&, LocalOuts&) const { no_cuda_kernel(); }
+  virtual void scan_totals_cuda(const LocalArgs&, LocalOut&) const { no_cuda_kernel(); }
+  virtual void eval_scan_cuda(const LocalArgs&, const LocalIn&, LocalOuts&) const { no_cuda_kernel(); }
   /// True when eval_tile works: results are elementwise in operands of the
   /// result's shape, so a chain can run tile by tile.
   virtual bool fusable() const { return false; }
@@ -159,6 +166,13 @@ class Primitive : public Partitionable, public std::enable_shared_from_this<Prim
   /// `types` has every operand's type.
   virtual std::vector<Array> transpose(const std::vector<Array>& cts, const std::vector<Array>& in,
                                        const std::vector<AbstractArray>& types, const std::vector<bool>& linear) const;
+
+ private:
+  // What the default eval_cuda raises.
+  [[noreturn]] void no_cuda_kernel() const {
+    throw DeviceError("[" + std::string(name()) + "] has no CUDA kernel yet: it runs on CPU devices only so far " +
+                      "(see docs/gpu.md for what runs on GPUs)");
+  }
 };
 
 // Declarations of a primitive's parts, each defined in its layer (MLX's

@@ -5,7 +5,8 @@
 //   - here and in stencil.cpp: the class, its types (infer), its sharding
 //     rule and its parameters;
 //   - backend/cpu/eval_stencil.cpp: the per-block kernel calls (eval_cpu,
-//     and cumsum's two scan passes);
+//     and cumsum's two scan passes); backend/cuda/eval_stencil.cpp the same
+//     on CUDA devices (eval_cuda and the *_cuda variants);
 //   - transforms/rules/stencil.cpp: batching, JVP and transposition rules.
 // The partitioning is the engine's (spmd/engine.cpp), read from the rule:
 // diff, convolve, convolve2d and gradient have Halo factors (each device
@@ -40,6 +41,8 @@ class Diff final : public Primitive {
   TESSERA_DECLARE_EVAL_CPU;
   bool reads_halo_pieces() const override { return true; }
   void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CUDA;
+  void eval_halo_cuda(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
   TESSERA_DECLARE_BATCH;
   TESSERA_DECLARE_JVP;
   TESSERA_DECLARE_TRANSPOSE;
@@ -69,6 +72,9 @@ class Cumsum final : public Primitive {
   TESSERA_DECLARE_EVAL_CPU;
   void scan_totals(const LocalArgs& in, LocalOut& totals) const override;
   void eval_scan(const LocalArgs& in, const LocalIn& before, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CUDA;
+  void scan_totals_cuda(const LocalArgs& in, LocalOut& totals) const override;
+  void eval_scan_cuda(const LocalArgs& in, const LocalIn& before, LocalOuts& out) const override;
   TESSERA_DECLARE_BATCH;
   TESSERA_DECLARE_JVP;
   TESSERA_DECLARE_TRANSPOSE;
@@ -90,6 +96,8 @@ class Convolve final : public Primitive {
   TESSERA_DECLARE_EVAL_CPU;
   bool reads_halo_pieces() const override { return true; }
   void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CUDA;
+  void eval_halo_cuda(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
   TESSERA_DECLARE_BATCH;
   TESSERA_DECLARE_JVP;
   TESSERA_DECLARE_TRANSPOSE;
@@ -106,6 +114,7 @@ class Convolve2d final : public Primitive {
   TESSERA_DECLARE_RULE;
   int keeps_layout_of() const override { return 0; }
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_JVP;
   TESSERA_DECLARE_TRANSPOSE;
 };
@@ -124,6 +133,8 @@ class Gradient final : public Primitive {
   TESSERA_DECLARE_EVAL_CPU;
   bool reads_halo_pieces() const override { return true; }
   void eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
+  TESSERA_DECLARE_EVAL_CUDA;
+  void eval_halo_cuda(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const override;
   TESSERA_DECLARE_BATCH;
   TESSERA_DECLARE_JVP;
   TESSERA_DECLARE_TRANSPOSE;
@@ -142,6 +153,7 @@ class Interp final : public Primitive {
   TESSERA_DECLARE_INFER;
   TESSERA_DECLARE_RULE;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
   /// As jnp.interp: x and xp promoted together to inexact (fp on its own).
   static DType x_type(DType x, DType xp);

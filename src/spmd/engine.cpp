@@ -30,6 +30,11 @@
 // part order: every device adds the same numbers in the same order, on every
 // run. Only the totals move.
 //
+// On CUDA devices the same steps run: the gathers move the halo rows (and
+// the totals) between the GPUs' memories, the kernels get device pointers
+// and run their CUDA variants (eval_halo_cuda, scan_totals_cuda,
+// eval_scan_cuda), the engine waiting for the device's stream after each.
+//
 // When such steps move nothing the engine records that (explain shows the
 // op ran locally). For a member of a compiled program (an ExecContext with a
 // member, spmd/member.hpp) every step is this member's share, so the program
@@ -39,11 +44,24 @@
 #include <algorithm>
 
 #include "core/validate.hpp"
+#include "runtime/gpus.hpp"
+#include "runtime/runtime.hpp"
 #include "spmd/exchange.hpp"
 
 namespace tessera::detail {
 
 namespace {
+
+// Runs a halo or scan kernel for the device whose worker calls it, as
+// eval_kernel does: the CPU's on a CPU device; on a CUDA device the CUDA
+// one, then waits for the device's stream (so the gathered rows it read
+// may be freed, and its errors are raised here).
+template <class Cpu, class Cuda>
+void run_kernel(const Primitive& prim, Cpu&& cpu, Cuda&& cuda) {
+  if (!on_cuda_device()) return cpu();
+  cuda();
+  gpu_wait(*Runtime::get().gpu(current_device()), std::string(prim.name()).c_str());
+}
 
 // What the halo and scan steps hand each device's kernel.
 struct Steps {
@@ -71,8 +89,8 @@ struct Steps {
       }
       const std::vector<Slice>& box = boxes[i][pos];
       const void* data = !pieces[i].empty()    ? nullptr
-                         : !widened[i].empty() ? widened[i][pos].data()
-                                               : local_data(a, pos);
+                         : !widened[i].empty() ? widened[i][pos].device_data()
+                                               : a.impl()->buffers[pos].device_data();
       in.push_back(LocalIn{data, box_shape(box), a.dtype(), box});
     }
     return in;
@@ -139,10 +157,12 @@ void exchange_halos(const ExecContext& ctx, const Primitive& prim, const Partiti
     st.pieces[i].resize(npos);
     for (int pos = 0; pos < npos; ++pos) {
       LocalArgs& p = st.pieces[i][pos];
-      if (!box_empty(lo[pos])) p.push_back(LocalIn{lo_buf[pos].data(), box_shape(lo[pos]), a.dtype(), lo[pos]});
+      if (!box_empty(lo[pos]))
+        p.push_back(LocalIn{lo_buf[pos].device_data(), box_shape(lo[pos]), a.dtype(), lo[pos]});
       if (!box_empty(local_index(a, pos)))
-        p.push_back(LocalIn{local_data(a, pos), local_shape(a, pos), a.dtype(), local_index(a, pos)});
-      if (!box_empty(hi[pos])) p.push_back(LocalIn{hi_buf[pos].data(), box_shape(hi[pos]), a.dtype(), hi[pos]});
+        p.push_back(LocalIn{a.impl()->buffers[pos].device_data(), local_shape(a, pos), a.dtype(), local_index(a, pos)});
+      if (!box_empty(hi[pos]))
+        p.push_back(LocalIn{hi_buf[pos].device_data(), box_shape(hi[pos]), a.dtype(), hi[pos]});
     }
     st.edges.push_back(std::move(lo_buf));
     st.edges.push_back(std::move(hi_buf));
@@ -162,8 +182,9 @@ void carry_totals(const ExecContext& ctx, const Primitive& prim, const Partition
   st.before_dtype = types[s.result].dtype;
   const Array totals = make_array(ctx, tshape, st.before_dtype, sh, [&](int pos, Buffer& b) {
     std::vector<Slice> tbox = sh.shard_index(tshape, pos);
-    LocalOut t{b.data(), box_shape(tbox), st.before_dtype, std::move(tbox)};
-    prim.scan_totals(st.args(ops, pos), t);
+    LocalOut t{b.device_data(), box_shape(tbox), st.before_dtype, std::move(tbox)};
+    const LocalArgs in = st.args(ops, pos);
+    run_kernel(prim, [&] { prim.scan_totals(in, t); }, [&] { prim.scan_totals_cuda(in, t); });
   });
   const int npos = sh.mesh().size();
   st.before_boxes.resize(npos);
@@ -206,8 +227,6 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
   st.boxes.resize(ops.size());
   st.widened.resize(ops.size());
   st.pieces.resize(ops.size());
-  if (prim.reads_halo_pieces() || part.has_engine_steps())
-    require_cpu_platform(name, "stencils and scans over sharded dims (halo exchange)");
   exchange_halos(ctx, prim, part, ops, types, op, st);
   if (part.scan) carry_totals(ctx, prim, part, ops, types, op, st);
   if (part.has_engine_steps() && !st.moved) record_none(mesh, op);
@@ -238,12 +257,13 @@ std::vector<Array> eval_partitioned(const ExecContext& ctx, const Primitive& pri
       std::vector<LocalArgs> held(ops.size());
       for (size_t i = 0; i < ops.size(); ++i)
         if (!st.pieces[i].empty()) held[i] = st.pieces[i][pos];
-      prim.eval_halo(in, held, out);
+      run_kernel(prim, [&] { prim.eval_halo(in, held, out); }, [&] { prim.eval_halo_cuda(in, held, out); });
     } else if (st.before.empty()) {
       eval_kernel(prim, in, out);
     } else {
       const std::vector<Slice>& b = st.before_boxes[pos];
-      prim.eval_scan(in, LocalIn{st.before[pos].data(), box_shape(b), st.before_dtype, b}, out);
+      const LocalIn before{st.before[pos].device_data(), box_shape(b), st.before_dtype, b};
+      run_kernel(prim, [&] { prim.eval_scan(in, before, out); }, [&] { prim.eval_scan_cuda(in, before, out); });
     }
   }, bytes);
   std::vector<Array> results;
