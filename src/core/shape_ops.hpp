@@ -4,6 +4,7 @@
 // bytes of pad's fill value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -27,5 +28,17 @@ struct Affine {
   std::vector<int> src;
   std::vector<std::int64_t> offset, step;
 };
+
+/// The strided copy that writes the output sub-box `r` (inside the output
+/// block `blk`) from a buffer holding the input box `sbox`, which contains
+/// the image of `r` under `m`: the byte offsets of r's first element in the
+/// source buffer and in the block, and per dim of `r` its extent and byte
+/// strides in both (0 where `m` broadcasts). Elements of `isz` bytes.
+struct AffineWalk {
+  std::int64_t src_offset = 0, dst_offset = 0;
+  std::vector<std::int64_t> extents, src_strides, dst_strides;
+};
+AffineWalk affine_walk(const Affine& m, const std::vector<Slice>& sbox, const std::vector<Slice>& blk,
+                       const std::vector<Slice>& r, std::size_t isz);
 
 }  // namespace tessera::detail

@@ -4,7 +4,8 @@
 //
 // Its parts live in their layers: type inference, rule, layouts and
 // parameters in reshape.cpp; the per-block copy in
-// backend/cpu/eval_reshape.cpp; batch, jvp and transpose in
+// backend/cpu/eval_reshape.cpp (on CUDA devices,
+// backend/cuda/eval_reshape.cpp); batch, jvp and transpose in
 // transforms/rules/reshape.cpp; the lowering (eval_global) in
 // spmd/lower_reshape.cpp.
 #pragma once
@@ -67,7 +68,9 @@ class Reshape final : public Primitive {
   TESSERA_DECLARE_JVP;
   TESSERA_DECLARE_TRANSPOSE;
   bool lowers_itself() const override { return true; }
+  bool lowers_on_cuda() const override { return true; }
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>&) const override;
   TESSERA_DECLARE_EVAL_GLOBAL;
@@ -76,6 +79,11 @@ class Reshape final : public Primitive {
   /// written at its flat positions.
   virtual void write_block(void* dst, const std::vector<Slice>& blk, const Shape& in, std::size_t isz,
                            std::span<const ReshapeCopy> copies) const;
+  /// write_block on a CUDA device (backend/cuda/eval_reshape.cpp), the
+  /// same bytes: `dst` and the copies' sources are in the calling thread's
+  /// GPU's memory. Returns once the block is written.
+  virtual void write_block_cuda(void* dst, const std::vector<Slice>& blk, const Shape& in, std::size_t isz,
+                                std::span<const ReshapeCopy> copies) const;
 
  private:
   Shape out_;

@@ -10,7 +10,8 @@
 //
 // Each class's parts live in their layers: type inference, rules, layouts
 // and parameters in shape.cpp; the per-device kernels (eval_cpu, the
-// per-block copies of the affine ops) in backend/cpu/eval_shape.cpp; the
+// per-block copies of the affine ops) in backend/cpu/eval_shape.cpp, and
+// on CUDA devices in backend/cuda/eval_shape.cpp; the
 // transformation rules (batch, jvp, transpose) in
 // transforms/rules/shape.cpp; the lowering of the ops that partition
 // themselves (eval_global) in spmd/lower_shape.cpp.
@@ -94,6 +95,7 @@ class Transpose final : public Primitive {
   TESSERA_DECLARE_INFER;
   TESSERA_DECLARE_RULE;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   std::string params() const override;
   TESSERA_DECLARE_BATCH;
   TESSERA_DECLARE_JVP;
@@ -112,6 +114,7 @@ class ExpandDims final : public Primitive {
   TESSERA_DECLARE_INFER;
   TESSERA_DECLARE_RULE;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   std::string params() const override;
   TESSERA_DECLARE_BATCH;
   TESSERA_DECLARE_JVP;
@@ -153,7 +156,9 @@ class AffineOp : public Primitive {
   TESSERA_DECLARE_JVP;
   std::string_view name() const override { return name_; }
   bool lowers_itself() const override { return true; }
+  bool lowers_on_cuda() const override { return true; }
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   TESSERA_DECLARE_EVAL_GLOBAL;
@@ -161,6 +166,11 @@ class AffineOp : public Primitive {
   /// bytes): fill() where set, then each of `copies` in order.
   virtual void write_block(void* dst, const std::vector<Slice>& blk, std::size_t isz,
                            std::span<const AffineCopy> copies) const;
+  /// write_block on a CUDA device (backend/cuda/eval_shape.cpp), the same
+  /// bytes: `dst` and the copies' sources are in the calling thread's GPU's
+  /// memory. Returns once the block is written.
+  virtual void write_block_cuda(void* dst, const std::vector<Slice>& blk, std::size_t isz,
+                                std::span<const AffineCopy> copies) const;
 
  protected:
   virtual NamedSharding layout(std::span<const AbstractArray> in, const Shape& out) const = 0;

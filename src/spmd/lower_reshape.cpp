@@ -1,8 +1,9 @@
 // The lowering of reshape (primitives/reshape.hpp). A local reshape shares
 // the operand's buffers. Otherwise each position gathers the input boxes of
 // its output block (reshape_sources, primitives/reshape.cpp) and the
-// primitive's write_block (backend/cpu/eval_reshape.cpp) puts them at their
-// flat positions. When a requested layout would need many boxes (an output
+// primitive's write_block (backend/cpu/eval_reshape.cpp; on a CUDA device
+// write_block_cuda, backend/cuda/eval_reshape.cpp) puts them at their flat
+// positions. When a requested layout would need many boxes (an output
 // sharded on an inner dim of a split), the data first goes to the natural
 // layout (which needs few) split also over the requested layout's axes,
 // then through the planner: each step moves at most the requested blocks.
@@ -59,15 +60,19 @@ std::optional<Array> reshape_gather(const ExecContext& ctx, const Reshape& op, c
     if (buf.nbytes() == 0) return;
     const Box blk = s.shard_index(out, t);
     const Box own = local_index(x, t);
+    // Sources in their own memory space: all on device t, as `buf` is.
     std::vector<ReshapeCopy> copies;
     for (size_t i = 0; i < src[t].size(); ++i) {
       const int k = round_of[t][i];
       if (k < 0)
-        copies.push_back({local_data(x, t), own, src[t][i]});
+        copies.push_back({x.impl()->buffers[t].device_data(), own, src[t][i]});
       else
-        copies.push_back({fetched[k][t].data(), src[t][i], src[t][i]});
+        copies.push_back({fetched[k][t].device_data(), src[t][i], src[t][i]});
     }
-    op.write_block(buf.data(), blk, x.shape(), isz, copies);
+    if (buf.on_host())
+      op.write_block(buf.data(), blk, x.shape(), isz, copies);
+    else
+      op.write_block_cuda(buf.device_data(), blk, x.shape(), isz, copies);
   });
 }
 

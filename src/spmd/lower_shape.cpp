@@ -11,7 +11,8 @@
 // most 2 * rank boxes) is fetched through gather_boxes, one planner round per
 // box index, so only the missing elements cross devices (halos for
 // slice/pad/roll/concatenate along a sharded dim). A per-device strided copy
-// (the op's write_block, backend/cpu/eval_shape.cpp) then writes the output
+// (the op's write_block, backend/cpu/eval_shape.cpp, or on a CUDA device
+// write_block_cuda, backend/cuda/eval_shape.cpp) then writes the output
 // block. A device receives at most its output block (times the step of a
 // strided slice, whose fetched box spans the gaps).
 #include <algorithm>
@@ -165,14 +166,19 @@ Array assemble(const ExecContext& ctx, const AffineOp& op, const char* name, con
   return make_array(ctx, out_shape, dtype, out_s, [&](int t, Buffer& b) {
     if (b.nbytes() == 0) return;
     const Box blk = out_s.shard_index(out_shape, t);
+    // Sources in their own memory space: all on device t, as `b` is.
     std::vector<AffineCopy> copies;
     for (size_t p = 0; p < parts.size(); ++p) {
       const Part& part = parts[p];
-      for (const Piece& pc : plans[p].local[t]) copies.push_back({part.map, local_data(part.x, t), pc.sbox, pc.region});
+      for (const Piece& pc : plans[p].local[t])
+        copies.push_back({part.map, part.x.impl()->buffers[t].device_data(), pc.sbox, pc.region});
       for (const Piece& pc : plans[p].remote[t])
-        copies.push_back({part.map, plans[p].rounds[pc.round][t].data(), pc.sbox, pc.region});
+        copies.push_back({part.map, plans[p].rounds[pc.round][t].device_data(), pc.sbox, pc.region});
     }
-    op.write_block(b.data(), blk, isz, copies);
+    if (b.on_host())
+      op.write_block(b.data(), blk, isz, copies);
+    else
+      op.write_block_cuda(b.device_data(), blk, isz, copies);
   });
 }
 

@@ -20,7 +20,8 @@ Buffer reduce_member(Group& g, const Buffer& partial, const std::vector<Slice>& 
   if (out_box == partial_box) return std::move(r.data);
   const std::size_t isz = itemsize(dtype);
   Buffer out(device_id, static_cast<std::size_t>(num_elements(box_shape(out_box))) * isz);
-  if (out.nbytes() > 0) copy_box(r.data.data(), partial_box, out.data(), out_box, out_box, isz);
+  // In either memory space (a CUDA device's result stays on its GPU).
+  if (out.nbytes() > 0) copy_box(r.data, partial_box, out, out_box, out_box, isz, "all_reduce");
   return out;
 }
 
