@@ -1,8 +1,9 @@
 // Spectra primitives: resample_accumulate (tessera/spectra.hpp).
 //
 // The class is defined in parts, one per layer: its type, sharding rule and
-// parameters in primitives/spectra.cpp, its per-device kernel (eval_cpu) in
-// backend/cpu/eval_spectra.cpp, its JVP in transforms/rules/spectra.cpp
+// parameters in primitives/spectra.cpp, its per-device kernels in
+// backend/cpu/eval_spectra.cpp (eval_cpu) and backend/cuda/eval_spectra.cpp
+// (eval_cuda), its JVP in transforms/rules/spectra.cpp
 // (with the two primitives below, which only derivatives bind).
 #pragma once
 
@@ -28,6 +29,7 @@ class ResampleAccumulate final : public Primitive {
   bool keeps_operand_layouts() const override { return true; }
   std::string params() const override;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_JVP;
 
  private:
@@ -56,6 +58,7 @@ class ResampleTangent final : public Primitive {
   bool keeps_operand_layouts() const override { return true; }
   std::string params() const override;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
   TESSERA_DECLARE_TRANSPOSE;
 
   int primal_count() const { return 4 + (has_weights_ ? 1 : 0) + (has_scale_ ? 1 : 0); }
@@ -79,6 +82,7 @@ class ResampleTranspose final : public Primitive {
   bool keeps_operand_layouts() const override { return true; }
   std::string params() const override;
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   std::int64_t num_segments_;
