@@ -76,6 +76,10 @@ void* gpu_allocate(const GpuHandle& g, std::size_t nbytes) {
     return nullptr;
   }
   check(e, g, "allocate", "allocating " + std::to_string(nbytes) + " bytes");
+  // The block is ordered on this device's stream, but collectives hand
+  // buffers to other devices' streams: wait, so it is usable everywhere.
+  // (Rare: the allocator above keeps freed blocks and reuses them.)
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(g.stream)), g, "allocate", "allocating");
   return p;
 }
 
