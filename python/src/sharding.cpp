@@ -70,7 +70,8 @@ void init_sharding(nb::module_& m) {
 
   nb::class_<ts::Device>(m, "Device", "A device: where a shard lives and per-device code runs.")
       .def_prop_ro("id", &ts::Device::id)
-      .def_prop_ro("platform", [](const ts::Device&) { return "cpu"; })
+      // JAX's names: "cpu", and "gpu" for a CUDA device.
+      .def_prop_ro("platform", [](const ts::Device& d) { return d.kind() == "cuda" ? "gpu" : "cpu"; })
       .def_prop_ro("device_kind", &ts::Device::kind)
       .def_prop_ro("process_index", &ts::Device::process_index)
       .def("__repr__", &ts::Device::str)
@@ -81,7 +82,7 @@ void init_sharding(nb::module_& m) {
 
   m.def("devices", [](std::optional<std::string> backend) {
     // The C++ library says why a platform has no devices ("cuda": no driver,
-    // no GPU, or no CUDA execution backend in this build).
+    // no GPU, a build without CUDA, or a process already on the CPU devices).
     return backend ? ts::devices(*backend) : ts::devices();
   }, "backend"_a = nb::none(), "All devices of every process, ordered by id; of one platform with backend=.");
   m.def("local_devices", [] { return ts::local_devices(); }, "This process's devices, ordered by id.");
