@@ -150,7 +150,8 @@ detail::KeyWords one_key_on_host(const Array& key, const char* op) {
                                     " but the draw is laid out on another mesh; under jit both must be on the "
                                     "program's mesh"));
   const Array whole = detail::reshard_for(key, NamedSharding(key.sharding().mesh(), P()), op);
-  const auto* w = static_cast<const std::uint32_t*>(detail::local_data(whole, 0));
+  std::uint32_t w[2];  // from a GPU's memory too
+  detail::read_buffer(whole.impl()->buffers[0], w, sizeof w, op);
   return detail::KeyWords{w[0], w[1]};
 }
 

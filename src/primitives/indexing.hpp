@@ -10,6 +10,7 @@
 //   primitives/indexing.cpp          types, rules, layouts, parameters, factories
 //   spmd/lower_indexing.cpp          eval_global (the partitioning)
 //   backend/cpu/eval_indexing.cpp    the per-block kernels eval_global runs
+//   backend/cuda/eval_indexing.cpp   the same on CUDA devices (the *_cuda ones)
 //   transforms/rules/indexing.cpp    batching, JVP and transposition rules
 #pragma once
 
@@ -23,11 +24,15 @@
 namespace tessera::detail {
 
 /// An indexing primitive: it partitions itself; its per-device kernels run
-/// from eval_global (eval_cpu raises).
+/// from eval_global (eval_cpu and eval_cuda raise). The lowering moves data
+/// only through the memory-space-aware copies and reads only index blocks
+/// on the host, so it runs on GPUs.
 class IndexingGlobal : public Primitive {
  public:
   bool lowers_itself() const override { return true; }
+  bool lowers_on_cuda() const override { return true; }
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  protected:
   using AxisList = std::vector<std::string>;
@@ -58,6 +63,9 @@ class Take final : public IndexingGlobal {
   /// Per block: `out` = x's block (whole along the axis) at the indices
   /// `idx`, already checked and made non-negative.
   virtual void take_block(const LocalIn& x, const std::vector<std::int64_t>& idx, void* out) const;
+  /// take_block on a CUDA device: x and out in its memory, idx on the host.
+  /// Returns once the device is done.
+  virtual void take_block_cuda(const LocalIn& x, const std::vector<std::int64_t>& idx, void* out) const;
 
  private:
   int axis_;
@@ -76,6 +84,12 @@ class IndexingScatter : public IndexingGlobal {
   /// Per block: out = a + b over n elements of dtype t (integers wrap,
   /// bools or).
   virtual void add_block(DType t, const void* a, const void* b, void* out, std::int64_t n) const;
+  /// The two on a CUDA device (pointers in its memory); each returns once
+  /// the device is done. scatter_block_cuda reads the ids to the host to
+  /// order the updates by row.
+  virtual void scatter_block_cuda(const LocalIn& updates, const LocalIn& ids, const LocalOut& partial,
+                                  std::int64_t n, bool wrap_negative) const;
+  virtual void add_block_cuda(DType t, const void* a, const void* b, void* out, std::int64_t n) const;
 
  protected:
   /// The shared body of scatter_add and segment_sum: accumulate the rows of

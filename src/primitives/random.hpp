@@ -15,8 +15,8 @@
 //
 // The primitives' parts live in their layers: types, rules, layouts and
 // parameters here (primitives/random.cpp), the per-device kernels in
-// backend/cpu/eval_random.cpp. They have no transformation rules of their
-// own (the Primitive defaults apply).
+// backend/cpu/eval_random.cpp and backend/cuda/eval_random.cpp. They have no
+// transformation rules of their own (the Primitive defaults apply).
 #pragma once
 
 #include <cstdint>
@@ -70,8 +70,9 @@ class Sample final : public Creation {
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   std::string params() const override;
-  // backend/cpu/eval_random.cpp
+  // backend/cpu/eval_random.cpp, backend/cuda/eval_random.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   Sampler kind_;
@@ -85,8 +86,9 @@ class KeyData final : public Creation {
   KeyData(std::vector<std::uint32_t> words, Shape shape, NamedSharding sharding)
       : Creation("key_data", std::move(shape), DType::u32, std::move(sharding)), words_(std::move(words)) {}
   std::string params() const override;
-  // backend/cpu/eval_random.cpp
+  // backend/cpu/eval_random.cpp, backend/cuda/eval_random.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   std::vector<std::uint32_t> words_;
@@ -101,8 +103,9 @@ class Split final : public Primitive {
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>& out) const override;
   std::string params() const override { return "num=" + std::to_string(num_); }
-  // backend/cpu/eval_random.cpp
+  // backend/cpu/eval_random.cpp, backend/cuda/eval_random.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   int num_;
@@ -121,8 +124,9 @@ class FoldIn final : public Primitive {
     return std::vector<NamedSharding>{in[0].sharding};
   }
   std::string params() const override { return data_ ? "data=" + std::to_string(*data_) : std::string(); }
-  // backend/cpu/eval_random.cpp
+  // backend/cpu/eval_random.cpp, backend/cuda/eval_random.cpp
   TESSERA_DECLARE_EVAL_CPU;
+  TESSERA_DECLARE_EVAL_CUDA;
 
  private:
   std::optional<std::uint32_t> data_;

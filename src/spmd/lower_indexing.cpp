@@ -1,10 +1,14 @@
 // The indexing primitives' partitioning (eval_global of take, scatter_add
 // and segment_sum; primitives/indexing.cpp describes the layouts and the
 // communication). The per-block compute runs through the primitives'
-// per-block methods (backend/cpu/eval_indexing.cpp); this file moves data.
+// per-block methods (backend/cpu/eval_indexing.cpp, and the *_cuda ones of
+// backend/cuda/eval_indexing.cpp on CUDA devices); this file moves data,
+// only through the memory-space-aware copies, and reads on the host only
+// the index blocks take checks (read_buffer from a GPU).
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/validate.hpp"
 #include "primitives/indexing.hpp"
@@ -12,6 +16,14 @@
 #include "spmd/exchange.hpp"
 
 namespace tessera::detail {
+
+namespace {
+
+/// The local block of `a` at position t in its own memory space (a device
+/// pointer on a GPU: for kernels, never for host code).
+const void* block(const Array& a, int t) { return a.impl()->buffers[static_cast<size_t>(t)].device_data(); }
+
+}  // namespace
 
 // ===================================================================== take
 
@@ -36,7 +48,16 @@ std::vector<Array> Take::eval_global(const ExecContext& ctx, const std::vector<A
   std::vector<std::optional<std::int64_t>> bad_at(static_cast<size_t>(mesh.size()));
   for_each_device(ctx, mesh, [&](int t) {
     auto& idx = idx_at[static_cast<size_t>(t)];
-    idx = load_indices(local_data(iw, t), iw.dtype(), local_shape(iw, t)[0]);
+    const Buffer& ib = iw.impl()->buffers[static_cast<size_t>(t)];
+    const std::int64_t count = local_shape(iw, t)[0];
+    std::vector<unsigned char> staging;
+    const void* host = ib.on_host() ? ib.data() : nullptr;
+    if (!host && count > 0) {
+      staging.resize(static_cast<size_t>(count) * itemsize(iw.dtype()));
+      read_buffer(ib, staging.data(), staging.size(), op);
+      host = staging.data();
+    }
+    idx = load_indices(host, iw.dtype(), count);
     for (auto& r : idx) {
       if (r < -n_axis || r >= n_axis) {
         bad_at[static_cast<size_t>(t)] = r;
@@ -50,8 +71,11 @@ std::vector<Array> Take::eval_global(const ExecContext& ctx, const std::vector<A
                                  " of size " + std::to_string(n_axis) + " (x " + shape_str(x.shape()) + ")"));
 
   return {make_array(ctx, out[0].shape, x.dtype(), layouts[0], [&](int t, Buffer& b) {
-    take_block(LocalIn{local_data(xw, t), local_shape(xw, t), x.dtype(), {}}, idx_at[static_cast<size_t>(t)],
-               b.data());
+    const LocalIn xin{block(xw, t), local_shape(xw, t), x.dtype(), {}};
+    if (on_cuda_device())
+      take_block_cuda(xin, idx_at[static_cast<size_t>(t)], b.device_data());
+    else
+      take_block(xin, idx_at[static_cast<size_t>(t)], b.data());
   })};
 }
 
@@ -94,10 +118,15 @@ Array IndexingScatter::scatter_rows(const ExecContext& ctx, const char* op, cons
   for_each_device(ctx, mesh, [&](int t) {
     const Shape pshape = box_shape(partial_boxes[t]);
     Buffer b(mesh.devices()[t].id(), static_cast<std::size_t>(num_elements(pshape)) * isz);
-    if (b.nbytes() > 0)
-      scatter_block(LocalIn{local_data(upd, t), local_shape(upd, t), dtype, {}},
-                    LocalIn{local_data(idx, t), local_shape(idx, t), idx.dtype(), {}},
-                    LocalOut{b.data(), pshape, dtype, partial_boxes[t]}, out_shape[0], wrap_negative);
+    if (b.nbytes() > 0) {
+      const LocalIn uin{block(upd, t), local_shape(upd, t), dtype, {}};
+      const LocalIn iin{block(idx, t), local_shape(idx, t), idx.dtype(), {}};
+      const LocalOut pout{b.device_data(), pshape, dtype, partial_boxes[t]};
+      if (on_cuda_device())
+        scatter_block_cuda(uin, iin, pout, out_shape[0], wrap_negative);
+      else
+        scatter_block(uin, iin, pout, out_shape[0], wrap_negative);
+    }
     partial[t] = std::move(b);
   });
 
@@ -109,7 +138,12 @@ Array IndexingScatter::scatter_rows(const ExecContext& ctx, const char* op, cons
   for_each_device(ctx, mesh, [&](int t) {
     const std::int64_t count = num_elements(box_shape(out_boxes[t]));
     Buffer b(mesh.devices()[t].id(), static_cast<std::size_t>(count) * isz);
-    if (count > 0) add_block(dtype, local_data(xb, t), reduced[t].data(), b.data(), count);
+    if (count > 0) {
+      if (on_cuda_device())
+        add_block_cuda(dtype, block(xb, t), reduced[t].device_data(), b.device_data(), count);
+      else
+        add_block(dtype, block(xb, t), reduced[t].data(), b.data(), count);
+    }
     out[t] = std::move(b);
   });
   return wrap(out_shape, dtype, out_s, std::move(out));
