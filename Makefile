@@ -37,6 +37,7 @@ bench: build
 	@$(BUILD)/bench/bench_reshard --json $(BUILD)/bench-results/reshard.json
 	@$(BUILD)/bench/bench_ops --json $(BUILD)/bench-results/ops.json
 	@$(BUILD)/bench/bench_collectives --json $(BUILD)/bench-results/collectives.json
+	@if [ -x $(BUILD)/bench/bench_gpu ]; then $(BUILD)/bench/bench_gpu --json $(BUILD)/bench-results/gpu.json; fi
 	@bash bench/mpi/run.sh $(BUILD)
 
 # Random sharded programs, each compared with the same program on one device

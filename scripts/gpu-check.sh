@@ -115,7 +115,7 @@ if [ "$BUILD_DIR" = "--full" ]; then
     start=$(date +%s)
     if cmake -S "$ROOT" -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$DEPS" \
         -DCMAKE_CUDA_COMPILER="$NVCC" -DTESSERA_WITH_CUDA=ON -DTESSERA_WITH_MPI=OFF -DTESSERA_BUILD_IFU=OFF \
-        -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_EXAMPLES=OFF \
+        -DTESSERA_BUILD_EXAMPLES=OFF \
         -DCBLAS_INCLUDE_DIR="$DEPS/include/x86_64-linux-gnu" \
         -DBLAS_LIBRARIES="$DEPS/lib/x86_64-linux-gnu/libopenblas.so" > "$OUT/build-full.txt" 2>&1 &&
       cmake --build "$BUILD_DIR" -j "$(nproc)" >> "$OUT/build-full.txt" 2>&1; then
@@ -144,6 +144,11 @@ if [ -n "$BUILD_DIR" ]; then
   ctest --test-dir "$BUILD_DIR" -L '^cuda$' -j 4 --timeout 300 --output-on-failure > "$OUT/ctest-cuda.txt" 2>&1 ||
     fail "ctest -L cuda (see ctest-cuda.txt)"
   tail -15 "$OUT/ctest-cuda.txt" | tee -a "$OUT/summary.txt"
+  # The benchmarks against the GPU's own limits (bench/bench_gpu.cpp).
+  if [ -x "$BUILD_DIR/bench/bench_gpu" ]; then
+    "$BUILD_DIR/bench/bench_gpu" --json "$OUT/bench_gpu.json" > "$OUT/bench_gpu.txt" 2>&1 || fail "bench_gpu (see bench_gpu.txt)"
+    cat "$OUT/bench_gpu.txt" >> "$OUT/summary.txt"
+  fi
   SANITIZER="${SANITIZER:-$(command -v compute-sanitizer || true)}"
   if [ -n "$SANITIZER" ] && [ -x "$BUILD_DIR/tests/test_cuda_platform" ]; then
     TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=2 "$SANITIZER" --tool memcheck --error-exitcode 1 \

@@ -3,7 +3,7 @@
 # packages into one folder (default build/gpu-deps, about 45 MiB), for a GPU
 # machine that has cmake, ninja, nvcc and g++ but no Debian packages and no
 # network: OpenBLAS (headers and the library with its Fortran runtime),
-# GoogleTest and CLI11. scripts/gpu-check.sh --full builds the library and
+# GoogleTest, CLI11 and nlohmann_json (the benchmarks). scripts/gpu-check.sh --full builds the library and
 # its suites there against it (without MPI and the IFU app) and runs the
 # tests labelled cuda.
 #
@@ -32,8 +32,8 @@ for dep in $(ldd "/usr/$MULTI/libopenblas.so.0" | awk '/=>/ {print $3}'); do
 done
 
 # GoogleTest (static) and CLI11 (headers), with their CMake package files.
-cp -r /usr/include/gtest /usr/include/gmock /usr/include/CLI "$DEST/include/"
+cp -r /usr/include/gtest /usr/include/gmock /usr/include/CLI /usr/include/nlohmann "$DEST/include/"
 cp -L /usr/$MULTI/libgtest.a /usr/$MULTI/libgtest_main.a /usr/$MULTI/libgmock.a /usr/$MULTI/libgmock_main.a "$DEST/$MULTI/"
 cp -r "/usr/$MULTI/cmake/GTest" "$DEST/$MULTI/cmake/"
-cp -r /usr/share/cmake/CLI11 "$DEST/share/cmake/"
+cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$DEST/share/cmake/"
 du -sh "$DEST"

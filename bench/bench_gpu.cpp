@@ -1,0 +1,182 @@
+// bench_gpu: Tessera on one GPU, each figure against the limit measured in
+// the same run:
+//
+//   2*sin(x)+1     2^28 f32 under jit, 1 device       / device-to-device copy bandwidth
+//   diff           16384^2 f64 along the sharded axis,
+//                  4 devices of the GPU               / copy bandwidth
+//   sgemm, dgemm   8192^3, 1 device                   / cuBLAS alone (time ratio)
+//   psum           256 MiB over 4 devices of the GPU  / copy bandwidth
+//
+// Bandwidths count each byte read and each byte written once (a copy of S
+// bytes moves 2S). Without a GPU it says so and exits 0 (`make bench` runs
+// it everywhere); --json writes the figures (or the reason) to a file.
+//
+//   bench_gpu [--json FILE] [--reps N] [--small]
+//
+// --small divides every size by 16 (a quick look; the goals are for the
+// full sizes).
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "runtime/gpus.hpp"
+#include "tessera/tessera.hpp"
+
+namespace ts = tessera;
+namespace tb = tessera::bench;
+using json = nlohmann::json;
+
+namespace {
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Device-to-device copy bandwidth of `bytes` on GPU 0 (2 * bytes / time).
+double copy_bandwidth(std::size_t bytes, int reps) {
+  void *a = nullptr, *b = nullptr;
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_ok(cudaMalloc(&a, bytes), "cudaMalloc");
+  cuda_ok(cudaMalloc(&b, bytes), "cudaMalloc");
+  cuda_ok(cudaMemset(a, 1, bytes), "cudaMemset");
+  const auto t = tb::time_reps(2, reps, [&] {
+    cuda_ok(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+  });
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) / tb::median(t);
+}
+
+// cuBLAS alone: C = A B for n x n x n in f32 or f64 (seconds).
+double cublas_gemm_seconds(int n, bool f64, int reps) {
+  cublasHandle_t h = nullptr;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
+  cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
+  const std::size_t isz = f64 ? 8 : 4, bytes = static_cast<std::size_t>(n) * n * isz;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  cuda_ok(cudaMalloc(&a, bytes), "cudaMalloc");
+  cuda_ok(cudaMalloc(&b, bytes), "cudaMalloc");
+  cuda_ok(cudaMalloc(&c, bytes), "cudaMalloc");
+  cuda_ok(cudaMemset(a, 0, bytes), "cudaMemset");
+  cuda_ok(cudaMemset(b, 0, bytes), "cudaMemset");
+  const double one = 1, zero = 0;
+  const float onef = 1, zerof = 0;
+  const auto t = tb::time_reps(1, reps, [&] {
+    const cublasStatus_t s =
+        f64 ? cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, static_cast<const double*>(a), n,
+                          static_cast<const double*>(b), n, &zero, static_cast<double*>(c), n)
+            : cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &onef, static_cast<const float*>(a), n,
+                          static_cast<const float*>(b), n, &zerof, static_cast<float*>(c), n);
+    if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cuBLAS gemm failed");
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+  });
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  cublasDestroy(h);
+  return tb::median(t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_gpu: Tessera on one GPU against its copy bandwidth and cuBLAS"};
+  std::string json_path;
+  int reps = 5;
+  bool small = false;
+  app.add_option("--json", json_path, "write the figures as JSON");
+  app.add_option("--reps", reps, "timed repetitions (median shown)")->check(CLI::Range(1, 100));
+  app.add_flag("--small", small, "every size / 16");
+  CLI11_PARSE(app, argc, argv);
+  json out;
+  auto finish = [&](int code) {
+    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+    return code;
+  };
+  std::string why;
+  if (ts::detail::cuda_device_count(&why) == 0 || ts::detail::emulated_gpus() > 0) {
+    if (why.empty()) why = "emulated GPUs time nothing";
+    std::cout << "bench_gpu: skipped: no GPU: " << why << "\n";
+    out["skipped"] = why;
+    return finish(0);
+  }
+  try {
+    // Four Tessera devices on the GPU (the 4-device cases; the others use
+    // the first), chosen before the runtime starts.
+    setenv("TESSERA_DEVICES_PER_GPU", "4", 1);
+    const auto devs = ts::devices("cuda");
+    const int div = small ? 16 : 1;
+    const ts::Mesh one(std::vector<ts::Device>{devs[0]}, {1}, {"x"});
+    const ts::Mesh four(std::vector<ts::Device>(devs.begin(), devs.begin() + 4), {4}, {"x"});
+    std::printf("%-14s %-34s %12s %12s %8s\n", "case", "size", "time", "figure", "ratio");
+    auto row = [&](const char* name, const std::string& size, double s, const std::string& fig, double ratio,
+                   const char* of) {
+      std::printf("%-14s %-34s %12s %12s %8.2f  (of %s)\n", name, size.c_str(), tb::format_seconds(s).c_str(),
+                  fig.c_str(), ratio, of);
+      out["cases"].push_back({{"case", name}, {"size", size}, {"seconds", s}, {"ratio", ratio}, {"of", of}});
+    };
+
+    // 2*sin(x)+1 under jit.
+    {
+      const std::int64_t n = (std::int64_t(1) << 28) / div;
+      const double bw = copy_bandwidth(static_cast<std::size_t>(n) * 4, reps);
+      out["copy_bandwidth_gbps"] = bw / 1e9;
+      const ts::Array x = ts::full({n}, 0.5, ts::DType::f32, ts::NamedSharding(one, ts::P()));
+      auto f = ts::jit([](const ts::Array& v) { return ts::sin(v) * 2.0f + 1.0f; });
+      const double s = tb::median(tb::time_reps(2, reps, [&] { f(x).block_until_ready(); }));
+      const double eff = 2.0 * static_cast<double>(n) * 4 / s;
+      row("2*sin(x)+1", std::to_string(n) + " f32, jit, 1 device", s, tb::format_seconds(s), eff / bw, "copy bandwidth");
+    }
+    // diff along the sharded axis on 4 devices of the GPU.
+    {
+      const std::int64_t n = 16384 / (small ? 4 : 1);
+      const std::size_t bytes = static_cast<std::size_t>(n) * n * 8;
+      const double bw = copy_bandwidth(bytes / 4, reps);
+      const ts::Array x = ts::full({n, n}, 1.0, ts::DType::f64, ts::NamedSharding(four, ts::P("x")));
+      const double s = tb::median(tb::time_reps(1, reps, [&] { ts::diff(x, 1, 0).block_until_ready(); }));
+      // Each device reads its block and writes its result: 2 * bytes over
+      // 4 devices that share the GPU's bandwidth.
+      const double eff = 2.0 * static_cast<double>(bytes) / s;
+      row("diff", std::to_string(n) + "^2 f64, axis 0 sharded, 4 dev", s, tb::format_seconds(s), eff / bw,
+          "copy bandwidth");
+    }
+    // GEMMs against cuBLAS alone.
+    for (bool f64 : {false, true}) {
+      const int n = 8192 / (small ? 4 : 1);
+      const double ref = cublas_gemm_seconds(n, f64, reps);
+      const ts::DType t = f64 ? ts::DType::f64 : ts::DType::f32;
+      const ts::Array a = ts::full({n, n}, 1.0, t, ts::NamedSharding(one, ts::P()));
+      const double s = tb::median(tb::time_reps(1, reps, [&] { ts::matmul(a, a).block_until_ready(); }));
+      row(f64 ? "dgemm" : "sgemm", std::to_string(n) + "^3, 1 device", s, tb::format_seconds(ref) + " cuBLAS",
+          ref / s, "cuBLAS alone");
+    }
+    // psum of 256 MiB over 4 devices of the GPU.
+    {
+      const std::int64_t n = (std::int64_t(256) << 20) / 4 / div;
+      const double bw = copy_bandwidth(static_cast<std::size_t>(n) * 4, reps);
+      const ts::Array x = ts::full({4 * n}, 1.0, ts::DType::f32, ts::NamedSharding(four, ts::P("x")));
+      auto f = ts::shard_map([](ts::Array xl) { return ts::psum(xl, "x"); }, four, {ts::P("x")}, ts::P());
+      const double s = tb::median(tb::time_reps(1, reps, [&] { f(x).block_until_ready(); }));
+      // Every device reads the 4 blocks and writes one: 5 * S bytes of one
+      // block's size S, over the GPU's shared bandwidth.
+      const double eff = 5.0 * static_cast<double>(n) * 4 * 4 / s;
+      row("psum", std::to_string(n * 4) + " bytes per device, 4 dev", s, tb::format_seconds(s), eff / bw,
+          "copy bandwidth");
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bench_gpu: " << e.what() << "\n";
+    out["error"] = e.what();
+    return finish(1);
+  }
+  return finish(0);
+}
