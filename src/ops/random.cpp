@@ -12,14 +12,15 @@
 // uniform takes the top 23 (f32) or 52 (f64) bits as the mantissa of a number
 // in [1, 2) and subtracts 1; normal is sqrt(2) * erfinv(u) with u uniform in
 // (-1, 1), JAX's inverse-erf method (one draw per element, no pairing), with
-// erfinv evaluated as XLA does (backend/cpu/erfinv.hpp).
+// erfinv evaluated as XLA does (kernels/erfinv.hpp).
 // Keys and uniform draws are bitwise those of JAX (tests/ops/test_random.cpp
 // holds golden values from JAX 0.10.2); normals are within 2 ulp of JAX's,
 // tails included (tests/ops/data/jax_normal_golden.inc). Uniforms are scaled to [lo, hi) in double and
 // then held below hi, where JAX can round up to hi.
 //
 // The samplers bind primitives/random's sampler with the key as a parameter
-// (kernels in backend/cpu/random); the host forms of split and fold_in call
+// (kernels in backend/cpu/random and backend/cuda/random, both evaluating
+// kernels/random.hpp per element); the host forms of split and fold_in call
 // the same key functions (kernels/threefry.hpp) as the key-array forms' kernels.
 #include <cmath>
 #include <cstdint>
