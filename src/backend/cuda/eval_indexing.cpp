@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -84,7 +83,8 @@ void Take::take_block_cuda(const LocalIn& x, const std::vector<std::int64_t>& id
 
 void IndexingScatter::scatter_block_cuda(const LocalIn& updates, const LocalIn& ids, const LocalOut& partial,
                                          std::int64_t n, bool wrap_negative) const {
-  const char* op = std::string_view(name()) == "segment_sum" ? "segment_sum" : "scatter_add";
+  const std::string op_name(name());
+  const char* op = op_name.c_str();
   const std::int64_t rows = partial.shape[0];
   std::int64_t inner = 1;
   for (std::size_t d = 1; d < partial.shape.size(); ++d) inner *= partial.shape[d];
