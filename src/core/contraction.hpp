@@ -5,9 +5,19 @@
 // it: a description, not a kernel.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace tessera::detail {
+
+/// Float contractions over at most this many terms are summed in order on
+/// every backend, each term one multiply and one add (no fused
+/// multiply-add) from 0: the CPU's gemm (backend/cpu/gemm.cpp) and the
+/// GPU's exact kernel (backend/cuda/gemm.cu) then give the same bits, so a
+/// small product (a rotation by a 3 x 3 matrix, a few Jacobian
+/// directions) is bitwise the same on CPUs and GPUs. Longer sums go to the
+/// BLAS libraries, whose orders differ (results within rounding).
+inline constexpr std::int64_t kOrderedContraction = 16;
 
 /// Roles of one operand's dims in a contraction.
 struct DotSide {

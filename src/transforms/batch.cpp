@@ -236,7 +236,7 @@ class ChunkJoin {
     const std::size_t isz = itemsize(out_.dtype());
     for_each_device(ExecContext::whole(), s.mesh(), [&](int t) {
       if (box_empty(regions[t])) return;
-      copy_box(got[t].data(), regions[t], out_.impl()->buffers[t].data(), blocks[t], regions[t], isz);
+      copy_box(got[t], regions[t], out_.impl()->buffers[t], blocks[t], regions[t], isz, name_);
     });
   }
 

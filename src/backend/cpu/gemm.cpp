@@ -1,5 +1,6 @@
 // CPU kernels of the linear-algebra family (see gemm.hpp).
 #include "backend/cpu/gemm.hpp"
+#include "core/contraction.hpp"
 #include "core/dispatch.hpp"
 #include "core/nd_index.hpp"
 #include "kernels/wrapping.hpp"
@@ -60,6 +61,26 @@ void gemm_loop(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
   }
 }
 
+// A short float contraction in the order every backend uses
+// (kOrderedContraction): C[i][j] = ((0 + a0 b0) + a1 b1) + ..., by rows of C
+// (i-p-j: the inner loop runs along C's row, and B's when not transposed).
+template <class T>
+void gemm_ordered(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
+  std::fill(c, c + m * n, T{0});
+  for (std::int64_t i = 0; i < m; ++i) {
+    T* crow = c + i * n;
+    for (std::int64_t p = 0; p < k; ++p) {
+      const T av = ta ? a[p * m + i] : a[i * k + p];
+      if (!tb) {
+        const T* brow = b + p * n;
+        for (std::int64_t j = 0; j < n; ++j) crow[j] = crow[j] + av * brow[j];
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) crow[j] = crow[j] + av * b[j * k + p];
+      }
+    }
+  }
+}
+
 int blas_int(std::int64_t v) {
   if (v > INT_MAX)
     throw ShapeError("[gemm] a local matrix dimension of " + std::to_string(v) +
@@ -75,6 +96,7 @@ void gemm_one(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, 
     return;
   }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (k <= kOrderedContraction) return gemm_ordered(ta, tb, m, n, k, a, b, c);
     // A narrow product (a tall operand against a few columns, as a chunk of
     // Jacobian directions makes) runs in blocks of rows: OpenBLAS packs the
     // tall operand for the whole call, and blocks keep that packed copy in

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/gemm.hpp"
+#include "core/contraction.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "tessera/error.hpp"
@@ -288,7 +289,9 @@ void gemm_cublas(const StridedGemm& g, const T* a, const T* b, T* c, const Curre
 void gemm(const StridedGemm& g, const void* a, const void* b, void* c) {
   const Current& cur = current(kOp);
   if (g.batch <= 0 || g.m <= 0 || g.n <= 0) return;
-  if (cur.emulated || (g.dtype != DType::f32 && g.dtype != DType::f64)) return gemm_exact(g, a, b, c);
+  // Short float sums in the order the CPU uses too (kOrderedContraction).
+  if (cur.emulated || (g.dtype != DType::f32 && g.dtype != DType::f64) || g.k <= detail::kOrderedContraction)
+    return gemm_exact(g, a, b, c);
   if (g.dtype == DType::f32)
     gemm_cublas(g, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(c), cur);
   else

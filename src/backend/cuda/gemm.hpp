@@ -63,7 +63,8 @@ struct StridedGemm {
   bool trans_a = false, trans_b = false;
 };
 
-/// The GEMM of `g`: cuBLAS for f32/f64 on a GPU, else gemm_exact.
+/// The GEMM of `g`: cuBLAS for f32/f64 on a GPU when k exceeds
+/// kOrderedContraction (core/contraction.hpp), else gemm_exact.
 void gemm(const StridedGemm& g, const void* a, const void* b, void* c);
 
 /// The GEMM of `g` with the exact kernel (every dtype; on a GPU too): each
