@@ -4,10 +4,9 @@
 #                          every other code path the GPU's), on every machine;
 #   cuda.<suite>           on the real GPUs, 8 devices per GPU, skipped (not
 #                          passed) where there is none.
-# A suite lists the tests that do not run on GPUs, each with why: tests of
-# what only the CPU has (its fused loops, the identity of host buffers), and
-# ops whose CUDA path is still to come (those raise "[op] has no CUDA kernel
-# yet" or "... on CUDA devices: not implemented yet").
+# A suite lists the tests that do not run on GPUs, each with why (a test's
+# own primitives without CUDA kernels). An op without a CUDA path would
+# raise "[op] has no CUDA kernel yet" and fail its suite here.
 if(NOT TESSERA_HAVE_CUDA)
   return()
 endif()
@@ -60,7 +59,25 @@ tessera_cuda_suite(test_interp2d)
 tessera_cuda_suite(test_spectra)
 tessera_cuda_suite(test_shard_map)
 tessera_cuda_suite(test_collectives)
-tessera_cuda_suite(test_jit)
+# The test's own primitives (test_iota) have CPU kernels only.
+tessera_cuda_suite(test_jit Jit.PrimitivesThatFixTheirLayoutOrLowerThemselves)
 tessera_cuda_suite(test_vmap)
 tessera_cuda_suite(test_autodiff)
 tessera_cuda_suite(test_contract)
+
+# The IFU pipeline on CUDA devices: its suites, and `tessera ifu` writing
+# the CPU's cube byte for byte.
+if(TARGET test_ifu_pipeline)
+  tessera_cuda_suite(test_ifu_pipeline)
+  tessera_cuda_suite(test_ifu_grad)
+endif()
+if(TARGET tessera_cli AND TARGET test_ifu_pipeline)
+  set(_ifu_cube sh ${CMAKE_CURRENT_SOURCE_DIR}/cuda/ifu_cube.sh $<TARGET_FILE:tessera_cli>
+    ${CMAKE_CURRENT_SOURCE_DIR}/data/ifu)
+  add_test(NAME cuda-emulated.ifu_cube COMMAND ${_ifu_cube} ${CMAKE_CURRENT_BINARY_DIR}/ifu-cube-emulated)
+  set_tests_properties(cuda-emulated.ifu_cube PROPERTIES LABELS cuda-emulated TIMEOUT 600
+    ENVIRONMENT "TESSERA_CUDA_EMULATE=2" PASS_REGULAR_EXPRESSION "the CUDA devices' cube is the CPU's, byte for byte")
+  add_test(NAME cuda.ifu_cube COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cuda/run_on_gpu.sh $<TARGET_FILE:tessera_gpu_info>
+    ${_ifu_cube} ${CMAKE_CURRENT_BINARY_DIR}/ifu-cube-gpu)
+  set_tests_properties(cuda.ifu_cube PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 600)
+endif()

@@ -61,6 +61,7 @@ struct GpuHandle {
   void* pool = nullptr;    // cudaMemPool_t
   bool emulated = false;
   int device_id = -1;
+  std::size_t total_bytes = 0;  // the GPU's memory (an emulated GPU: the host's)
 };
 
 /// Opens GPU `ordinal` for Tessera device `device_id`: a stream and a memory

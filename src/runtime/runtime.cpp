@@ -96,6 +96,11 @@ void* Allocator::allocate(std::size_t nbytes) {
     throw DeviceError("[allocate] cannot allocate " + std::to_string(nbytes) + " bytes (" + bytes_str(nbytes) +
                       ") on CPU " + std::to_string(device_id_) + ": more than the machine's memory (" +
                       bytes_str(kPhysical) + "); shard the array over more devices or make it smaller");
+  if (gpu_.ordinal >= 0 && nbytes > gpu_.total_bytes)
+    throw DeviceError("[allocate] cannot allocate " + std::to_string(nbytes) + " bytes (" + bytes_str(nbytes) +
+                      ") on CUDA device " + std::to_string(device_id_) + " (GPU " + std::to_string(gpu_.ordinal) +
+                      "): more than the GPU's memory (" + bytes_str(gpu_.total_bytes) +
+                      "); shard the array over more devices or make it smaller");
   const std::size_t size = round_size(nbytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -376,6 +381,15 @@ Runtime& Runtime::get() {
 bool Runtime::started() { return g_started.load(); }
 
 int current_device() { return t_current_device; }
+
+std::string device_label(int id) { return device_labels({id}); }
+
+std::string device_labels(const std::vector<int>& ids) {
+  const bool gpu = Runtime::started() && Runtime::get().platform() == Platform::Cuda;
+  std::string s = gpu ? (ids.size() == 1 ? "CUDA device " : "CUDA devices ") : "CPU ";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s;
+}
 
 void fail_worker_start_at(int device_id) { g_fail_worker_start_at = device_id; }
 

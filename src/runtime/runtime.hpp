@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -169,6 +170,11 @@ class Runtime {
 /// what config::set_platform / devices(platform) asked for first, else the
 /// CPU. Raises DeviceError when that platform cannot run here.
 Platform chosen_platform();
+
+/// "CPU 3", or "CUDA device 3" on the CUDA platform: a device in messages.
+std::string device_label(int id);
+/// The same for several: "CPU 0, 1", "CUDA devices 0, 1".
+std::string device_labels(const std::vector<int>& ids);
 
 /// Id of the device whose worker runs the current thread, or -1.
 int current_device();

@@ -769,7 +769,8 @@ TEST_F(Collectives, UnequalShapesAreAMismatchNamingTheDevices) {
   auto expect_mismatch = [&](const char* prefix, auto body, std::initializer_list<std::string> words) {
     expect_error<ts::CollectiveError>([&] { run(body); }, prefix, words);
   };
-  const std::initializer_list<std::string> named = {"same shape", "axis 'x'", "CPU 0", "(3, 3)", "CPU 2", "(2, 3)"};
+  const std::initializer_list<std::string> named = {"same shape", "axis 'x'", ts::detail::device_label(0), "(3, 3)",
+                                                    ts::detail::device_label(2), "(2, 3)"};
   expect_mismatch(
       "[psum]", [](ts::Array x) { return ts::psum(x, "x"); }, named);
   expect_mismatch(
@@ -1002,13 +1003,14 @@ void run_members(const ts::Mesh& mesh, const std::vector<std::string>& axes, con
 
 td::Local local_f32(int device_id, const std::vector<float>& v) {
   td::Buffer b(device_id, v.size() * sizeof(float));
-  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  td::write_buffer(b, v.data(), v.size() * sizeof(float), "test");  // host or GPU memory
   return {b, {static_cast<std::int64_t>(v.size())}, ts::f32};
 }
 
 std::vector<float> values_f32(const td::Local& l) {
-  const auto* p = static_cast<const float*>(l.data.data());
-  return std::vector<float>(p, p + numel(l.shape));
+  std::vector<float> v(static_cast<std::size_t>(numel(l.shape)));
+  td::read_buffer(l.data, v.data(), v.size() * sizeof(float), "test");
+  return v;
 }
 
 // Runs the per-member exchange of `plan` on every device and checks each
@@ -1022,15 +1024,18 @@ void expect_exchange_matches(const ts::ReshardPlan& plan, const std::vector<td::
               [&](int pos, td::Group& g) { got[pos] = g.exchange(plan, pos, src[pos]); });
   for (int t = 0; t < mesh.size(); ++t) {
     SCOPED_TRACE("position " + std::to_string(t));
-    if (want[t].data() == src[t].data()) {
-      EXPECT_EQ(got[t].data(), src[t].data());  // kept (or both empty)
+    if (want[t].device_data() == src[t].device_data()) {
+      EXPECT_EQ(got[t].device_data(), src[t].device_data());  // kept (or both empty)
       continue;
     }
-    EXPECT_NE(got[t].data(), src[t].data());
+    EXPECT_NE(got[t].device_data(), src[t].device_data());
     ASSERT_EQ(got[t].nbytes(), want[t].nbytes());
     EXPECT_EQ(got[t].device_id(), want[t].device_id());
     if (want[t].nbytes() > 0) {
-      EXPECT_EQ(std::memcmp(got[t].data(), want[t].data(), want[t].nbytes()), 0);
+      std::vector<unsigned char> g(want[t].nbytes()), w(want[t].nbytes());
+      td::read_buffer(got[t], g.data(), g.size(), "test");
+      td::read_buffer(want[t], w.data(), w.size(), "test");
+      EXPECT_EQ(g, w);
     }
   }
 }
@@ -1181,7 +1186,7 @@ TEST_F(Collectives, GroupBarrierMismatchIsReported) {
             g.all_reduce(local_f32(mesh.devices()[pos].id(), {1.0f}), td::ReduceOp::Sum);
         });
       },
-      "[barrier]", {"mismatched collectives on axis 'x'", "CPU 0 called barrier()", "test(f32[1], reduce=sum)"});
+      "[barrier]", {"mismatched collectives on axis 'x'", td::device_label(0) + " called barrier()", "test(f32[1], reduce=sum)"});
 }
 
 TEST_F(Collectives, PerDeviceExchangeEqualsGlobalReshard) {
@@ -1272,7 +1277,7 @@ TEST_F(Collectives, SkippedCollectiveTimesOutNamingWhoArrived) {
   const auto t0 = Clock::now();
   within(10, [&] {
     expect_error<ts::CollectiveError>([&] { f(a); }, "[psum] timed out after 0.5 s",
-                                      {"axis 'x'", "arrived CPU 0, 1, 3", "missing CPU 2"});
+                                      {"axis 'x'", "arrived " + td::device_labels({0, 1, 3}), "missing " + td::device_labels({2})});
   });
   const double dt = seconds_since(t0);
   EXPECT_GE(dt, 0.45);
@@ -1286,7 +1291,7 @@ TEST_F(Collectives, SkippedCollectiveTimesOutNamingWhoArrived) {
       m, {ts::P("x")}, ts::P(), {.check_vma = false});
   within(10, [&] {
     expect_error<ts::CollectiveError>([&] { g(a); }, "[all_gather] timed out",
-                                      {"axis 'x'", "arrived CPU 0, 2", "missing CPU 1, 3"});
+                                      {"axis 'x'", "arrived " + td::device_labels({0, 2}), "missing " + td::device_labels({1, 3})});
   });
   ts::config::set_collective_timeout(20);
 }
@@ -1305,7 +1310,7 @@ TEST_F(Collectives, SkippedCollectiveOnTwoDMeshNamesTheGroup) {
       m, {ts::P("x", "y")}, ts::P("x", "y"), {.check_vma = false});
   within(10, [&] {
     expect_error<ts::CollectiveError>([&] { f(a); }, "[psum] timed out",
-                                      {"axis 'y'", "arrived CPU 4, 5, 7", "missing CPU 6"});
+                                      {"axis 'y'", "arrived " + td::device_labels({4, 5, 7}), "missing " + td::device_labels({6})});
   });
   auto g = ts::shard_map(
       [](ts::Array x) {
@@ -1315,7 +1320,7 @@ TEST_F(Collectives, SkippedCollectiveOnTwoDMeshNamesTheGroup) {
       m, {ts::P("x", "y")}, ts::P("x", "y"), {.check_vma = false});
   within(10, [&] {
     expect_error<ts::CollectiveError>([&] { g(a); }, "[pmax] timed out",
-                                      {"axis ('x', 'y')", "arrived CPU 1, 2, 3, 4, 5, 6, 7", "missing CPU 0"});
+                                      {"axis ('x', 'y')", "arrived " + td::device_labels({1, 2, 3, 4, 5, 6, 7}), "missing " + td::device_labels({0})});
   });
   ts::config::set_collective_timeout(20);
 }
@@ -1460,12 +1465,13 @@ TEST_F(Collectives, MismatchedCollectivesAreReportedNotCombined) {
   // starts with member 0's op, so every member (and every run) reports the same.
   std::string msg = run([&](ts::Array x) { return me() == 0 ? ts::psum(x, "x") : ts::all_gather(x, "x", 0, true); });
   EXPECT_EQ(msg.rfind("[psum] ", 0), 0u) << msg;
-  for (const char* w : {"mismatched collectives on axis 'x'", "CPU 0 called psum(f32[2]", "CPU 1 called all_gather("})
+  for (const std::string& w : {std::string("mismatched collectives on axis 'x'"), td::device_label(0) + " called psum(f32[2]",
+                               td::device_label(1) + " called all_gather("})
     EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing in: " << msg;
   // psum vs pmax (same shapes and dtype).
   msg = run([&](ts::Array x) { return me() == 0 ? ts::psum(x, "x") : ts::pmax(x, "x"); });
-  for (const char* w :
-       {"mismatched collectives", "CPU 0 called psum(f32[2], reduce=sum)", "CPU 1 called pmax(f32[2], reduce=max)"})
+  for (const std::string& w : {std::string("mismatched collectives"), td::device_label(0) + " called psum(f32[2], reduce=sum)",
+                               td::device_label(1) + " called pmax(f32[2], reduce=max)"})
     EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing in: " << msg;
   // The same collective on different dtypes.
   msg = run([&](ts::Array x) {
@@ -1514,7 +1520,7 @@ TEST_F(Collectives, CollectiveTimeoutSetting) {
   const auto t0 = Clock::now();
   within(10, [&] {
     expect_error<ts::CollectiveError>([&] { f(a); }, "[psum] timed out after 0.3 s",
-                                      {"arrived CPU 1", "missing CPU 0"});
+                                      {"arrived " + td::device_labels({1}), "missing " + td::device_labels({0})});
   });
   EXPECT_GE(seconds_since(t0), 0.25);
   EXPECT_LT(seconds_since(t0), 3.0);

@@ -689,7 +689,7 @@ TEST(ArrayMisc, CopiesShareBuffers) {
   // A shard's data shares the parent's buffer.
   auto shards = a.addressable_shards();
   for (int pos = 0; pos < 8; ++pos)
-    EXPECT_EQ(shards[pos].data.impl()->buffers.at(0).data(), a.impl()->buffers[pos].data());
+    EXPECT_EQ(shards[pos].data.impl()->buffers.at(0).device_data(), a.impl()->buffers[pos].device_data());
   a = ts::Array();
   EXPECT_EQ(b.to_vector<double>(), host);
 }

@@ -216,7 +216,7 @@ void check_reshard(const ts::Shape& shape, const ts::NamedSharding& src, const t
       EXPECT_GE(b.impl()->buffers[t].nbytes(), static_cast<std::size_t>(volume(tbox)) * ts::itemsize(dtype));
       // A device whose block does not change keeps its buffer.
       if (tbox == src.shard_index(shape, t)) {
-        EXPECT_EQ(b.impl()->buffers[t].data(), a.impl()->buffers[t].data()) << "shard " << t;
+        EXPECT_EQ(b.impl()->buffers[t].device_data(), a.impl()->buffers[t].device_data()) << "shard " << t;
       }
     }
   }
@@ -336,12 +336,12 @@ TEST(ReshardNamed, IdenticalShardingIsNoneAndKeepsBuffers) {
   EXPECT_EQ(b.sharding(), s);
   ASSERT_EQ(b.impl()->buffers.size(), a.impl()->buffers.size());
   for (size_t i = 0; i < a.impl()->buffers.size(); ++i)
-    EXPECT_EQ(b.impl()->buffers[i].data(), a.impl()->buffers[i].data()) << "buffer " << i;
+    EXPECT_EQ(b.impl()->buffers[i].device_data(), a.impl()->buffers[i].device_data()) << "buffer " << i;
   EXPECT_EQ(b.to_vector<float>(), host);
   // P("x", "y") and P("x", "y", none)-style trailing nones are the same sharding.
   ts::Array c = ts::reshard(a, ts::P("x", "y"));
   for (size_t i = 0; i < a.impl()->buffers.size(); ++i)
-    EXPECT_EQ(c.impl()->buffers[i].data(), a.impl()->buffers[i].data()) << "buffer " << i;
+    EXPECT_EQ(c.impl()->buffers[i].device_data(), a.impl()->buffers[i].device_data()) << "buffer " << i;
 }
 
 TEST(ReshardNamed, DifferentSpecSameLayoutIsNoneWithNewSharding) {
@@ -357,7 +357,7 @@ TEST(ReshardNamed, DifferentSpecSameLayoutIsNoneWithNewSharding) {
   ts::Array b = ts::reshard(a, t);
   EXPECT_EQ(b.sharding(), t);
   for (size_t i = 0; i < a.impl()->buffers.size(); ++i)
-    EXPECT_EQ(b.impl()->buffers[i].data(), a.impl()->buffers[i].data()) << "buffer " << i;
+    EXPECT_EQ(b.impl()->buffers[i].device_data(), a.impl()->buffers[i].device_data()) << "buffer " << i;
   EXPECT_EQ(b.to_vector<float>(), host);
 }
 
@@ -383,8 +383,8 @@ TEST(ReshardNamed, ContiguousLocalSlicesAreViews) {
   auto host = iota_f(13 * 6);
   ts::Array a = ts::device_put(host, {13, 6}, ts::NamedSharding(mesh, ts::P()));
   auto inside = [&](const ts::Array& b, int pos) {
-    const auto* base = static_cast<const unsigned char*>(a.impl()->buffers[pos].data());
-    const auto* p = static_cast<const unsigned char*>(b.impl()->buffers[pos].data());
+    const auto* base = static_cast<const unsigned char*>(a.impl()->buffers[pos].device_data());
+    const auto* p = static_cast<const unsigned char*>(b.impl()->buffers[pos].device_data());
     return p >= base && p < base + 13 * 6 * 4;
   };
   ts::Array rows = ts::reshard(a, ts::P("x"));

@@ -10,6 +10,9 @@
 // No managed memory.
 #include <cuda_runtime_api.h>
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -38,9 +41,13 @@ GpuHandle gpu_open(int ordinal, int device_id) {
   g.device_id = device_id;
   if (emulated_gpus() > 0) {
     g.emulated = true;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    g.total_bytes = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : SIZE_MAX;
     return g;
   }
   check(cudaSetDevice(ordinal), g, "devices", "selecting the GPU");
+  std::size_t free = 0;
+  check(cudaMemGetInfo(&free, &g.total_bytes), g, "devices", "reading the GPU's memory size");
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), g, "devices", "creating a stream");
   g.stream = s;

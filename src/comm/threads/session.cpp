@@ -37,9 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 std::string device_list(const std::vector<int>& ids) {
   if (ids.empty()) return "none";
-  std::string s = "CPU ";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
-  return s;
+  return device_labels(ids);
 }
 
 std::string seconds_str(double s) {
@@ -79,7 +77,7 @@ class ThreadsSession final : public Session {
     std::lock_guard<std::mutex> lock(mu_);
     if (!aborted_) {
       aborted_ = true;
-      reason_ = "CPU " + std::to_string(device_id) + " raised an error: " + what;
+      reason_ = device_label(device_id) + " raised an error: " + what;
     }
     // Every slot a member may wait on, including those that left the table
     // and wait at their barrier.
@@ -204,8 +202,8 @@ std::string mismatch_text(const std::vector<Deposit>& d, const std::vector<int>&
   };
   for (size_t r = 1; r < d.size(); ++r) {
     if (d[r].signature == d[0].signature) continue;
-    const std::string who0 = "CPU " + std::to_string(device_ids[0]);
-    const std::string whor = "CPU " + std::to_string(device_ids[r]);
+    const std::string who0 = device_label(device_ids[0]);
+    const std::string whor = device_label(device_ids[r]);
     if (unshaped(d[r].signature) == unshaped(d[0].signature))
       return "needs the same shape on every device of axis " + axes + ": " + who0 + " has " + dtype_name(d[0].dtype) +
              shape_str(d[0].shape) + ", " + whor + " has " + dtype_name(d[r].dtype) + shape_str(d[r].shape);
