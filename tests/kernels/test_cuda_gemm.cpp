@@ -27,6 +27,7 @@
 #include "core/dispatch.hpp"
 #include "primitives/linalg.hpp"
 #include "tessera/error.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 namespace ts = tessera;
 namespace cu = tessera::cuda;
@@ -34,13 +35,12 @@ namespace cu = tessera::cuda;
 using ts::DType;
 using ts::detail::Contraction;
 using ts::detail::DotSide;
-using Bytes = std::vector<unsigned char>;
 using Shape = std::vector<std::int64_t>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 
-const DType kDTypes[] = {DType::bool_, DType::u8, DType::i8, DType::u32, DType::i32,
-                         DType::u64,   DType::i64, DType::f32, DType::f64};
 
 std::int64_t count(const Shape& s) {
   std::int64_t n = 1;
@@ -80,12 +80,6 @@ Bytes input(DType t, std::int64_t n, unsigned seed) {
 
 // Garbage, the same on both sides: an element one side leaves unwritten
 // shows.
-Bytes garbage(std::size_t bytes) {
-  Bytes b(bytes);
-  for (std::size_t k = 0; k < bytes; ++k) b[k] = static_cast<unsigned char>(0xa5 ^ (k * 37));
-  return b;
-}
-
 void* ptr(Bytes& b) { return b.empty() ? nullptr : b.data(); }
 const void* ptr(const Bytes& b) { return b.empty() ? nullptr : b.data(); }
 

@@ -21,6 +21,7 @@
 #include "backend/cuda/stream.hpp"
 #include "core/dispatch.hpp"
 #include "tessera/error.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 namespace ts = tessera;
 namespace cpu = tessera::detail::cpu;
@@ -28,12 +29,11 @@ namespace cu = tessera::cuda;
 
 using ts::DType;
 using ts::Slice;
-using Bytes = std::vector<unsigned char>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 
-const DType kDTypes[] = {DType::bool_, DType::u8,  DType::i8,  DType::u32, DType::i32,
-                         DType::u64,   DType::i64, DType::f32, DType::f64};
 
 class CudaIndexing : public ::testing::Test {
  protected:

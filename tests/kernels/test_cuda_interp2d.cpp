@@ -18,6 +18,7 @@
 #include "backend/cuda/interp2d.hpp"
 #include "backend/cuda/stream.hpp"
 #include "tessera/array.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 namespace ts = tessera;
 namespace cpu = tessera::detail::cpu;
@@ -25,7 +26,8 @@ namespace cu = tessera::cuda;
 using ts::DType;
 using ts::detail::Interp2dDeriv;
 using ts::detail::Interp2dMethod;
-using Bytes = std::vector<unsigned char>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 

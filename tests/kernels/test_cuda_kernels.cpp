@@ -29,6 +29,7 @@
 #include "core/dispatch.hpp"
 #include "tessera/array.hpp"
 #include "tessera/error.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 #include "sweep.hpp"  // the shared-math sweep's inputs
 
@@ -41,13 +42,12 @@ using ts::DType;
 using ts::detail::BinaryOp;
 using ts::detail::Operand;
 using ts::detail::UnaryOp;
-using Bytes = std::vector<unsigned char>;
 using Shape = std::vector<std::int64_t>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 
-const DType kDTypes[] = {DType::bool_, DType::u8, DType::i8, DType::u32, DType::i32,
-                         DType::u64,   DType::i64, DType::f32, DType::f64};
 
 const UnaryOp kUnary[] = {UnaryOp::Neg,  UnaryOp::Abs,   UnaryOp::Exp,     UnaryOp::Log,   UnaryOp::Log1p,
                           UnaryOp::Expm1, UnaryOp::Sqrt, UnaryOp::Rsqrt,   UnaryOp::Sin,   UnaryOp::Cos,
@@ -58,8 +58,6 @@ const BinaryOp kBinary[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryO
                             BinaryOp::Mod, BinaryOp::Pow, BinaryOp::Max, BinaryOp::Min, BinaryOp::Eq,
                             BinaryOp::Ne,  BinaryOp::Lt,  BinaryOp::Le,  BinaryOp::Gt,  BinaryOp::Ge,
                             BinaryOp::And, BinaryOp::Or,  BinaryOp::Xor};
-
-std::size_t isz(DType t) { return ts::itemsize(t); }
 
 // Edge values, paired with each other first (a[i] = edge[i % E], b[i] =
 // edge[i / E]) so every binary op meets every pair.
@@ -108,26 +106,6 @@ Bytes input(DType t, std::int64_t n, int s) {
     }
   });
   return b;
-}
-
-// An output buffer of garbage, the same on both sides.
-Bytes garbage(std::size_t bytes) {
-  Bytes b(bytes);
-  for (std::size_t k = 0; k < bytes; ++k) b[k] = static_cast<unsigned char>(0xa5 ^ (k * 37));
-  return b;
-}
-
-const void* ptr(const Bytes& b) { return b.empty() ? nullptr : b.data(); }
-void* ptr(Bytes& b) { return b.empty() ? nullptr : b.data(); }
-
-std::string hex(const unsigned char* p, std::size_t n) {
-  std::string s = "0x";
-  char buf[3];
-  for (std::size_t k = n; k-- > 0;) {
-    std::snprintf(buf, sizeof buf, "%02x", p[k]);
-    s += buf;
-  }
-  return s;
 }
 
 // NaN results that differ only in their bits (sign, payload, quiet or

@@ -19,6 +19,7 @@
 #include "backend/cuda/random.hpp"
 #include "backend/cuda/stream.hpp"
 #include "tessera/error.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 namespace ts = tessera;
 namespace cpu = tessera::cpu;
@@ -28,7 +29,8 @@ using ts::DType;
 using ts::Slice;
 using Shape = std::vector<std::int64_t>;
 using Box = std::vector<Slice>;
-using Bytes = std::vector<unsigned char>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 

@@ -29,6 +29,7 @@
 #include "comm/tree.hpp"
 #include "core/dispatch.hpp"
 #include "tessera/error.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 namespace ts = tessera;
 namespace td = tessera::detail;
@@ -37,23 +38,13 @@ namespace cu = tessera::cuda;
 
 using td::ReduceOp;
 using ts::DType;
-using Bytes = std::vector<unsigned char>;
 using Shape = std::vector<std::int64_t>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 
-const DType kDTypes[] = {DType::bool_, DType::u8, DType::i8, DType::u32, DType::i32,
-                         DType::u64,   DType::i64, DType::f32, DType::f64};
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Any, ReduceOp::All};
-
-std::size_t isz(DType t) { return ts::itemsize(t); }
-
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Element i of input stream s. Stream 0: finite values of magnitudes 2^-20
 // to 2^20 of either sign (integers: the whole range); stream 1: the same
@@ -90,26 +81,6 @@ Bytes input(DType t, std::int64_t n, int s) {
     }
   });
   return b;
-}
-
-// An output buffer of garbage, the same on both sides.
-Bytes garbage(std::size_t bytes) {
-  Bytes b(bytes);
-  for (std::size_t k = 0; k < bytes; ++k) b[k] = static_cast<unsigned char>(0xa5 ^ (k * 37));
-  return b;
-}
-
-const void* ptr(const Bytes& b) { return b.empty() ? nullptr : b.data(); }
-void* ptr(Bytes& b) { return b.empty() ? nullptr : b.data(); }
-
-std::string hex(const unsigned char* p, std::size_t n) {
-  std::string s = "0x";
-  char buf[3];
-  for (std::size_t k = n; k-- > 0;) {
-    std::snprintf(buf, sizeof buf, "%02x", p[k]);
-    s += buf;
-  }
-  return s;
 }
 
 bool is_nan(DType t, const unsigned char* p) {

@@ -22,12 +22,14 @@
 #include "core/dispatch.hpp"
 #include "core/promote.hpp"
 #include "tessera/array.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 namespace ts = tessera;
 namespace cpu = tessera::detail::cpu;
 namespace cu = tessera::cuda;
 using ts::DType;
-using Bytes = std::vector<unsigned char>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 

@@ -26,6 +26,7 @@
 #include "primitives/reshape.hpp"
 #include "primitives/shape.hpp"
 #include "tessera/error.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 namespace ts = tessera;
 namespace cpu = tessera::detail::cpu;
@@ -34,9 +35,10 @@ namespace dt = tessera::detail;
 
 using ts::DType;
 using ts::Slice;
-using Bytes = std::vector<unsigned char>;
 using Shape = std::vector<std::int64_t>;
 using Box = std::vector<Slice>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 
@@ -50,12 +52,6 @@ std::int64_t count(const Shape& s) {
 Bytes input(std::size_t bytes, unsigned seed) {
   Bytes b(bytes);
   for (std::size_t k = 0; k < bytes; ++k) b[k] = static_cast<unsigned char>((k * 131 + seed * 17 + k / 256) & 0xff);
-  return b;
-}
-
-Bytes garbage(std::size_t bytes) {
-  Bytes b(bytes);
-  for (std::size_t k = 0; k < bytes; ++k) b[k] = static_cast<unsigned char>(0xa5 ^ (k * 37));
   return b;
 }
 

@@ -28,6 +28,7 @@
 #include "core/dispatch.hpp"
 #include "core/promote.hpp"
 #include "tessera/array.hpp"
+#include "kernels/cuda_test_util.hpp"
 
 namespace ts = tessera;
 namespace cpu = tessera::detail::cpu;
@@ -35,22 +36,12 @@ namespace cu = tessera::cuda;
 
 using ts::DType;
 using ts::Slice;
-using Bytes = std::vector<unsigned char>;
+
+using namespace tessera::testing::cuda;
 
 namespace {
 
-const DType kDTypes[] = {DType::bool_, DType::u8, DType::i8, DType::u32, DType::i32,
-                         DType::u64,   DType::i64, DType::f32, DType::f64};
 const DType kFloat[] = {DType::f32, DType::f64};
-
-std::size_t isz(DType t) { return ts::itemsize(t); }
-
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Element i of stream `seed` in T: integers over their whole range (the
 // extremes among them, so sums wrap), floats mostly of moderate size with
@@ -94,12 +85,6 @@ Bytes input(DType t, std::int64_t n, std::uint64_t seed) {
       std::memcpy(b.data() + static_cast<std::size_t>(i) * sizeof(T), &v, sizeof(T));
     }
   });
-  return b;
-}
-
-Bytes garbage(std::size_t bytes) {
-  Bytes b(bytes);
-  for (std::size_t k = 0; k < bytes; ++k) b[k] = static_cast<unsigned char>(0xa5 ^ (k * 37));
   return b;
 }
 

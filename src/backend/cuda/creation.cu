@@ -13,6 +13,7 @@
 
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
+#include "core/dispatch.hpp"
 
 namespace tessera::cuda {
 
@@ -20,21 +21,7 @@ namespace {
 
 using std::int64_t;
 
-// Calls f(T{}) for the C++ type of dtype t (core/dispatch.hpp's mapping).
-template <class F>
-void dispatch(DType t, F&& f) {
-  switch (t) {
-    case DType::bool_: return f(bool{});
-    case DType::u8: return f(std::uint8_t{});
-    case DType::i8: return f(std::int8_t{});
-    case DType::u32: return f(std::uint32_t{});
-    case DType::i32: return f(std::int32_t{});
-    case DType::u64: return f(std::uint64_t{});
-    case DType::i64: return f(std::int64_t{});
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-  }
-}
+using detail::dispatch;
 
 // The unsigned integer of W bytes: what fill and eye write.
 template <int W>

@@ -19,6 +19,7 @@
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "tessera/error.hpp"
+#include "core/dispatch.hpp"
 
 namespace tessera::cuda {
 
@@ -77,21 +78,7 @@ const char* op_name(BinaryOp op) {
   return "binary";
 }
 
-// Calls f(T{}) for the C++ type of dtype t (core/dispatch.hpp's mapping).
-template <class F>
-void dispatch(DType t, F&& f) {
-  switch (t) {
-    case DType::bool_: return f(bool{});
-    case DType::u8: return f(std::uint8_t{});
-    case DType::i8: return f(std::int8_t{});
-    case DType::u32: return f(std::uint32_t{});
-    case DType::i32: return f(std::int32_t{});
-    case DType::u64: return f(std::uint64_t{});
-    case DType::i64: return f(std::int64_t{});
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-  }
-}
+using detail::dispatch;
 
 // ------------------------------------------------------------ operands
 

@@ -28,28 +28,13 @@
 #include "backend/cuda/interp2d.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/load_as.cuh"
 
 namespace tessera::cuda {
 
 namespace {
 
 using std::int64_t;
-
-template <class T>
-TESSERA_HD T load_as(const void* p, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::bool_: return detail::convert_one<T>(static_cast<const bool*>(p)[i]);
-    case DType::u8: return detail::convert_one<T>(static_cast<const std::uint8_t*>(p)[i]);
-    case DType::i8: return detail::convert_one<T>(static_cast<const std::int8_t*>(p)[i]);
-    case DType::u32: return detail::convert_one<T>(static_cast<const std::uint32_t*>(p)[i]);
-    case DType::i32: return detail::convert_one<T>(static_cast<const std::int32_t*>(p)[i]);
-    case DType::u64: return detail::convert_one<T>(static_cast<const std::uint64_t*>(p)[i]);
-    case DType::i64: return detail::convert_one<T>(static_cast<const std::int64_t*>(p)[i]);
-    case DType::f32: return detail::convert_one<T>(static_cast<const float*>(p)[i]);
-    case DType::f64: return detail::convert_one<T>(static_cast<const double*>(p)[i]);
-  }
-  return T{};
-}
 
 // ------------------------------------------------------------------ axes
 

@@ -23,6 +23,8 @@
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/search.hpp"
+#include "backend/cuda/load_as.cuh"
+#include "core/dispatch.hpp"
 
 namespace tessera::cuda {
 
@@ -31,21 +33,7 @@ namespace {
 using std::int64_t;
 using std::uint64_t;
 
-// Calls f(T{}) for the C++ type of dtype t.
-template <class F>
-void dispatch(DType t, F&& f) {
-  switch (t) {
-    case DType::bool_: return f(bool{});
-    case DType::u8: return f(std::uint8_t{});
-    case DType::i8: return f(std::int8_t{});
-    case DType::u32: return f(std::uint32_t{});
-    case DType::i32: return f(std::int32_t{});
-    case DType::u64: return f(std::uint64_t{});
-    case DType::i64: return f(std::int64_t{});
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-  }
-}
+using detail::dispatch;
 
 TESSERA_HD inline void atomic_min(int64_t* p, int64_t v) {
 #if defined(__CUDA_ARCH__)
@@ -61,23 +49,6 @@ TESSERA_HD inline void atomic_add(int64_t* p, int64_t v) {
 #else
   *p += v;
 #endif
-}
-
-// Element i of a buffer of dtype dt, converted to T as detail::convert does.
-template <class T>
-TESSERA_HD T load_as(const void* p, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::bool_: return detail::convert_one<T>(static_cast<const bool*>(p)[i]);
-    case DType::u8: return detail::convert_one<T>(static_cast<const std::uint8_t*>(p)[i]);
-    case DType::i8: return detail::convert_one<T>(static_cast<const std::int8_t*>(p)[i]);
-    case DType::u32: return detail::convert_one<T>(static_cast<const std::uint32_t*>(p)[i]);
-    case DType::i32: return detail::convert_one<T>(static_cast<const std::int32_t*>(p)[i]);
-    case DType::u64: return detail::convert_one<T>(static_cast<const std::uint64_t*>(p)[i]);
-    case DType::i64: return detail::convert_one<T>(static_cast<const std::int64_t*>(p)[i]);
-    case DType::f32: return detail::convert_one<T>(static_cast<const float*>(p)[i]);
-    case DType::f64: return detail::convert_one<T>(static_cast<const double*>(p)[i]);
-  }
-  return T{};
 }
 
 // ------------------------------------------------------------ searchsorted

@@ -35,6 +35,7 @@
 
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/spectra.hpp"
+#include "backend/cuda/load_as.cuh"
 
 namespace tessera::cuda {
 
@@ -42,22 +43,6 @@ namespace {
 
 using std::int64_t;
 namespace lm = detail::lm;
-
-template <class T>
-TESSERA_HD T load_as(const void* p, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::bool_: return detail::convert_one<T>(static_cast<const bool*>(p)[i]);
-    case DType::u8: return detail::convert_one<T>(static_cast<const std::uint8_t*>(p)[i]);
-    case DType::i8: return detail::convert_one<T>(static_cast<const std::int8_t*>(p)[i]);
-    case DType::u32: return detail::convert_one<T>(static_cast<const std::uint32_t*>(p)[i]);
-    case DType::i32: return detail::convert_one<T>(static_cast<const std::int32_t*>(p)[i]);
-    case DType::u64: return detail::convert_one<T>(static_cast<const std::uint64_t*>(p)[i]);
-    case DType::i64: return detail::convert_one<T>(static_cast<const std::int64_t*>(p)[i]);
-    case DType::f32: return detail::convert_one<T>(static_cast<const float*>(p)[i]);
-    case DType::f64: return detail::convert_one<T>(static_cast<const double*>(p)[i]);
-  }
-  return T{};
-}
 
 // cpu's load_id: a segment id, -1 for a u64 past int64.
 TESSERA_HD inline int64_t load_id(const void* p, DType dt, int64_t i) {
