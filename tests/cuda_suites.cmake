@@ -67,7 +67,9 @@ tessera_cuda_suite(test_contract)
 
 # The IFU pipeline on CUDA devices: its suites, and `tessera ifu` writing
 # the CPU's cube byte for byte.
-if(TARGET test_ifu_pipeline)
+# (Not under the sanitizers: the CPU runs of these suites are already
+# their longest tests there.)
+if(TARGET test_ifu_pipeline AND NOT CMAKE_CXX_FLAGS MATCHES "sanitize")
   tessera_cuda_suite(test_ifu_pipeline)
   tessera_cuda_suite(test_ifu_grad)
 endif()
