@@ -33,6 +33,26 @@ void check(cudaError_t e, const GpuHandle& g, const char* op, const std::string&
                     std::to_string(static_cast<int>(e)) + "): " + cudaGetErrorString(e));
 }
 
+// Makes `ordinal` the calling thread's current GPU for a scope, then gives
+// the thread back the one it had: these calls come from any thread, and a
+// device's worker must keep its own GPU current (its kernels launch there).
+class OnGpu {
+ public:
+  OnGpu(const GpuHandle& g, const char* op) {
+    check(cudaGetDevice(&prev_), g, op, "reading the current GPU");
+    if (prev_ != g.ordinal) check(cudaSetDevice(g.ordinal), g, op, "selecting the GPU");
+    ordinal_ = g.ordinal;
+  }
+  ~OnGpu() {
+    if (prev_ != ordinal_) (void)cudaSetDevice(prev_);
+  }
+  OnGpu(const OnGpu&) = delete;
+  OnGpu& operator=(const OnGpu&) = delete;
+
+ private:
+  int prev_ = 0, ordinal_ = 0;
+};
+
 }  // namespace
 
 GpuHandle gpu_open(int ordinal, int device_id) {
@@ -45,7 +65,7 @@ GpuHandle gpu_open(int ordinal, int device_id) {
     g.total_bytes = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : SIZE_MAX;
     return g;
   }
-  check(cudaSetDevice(ordinal), g, "devices", "selecting the GPU");
+  OnGpu on(g, "devices");
   std::size_t free = 0;
   check(cudaMemGetInfo(&free, &g.total_bytes), g, "devices", "reading the GPU's memory size");
   cudaStream_t s = nullptr;
@@ -74,7 +94,7 @@ void gpu_bind(const GpuHandle& g) {
 
 void* gpu_allocate(const GpuHandle& g, std::size_t nbytes) {
   if (g.emulated) return std::aligned_alloc(256, (nbytes + 255) / 256 * 256);
-  check(cudaSetDevice(g.ordinal), g, "allocate", "selecting the GPU");
+  OnGpu on(g, "allocate");
   void* p = nullptr;
   const cudaError_t e =
       cudaMallocFromPoolAsync(&p, nbytes, static_cast<cudaMemPool_t>(g.pool), static_cast<cudaStream_t>(g.stream));
@@ -99,14 +119,22 @@ void gpu_deallocate(const GpuHandle& g, void* p) {
   // Called from any thread (a cache being released); the stream orders it
   // after the device's work. Errors here have nowhere to go: a failed free
   // leaks the block into the pool, which is destroyed with the process.
-  if (cudaSetDevice(g.ordinal) == cudaSuccess) (void)cudaFreeAsync(p, static_cast<cudaStream_t>(g.stream));
+  int prev = 0;
+  if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(g.ordinal) == cudaSuccess) {
+    (void)cudaFreeAsync(p, static_cast<cudaStream_t>(g.stream));
+    (void)cudaSetDevice(prev);
+  }
   (void)cudaGetLastError();
 }
 
 std::size_t gpu_free_bytes(const GpuHandle& g) {
   if (g.emulated) return 0;
   std::size_t free = 0, total = 0;
-  if (cudaSetDevice(g.ordinal) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+  int prev = 0;
+  const bool ok = cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(g.ordinal) == cudaSuccess &&
+                  cudaMemGetInfo(&free, &total) == cudaSuccess;
+  (void)cudaSetDevice(prev);
+  if (!ok) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -125,7 +153,7 @@ void gpu_copy(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes
     std::memcpy(dst, src, nbytes);
     return;
   }
-  check(cudaSetDevice(g.ordinal), g, op, "selecting the GPU");
+  OnGpu on(g, op);
   const cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
                            : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
                                                             : cudaMemcpyDefault;  // peer copies too (UVA)
