@@ -127,6 +127,10 @@ const GpuHandle* copier(const Buffer* a, const Buffer* b) {
   if (b && !b->on_host()) return rt.gpu(b->device_id());
   return nullptr;
 }
+// Which way bytes go between two buffers, one of them at least on a GPU.
+CopyKind copy_kind(const Buffer& src, const Buffer& dst) {
+  return src.on_host() ? CopyKind::HostToDevice : dst.on_host() ? CopyKind::DeviceToHost : CopyKind::DeviceToDevice;
+}
 }  // namespace
 
 void copy_box(const Buffer& src, const std::vector<Slice>& src_box, const Buffer& dst,
@@ -135,9 +139,7 @@ void copy_box(const Buffer& src, const std::vector<Slice>& src_box, const Buffer
   if (g == nullptr) return copy_box(src.data(), src_box, dst.data(), dst_box, box, itemsize);
   const auto* s = static_cast<const unsigned char*>(src.device_data());
   auto* d = static_cast<unsigned char*>(dst.device_data());
-  const CopyKind kind = src.on_host() ? CopyKind::HostToDevice
-                        : dst.on_host() ? CopyKind::DeviceToHost
-                                        : CopyKind::DeviceToDevice;
+  const CopyKind kind = copy_kind(src, dst);
   // One copy per contiguous run, queued, and one wait at the end.
   for_each_run(src_box, dst_box, box, itemsize, [&](std::int64_t so, std::int64_t dof, std::int64_t bytes) {
     gpu_copy(*g, d + dof, s + so, static_cast<std::size_t>(bytes), kind, op, false);
@@ -169,10 +171,7 @@ void copy_buffer(const Buffer& dst, const Buffer& src, std::size_t nbytes, const
     std::memcpy(dst.data(), src.data(), nbytes);
     return;
   }
-  const CopyKind kind = src.on_host() ? CopyKind::HostToDevice
-                        : dst.on_host() ? CopyKind::DeviceToHost
-                                        : CopyKind::DeviceToDevice;
-  gpu_copy(*copier(&dst, &src), dst.device_data(), src.device_data(), nbytes, kind, op);
+  gpu_copy(*copier(&dst, &src), dst.device_data(), src.device_data(), nbytes, copy_kind(src, dst), op);
 }
 
 Buffer contiguous_view(const Buffer& buffer, const std::vector<Slice>& block, const std::vector<Slice>& box,
