@@ -6,6 +6,10 @@
 //                  4 devices of the GPU               / copy bandwidth
 //   sgemm, dgemm   8192^3, 1 device                   / cuBLAS alone (time ratio)
 //   psum           256 MiB over 4 devices of the GPU  / copy bandwidth
+//   transfers      device_put + to_vector of 1 GiB
+//                  f32, 1 device                      / cudaMemcpy both ways
+//                                                       from page-locked memory
+//                                                       (time ratio)
 //
 // Bandwidths count each byte read and each byte written once (a copy of S
 // bytes moves 2S). Without a GPU it says so and exits 0 (`make bench` runs
@@ -21,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -84,6 +89,23 @@ double cublas_gemm_seconds(int n, bool f64, int reps) {
   cudaFree(b);
   cudaFree(c);
   cublasDestroy(h);
+  return tb::median(t);
+}
+
+// cudaMemcpy of `bytes` from page-locked host memory to GPU 0 and back
+// (seconds for both): the bus's limit for a transfer both ways.
+double pinned_round_trip_seconds(std::size_t bytes, int reps) {
+  void *host = nullptr, *dev = nullptr;
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_ok(cudaHostAlloc(&host, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+  cuda_ok(cudaMalloc(&dev, bytes), "cudaMalloc");
+  std::memset(host, 1, bytes);
+  const auto t = tb::time_reps(1, reps, [&] {
+    cuda_ok(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_ok(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  });
+  cudaFree(dev);
+  cudaFreeHost(host);
   return tb::median(t);
 }
 
@@ -172,6 +194,21 @@ int main(int argc, char** argv) {
       const double eff = 5.0 * static_cast<double>(n) * 4 * 4 / s;
       row("psum", std::to_string(n * 4) + " bytes per device, 4 dev", s, tb::format_seconds(s), eff / bw,
           "copy bandwidth");
+    }
+    // device_put + to_vector of 1 GiB f32 (pageable host memory, as users
+    // have it) against the same bytes both ways from page-locked memory.
+    {
+      const std::int64_t n = (std::int64_t(1) << 28) / div;
+      const std::size_t bytes = static_cast<std::size_t>(n) * 4;
+      const double ref = pinned_round_trip_seconds(bytes, reps);
+      const std::vector<float> host(static_cast<std::size_t>(n), 1.5f);
+      const ts::NamedSharding s1(one, ts::P());
+      const double s = tb::median(tb::time_reps(1, reps, [&] {
+        const std::vector<float> back = ts::device_put(host, {n}, s1).to_vector<float>();
+        if (back.size() != host.size() || back.back() != 1.5f) throw std::runtime_error("transfers: wrong bytes back");
+      }));
+      row("transfers", std::to_string(n) + " f32 to GPU and back, 1 dev", s, tb::format_seconds(ref) + " pinned",
+          ref / s, "cudaMemcpy, page-locked");
     }
   } catch (const std::exception& e) {
     std::cerr << "bench_gpu: " << e.what() << "\n";

@@ -8,6 +8,15 @@
 // stream; the runtime's allocator (runtime/runtime.cpp) keeps freed blocks
 // in its size-keyed cache and returns them to the pool only when it must.
 // No managed memory.
+//
+// Transfers: host memory given to gpu_copy is usually pageable (a vector's).
+// A copy of at least pinned::kStageThreshold bytes from or to pageable
+// memory goes through two page-locked bounce buffers of the device, chunk
+// by chunk (pinned::staged_copy), so the copy engine runs at bus speed and
+// the host's memcpy of one chunk overlaps the DMA of the one before. Smaller
+// copies, and host memory already page-locked (cudaHostAlloc'd or
+// registered), go straight to cudaMemcpyAsync. Page-locked blocks come from
+// the cache behind gpu_host_allocate (pinned.hpp).
 #include <cuda_runtime_api.h>
 
 #include <unistd.h>
@@ -15,8 +24,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 
+#include "backend/cuda/pinned.hpp"
 #include "backend/cuda/stream.hpp"
 #include "runtime/gpus.hpp"
 #include "tessera/error.hpp"
@@ -146,14 +160,147 @@ void gpu_wait(const GpuHandle& g, const char* op) {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(g.stream)), g, op, "waiting for the stream");
 }
 
+namespace {
+
+std::string cuda_error_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + std::to_string(static_cast<int>(e)) + "): " + cudaGetErrorString(e);
+}
+
+// True when the CUDA runtime knows `p`: page-locked (cudaHostAlloc'd or
+// registered), device or managed memory. Pageable memory is
+// cudaMemoryTypeUnregistered.
+bool known_to_cuda(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type != cudaMemoryTypeUnregistered;
+}
+
+// One device's bounce buffers and, on a GPU, the events that mark each
+// buffer's last DMA. Locked for a whole staged copy: gpu_copy comes from
+// any thread, and a copy's chunks must not interleave with another's.
+struct Stager {
+  std::mutex mu;
+  unsigned char* bounce[2] = {nullptr, nullptr};
+  std::size_t chunk = 0;
+  cudaEvent_t done[2] = {nullptr, nullptr};
+};
+
+// The device's Stager, made at its first staged copy. Keyed by the stream
+// too: a runtime started again may open the same device id on another
+// stream. Never destroyed (copies may run during exit); the buffers stay
+// with the device for the process's life.
+Stager& stager_for(const GpuHandle& g) {
+  static std::mutex mu;
+  static auto* stagers = new std::map<std::tuple<int, int, void*>, std::unique_ptr<Stager>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& s = (*stagers)[{g.device_id, g.ordinal, g.stream}];
+  if (!s) s = std::make_unique<Stager>();
+  return *s;
+}
+
+// Gives `st` bounce buffers of `chunk` bytes (the first time, or after a
+// test changed the sizes) and, on a GPU, its events. Under st.mu, with the
+// GPU current. False when there is no page-locked memory for them: the
+// copy then goes straight through.
+bool ready(Stager& st, const GpuHandle& g, std::size_t chunk, const char* op) {
+  if (!g.emulated && st.done[0] == nullptr) {
+    cudaEvent_t e[2] = {nullptr, nullptr};
+    for (cudaEvent_t& x : e) {
+      const cudaError_t err = cudaEventCreateWithFlags(&x, cudaEventDisableTiming);
+      if (err != cudaSuccess) {
+        if (e[0] != nullptr) (void)cudaEventDestroy(e[0]);
+        check(err, g, op, "creating an event");
+      }
+    }
+    st.done[0] = e[0];
+    st.done[1] = e[1];
+  }
+  if (st.chunk == chunk) return true;
+  for (int b = 0; b < 2; ++b) {
+    if (st.bounce[b] == nullptr) continue;
+    if (!g.emulated) check(cudaEventSynchronize(st.done[b]), g, op, "waiting for a staged copy");
+    pinned::host_cache().free(st.bounce[b], st.chunk);
+    st.bounce[b] = nullptr;
+  }
+  st.chunk = 0;
+  try {
+    st.bounce[0] = static_cast<unsigned char*>(pinned::host_cache().allocate(chunk, op));
+    st.bounce[1] = static_cast<unsigned char*>(pinned::host_cache().allocate(chunk, op));
+  } catch (const DeviceError&) {
+    if (st.bounce[0] != nullptr) pinned::host_cache().free(st.bounce[0], chunk);
+    st.bounce[0] = nullptr;
+    return false;
+  }
+  st.chunk = chunk;
+  return true;
+}
+
+// A copy between pageable host memory and the device through the device's
+// bounce buffers. HostToDevice returns with the last chunks' DMAs possibly
+// queued (with `wait`, after waiting for them): the caller's memory is free
+// at once either way. DeviceToHost returns with every byte in `host`,
+// whatever `wait` says: the last memcpy out of a bounce buffer needs its
+// DMA done. False when there are no bounce buffers (nothing was copied).
+bool staged(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes, CopyKind kind, const char* op,
+            bool wait, std::size_t chunk) {
+  Stager& st = stager_for(g);
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (!ready(st, g, chunk, op)) return false;
+  const bool to_device = kind == CopyKind::HostToDevice;
+  auto* dev = static_cast<unsigned char*>(to_device ? dst : const_cast<void*>(src));
+  auto* host = static_cast<unsigned char*>(to_device ? const_cast<void*>(src) : dst);
+  pinned::Stage s;
+  s.bounce[0] = st.bounce[0];
+  s.bounce[1] = st.bounce[1];
+  s.chunk = chunk;
+  if (g.emulated) {
+    s.dma = [&](int b, std::size_t off, std::size_t n) {
+      if (to_device) {
+        std::memcpy(dev + off, st.bounce[b], n);
+      } else {
+        std::memcpy(st.bounce[b], dev + off, n);
+      }
+    };
+    s.wait = [](int) {};
+  } else {
+    const auto stream = static_cast<cudaStream_t>(g.stream);
+    const std::string what = "a staged copy of " + std::to_string(nbytes) + " bytes";
+    s.dma = [&](int b, std::size_t off, std::size_t n) {
+      check(to_device ? cudaMemcpyAsync(dev + off, st.bounce[b], n, cudaMemcpyHostToDevice, stream)
+                      : cudaMemcpyAsync(st.bounce[b], dev + off, n, cudaMemcpyDeviceToHost, stream),
+            g, op, what);
+      check(cudaEventRecord(st.done[b], stream), g, op, what);
+    };
+    s.wait = [&](int b) { check(cudaEventSynchronize(st.done[b]), g, op, what); };
+  }
+  pinned::staged_copy(s, to_device ? pinned::Direction::ToDevice : pinned::Direction::ToHost, host, nbytes);
+  if (to_device && wait && !g.emulated)
+    check(cudaStreamSynchronize(static_cast<cudaStream_t>(g.stream)), g, op,
+          "a staged copy of " + std::to_string(nbytes) + " bytes");
+  return true;
+}
+
+}  // namespace
+
 void gpu_copy(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes, CopyKind kind, const char* op,
               bool wait) {
   if (nbytes == 0) return;
+  const pinned::StageSizes sizes = pinned::stage_sizes();
+  const bool stageable = kind != CopyKind::DeviceToDevice && nbytes >= sizes.threshold;
   if (g.emulated) {
+    // The staged loop runs on emulated GPUs too (memcpy for the DMAs), so
+    // its chunking is what the tests here exercise.
+    if (stageable && staged(g, dst, src, nbytes, kind, op, wait, sizes.chunk)) return;
     std::memcpy(dst, src, nbytes);
     return;
   }
   OnGpu on(g, op);
+  if (stageable && !known_to_cuda(kind == CopyKind::HostToDevice ? src : dst) &&
+      staged(g, dst, src, nbytes, kind, op, wait, sizes.chunk))
+    return;
   const cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
                            : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
                                                             : cudaMemcpyDefault;  // peer copies too (UVA)
@@ -161,5 +308,42 @@ void gpu_copy(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes
   check(cudaMemcpyAsync(dst, src, nbytes, k, s), g, op, "a copy of " + std::to_string(nbytes) + " bytes");
   if (wait) check(cudaStreamSynchronize(s), g, op, "a copy of " + std::to_string(nbytes) + " bytes");
 }
+
+pinned::HostBlockCache& pinned::host_cache() {
+  static HostBlockCache* cache = [] {
+    if (emulated_gpus() > 0)
+      return new HostBlockCache(
+          [](std::size_t n, std::string* why) -> void* {
+            // Page-aligned, as cudaHostAlloc's blocks are.
+            constexpr std::size_t page = 4096;
+            void* p = n <= SIZE_MAX - page ? std::aligned_alloc(page, (n + page - 1) / page * page) : nullptr;
+            if (p == nullptr) *why = "out of host memory";
+            return p;
+          },
+          [](void* p, std::size_t) { std::free(p); }, kKeepLimit);
+    return new HostBlockCache(
+        [](std::size_t n, std::string* why) -> void* {
+          // Portable: usable by every GPU of the process, whichever is
+          // current on the calling thread.
+          void* p = nullptr;
+          const cudaError_t e = cudaHostAlloc(&p, n, cudaHostAllocPortable);
+          if (e == cudaSuccess) return p;
+          (void)cudaGetLastError();
+          *why = cuda_error_text(e);
+          return nullptr;
+        },
+        [](void* p, std::size_t) {
+          // Nowhere to report a failure: the block stays locked until exit.
+          (void)cudaFreeHost(p);
+          (void)cudaGetLastError();
+        },
+        kKeepLimit);
+  }();
+  return *cache;
+}
+
+void* gpu_host_allocate(std::size_t nbytes, const char* op) { return pinned::host_cache().allocate(nbytes, op); }
+
+void gpu_host_free(void* p, std::size_t nbytes) { pinned::host_cache().free(p, nbytes); }
 
 }  // namespace tessera::detail
