@@ -88,6 +88,14 @@ void gpu_copy(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes
 /// `op` if some of it failed.
 void gpu_wait(const GpuHandle& g, const char* op);
 
+/// `nbytes` of page-locked host memory (cudaMallocHost, kept in a cache of
+/// freed blocks), for staging copies between host and GPUs: the GPU's copy
+/// engines read and write it directly, at full bus speed. Plain host memory
+/// on emulated GPUs. Raises DeviceError naming `op` when none is left.
+void* gpu_host_allocate(std::size_t nbytes, const char* op);
+/// Returns a block from gpu_host_allocate (any thread).
+void gpu_host_free(void* p, std::size_t nbytes);
+
 }  // namespace tessera::detail
 
 namespace tessera::detail {

@@ -34,5 +34,7 @@ void gpu_deallocate(const GpuHandle&, void*) {}
 std::size_t gpu_free_bytes(const GpuHandle&) { return 0; }
 void gpu_copy(const GpuHandle&, void*, const void*, std::size_t, CopyKind, const char* op, bool) { no_cuda(op); }
 void gpu_wait(const GpuHandle&, const char*) {}
+void* gpu_host_allocate(std::size_t, const char* op) { no_cuda(op); }
+void gpu_host_free(void*, std::size_t) {}
 
 }  // namespace tessera::detail
