@@ -1,15 +1,18 @@
 // dot_general on a CUDA GPU (gemm.hpp): the layout decisions of the CPU's
-// kernel (backend/cpu/dot.cpp), with every data movement a kernel on the
-// GPU. Plain C++: the kernels it calls are gemm.cu's.
+// kernel (core/gemm_plan.hpp, which backend/cpu/dot.cpp runs too), with
+// every data movement a kernel on the GPU. Plain C++: the kernels it calls
+// are gemm.cu's.
 #include "backend/cuda/gemm.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/kernels.hpp"
+#include "core/gemm_plan.hpp"
 #include "runtime/runtime.hpp"
 #include "tessera/error.hpp"
 
@@ -40,37 +43,10 @@ class Scratch {
   std::unique_ptr<std::byte[]> heap_;
 };
 
-int64_t product(const Shape& s, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to; ++i) n *= s[i];
-  return n;
-}
+using detail::shape_product;
+using detail::strides_in;
 
-int64_t elements(const Shape& s) { return product(s, 0, s.size()); }
-
-// True when the dims of `order` whose size is not 1 are increasing: the
-// row-major block of `shape` is then already laid out in that order.
-bool already_ordered(const Shape& shape, const std::vector<int>& order) {
-  int last = -1;
-  for (int d : order) {
-    if (shape[d] == 1) continue;
-    if (d < last) return false;
-    last = d;
-  }
-  return true;
-}
-
-// Row-major strides (elements) of `shape` permuted by `order`, indexed by
-// the original dim.
-std::vector<int64_t> strides_in(const Shape& shape, const std::vector<int>& order) {
-  std::vector<int64_t> st(shape.size(), 0);
-  int64_t acc = 1;
-  for (int i = static_cast<int>(order.size()) - 1; i >= 0; --i) {
-    st[order[i]] = acc;
-    acc *= shape[order[i]];
-  }
-  return st;
-}
+int64_t elements(const Shape& s) { return shape_product(s, 0, s.size()); }
 
 // The block of `shape` (row-major) with its dims permuted into `dst`: dst
 // dim i is src dim perm[i].
@@ -87,10 +63,11 @@ void permute(const void* src, const Shape& shape, const std::vector<int>& perm, 
   gather(src, dshape, dstrides, dst, isz);
 }
 
-// One operand's block prepared for the GEMM (as the CPU's prepare): summed
-// dims summed away, and permuted when neither the plain nor the transposed
-// form matches its layout. Its matrix (rows x cols) is contiguous; batch
-// dim i starts every batch_stride[i] elements (0: broadcast).
+// One operand's block prepared for the GEMM as its plan says
+// (core/gemm_plan.hpp, the CPU's plan too): summed dims summed away, and
+// permuted when neither the plain nor the transposed form matches its
+// layout. Its matrix (rows x cols) is contiguous; batch dim i starts every
+// batch_stride[i] elements (0: broadcast).
 struct Prepared {
   const void* data = nullptr;
   bool trans = false;
@@ -99,54 +76,24 @@ struct Prepared {
   Scratch keep_sum, keep_perm, keep_expand;
 };
 
-// Dims ordered (batch, summed, m, k) for the lhs and (batch, summed, k, n)
-// for the rhs, or the transposed form; `out_batch` are the result's batch
-// sizes (a size-1 operand dim against a larger one is broadcast).
-void prepare(Prepared& p, const void* data, Shape shape, DType dtype, int device, const detail::DotSide& side,
+void prepare(Prepared& p, const void* data, const Shape& shape, DType dtype, int device, const detail::DotSide& side,
              bool is_lhs, const std::vector<int64_t>& out_batch) {
   const std::size_t isz = itemsize(dtype);
+  detail::DotOperandPlan plan = detail::plan_dot_operand(shape, side, is_lhs, out_batch);
   p.data = data;
-  if (!side.summed.empty()) {
-    std::vector<bool> flag(shape.size(), false);
-    for (int d : side.summed) flag[d] = true;
-    Shape kept = shape;
-    for (int d : side.summed) kept[d] = 1;
-    void* dst = p.keep_sum.take(device, static_cast<std::size_t>(elements(kept)) * isz);
-    sum_dims(dtype, data, shape, flag, dst);
+  if (!plan.sum_flag.empty()) {
+    void* dst = p.keep_sum.take(device, static_cast<std::size_t>(elements(plan.shape)) * isz);
+    sum_dims(dtype, data, shape, plan.sum_flag, dst);
     p.data = dst;
-    shape = kept;
   }
-  std::vector<int> head;
-  for (int d : side.batch)
-    if (d >= 0) head.push_back(d);
-  head.insert(head.end(), side.summed.begin(), side.summed.end());
-  // lhs: (m, k) plain, (k, m) transposed; rhs: (k, n) plain, (n, k) transposed.
-  std::vector<int> plain = head, trans = head;
-  const auto& first = is_lhs ? side.free : side.contract;
-  const auto& second = is_lhs ? side.contract : side.free;
-  plain.insert(plain.end(), first.begin(), first.end());
-  plain.insert(plain.end(), second.begin(), second.end());
-  trans.insert(trans.end(), second.begin(), second.end());
-  trans.insert(trans.end(), first.begin(), first.end());
-  std::vector<int> order = plain;
-  if (!already_ordered(shape, plain)) {
-    if (already_ordered(shape, trans)) {
-      order = trans;
-      p.trans = true;
-    } else {
-      void* dst = p.keep_perm.take(device, static_cast<std::size_t>(elements(shape)) * isz);
-      permute(p.data, shape, plain, dst, isz);
-      p.data = dst;
-    }
+  if (!plan.permute.empty()) {
+    void* dst = p.keep_perm.take(device, static_cast<std::size_t>(elements(plan.shape)) * isz);
+    permute(p.data, plan.shape, plan.permute, dst, isz);
+    p.data = dst;
   }
-  p.matrix = 1;
-  for (int d : side.free) p.matrix *= shape[d];
-  for (int d : side.contract) p.matrix *= shape[d];
-  const auto st = strides_in(shape, order);
-  for (size_t i = 0; i < side.batch.size(); ++i) {
-    const int d = side.batch[i];
-    p.batch_stride.push_back(d < 0 || (shape[d] == 1 && out_batch[i] != 1) ? 0 : st[d]);
-  }
+  p.trans = plan.trans;
+  p.matrix = plan.matrix;
+  p.batch_stride = std::move(plan.batch_stride);
 }
 
 // The batch dims of the result with the operands' strides, merged into the
@@ -201,44 +148,30 @@ void dot_general(const detail::Contraction& c, DType dtype, const void* a, const
   const std::size_t isz = itemsize(dtype);
   const int64_t total = elements(out_shape);
   if (total == 0) return;
-  const int rank = static_cast<int>(out_shape.size());
-  std::vector<int> perm = c.out_perm;
-  if (perm.empty())
-    for (int i = 0; i < rank; ++i) perm.push_back(i);
-  // The block in canonical order: output dim i is canonical dim perm[i].
-  Shape local(rank);
-  for (int i = 0; i < rank; ++i) local[perm[i]] = out_shape[i];
-  // A permutation that keeps the dims of size > 1 in order moves no data:
-  // the canonical block is the output block.
-  const bool in_place = already_ordered(local, perm);
-
-  int64_t k = 1;
-  for (int d : c.lhs.contract) k *= sa[d];
-  if (k == 0) {
+  const detail::DotResultPlan r = detail::plan_dot_result(c, sa, out_shape);
+  if (r.k == 0) {
     const std::uint64_t zero = 0;  // zero in every dtype
     fill(dtype, out, total, &zero);
     return;
   }
   Scratch canon_mem;
-  void* cbuf = in_place ? out : canon_mem.take(device, static_cast<std::size_t>(total) * isz);
-  const size_t nb = c.lhs.batch.size();
-  const std::vector<int64_t> bl(local.begin(), local.begin() + static_cast<std::ptrdiff_t>(nb));
+  void* cbuf = r.in_place ? out : canon_mem.take(device, static_cast<std::size_t>(total) * isz);
+  const std::vector<int64_t>& bl = r.batch;
   Prepared pa, pb;
   prepare(pa, a, sa, dtype, device, c.lhs, true, bl);
   prepare(pb, b, sb, dtype, device, c.rhs, false, bl);
   StridedGemm g;
   g.dtype = dtype;
-  const size_t nlf = c.lhs.free.size();
-  g.m = product(local, nb, nb + nlf);
-  g.n = product(local, nb + nlf, local.size());
-  g.k = k;
+  g.m = r.m;
+  g.n = r.n;
+  g.k = r.k;
   g.trans_a = pa.trans;
   g.trans_b = pb.trans;
   Batch batch = merged_batch(bl, pa, pb);
   if (batch.size.size() > 1) {
     expand(pa, batch.size, batch.a_stride, dtype, device);
     expand(pb, batch.size, batch.b_stride, dtype, device);
-    batch.size = {product(batch.size, 0, batch.size.size())};
+    batch.size = {shape_product(batch.size, 0, batch.size.size())};
     batch.a_stride = {pa.matrix};
     batch.b_stride = {pb.matrix};
   }
@@ -255,7 +188,7 @@ void dot_general(const detail::Contraction& c, DType dtype, const void* a, const
     g.stride_a = 0;
   }
   gemm(g, pa.data, pb.data, cbuf);
-  if (!in_place) permute(cbuf, local, perm, out, isz);
+  if (!r.in_place) permute(cbuf, r.local, r.perm, out, isz);
 }
 
 }  // namespace tessera::cuda
