@@ -1,11 +1,14 @@
 // What linspace computes: numpy.linspace's parameters and its element i in
 // double. The front end (ops/creation) checks the ends against the dtype
 // with it, the primitive (primitives/creation) carries the parameters, and
-// the kernel (backend/cpu/creation) writes a block of them: host math and a
-// description, not a kernel.
+// the kernels (backend/cpu/creation, backend/cuda/creation.cu) write a
+// block of them: a description, and the one element's math both backends
+// compile (__host__ __device__, kernels/portable.hpp).
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/portable.hpp"
 
 namespace tessera::detail {
 
@@ -17,7 +20,7 @@ struct LinspaceParams {
 };
 
 /// numpy.linspace's element i, in double.
-inline double linspace_value(const LinspaceParams& p, std::int64_t i) {
+TESSERA_HD inline double linspace_value(const LinspaceParams& p, std::int64_t i) {
   if (p.endpoint && p.num > 1 && i == p.num - 1) return p.stop;
   const std::int64_t div = p.endpoint ? p.num - 1 : p.num;
   const double delta = p.stop - p.start;

@@ -39,6 +39,39 @@ TESSERA_HD inline A combine1(A acc, A v) {
   }
 }
 
+/// The value a reduction starts from: combine1<r>(identity, v) is v for
+/// every v (the lowest value or -inf for Max, the highest or +inf for Min).
+template <class T>
+TESSERA_HD inline T reduce_identity(ReduceOp r) {
+  using L = TESSERA_STD::numeric_limits<T>;
+  switch (r) {
+    case ReduceOp::Sum: return T(0);
+    case ReduceOp::Prod: return T(1);
+    case ReduceOp::Max: return L::has_infinity ? -L::infinity() : L::lowest();
+    case ReduceOp::Min: return L::has_infinity ? L::infinity() : L::max();
+    case ReduceOp::Any: return T(0);
+    case ReduceOp::All: return T(1);
+  }
+  return T(0);
+}
+
+/// A block reduction's accumulator type: f32 accumulates in f64 locally for
+/// accuracy (the mesh-level combine is in the output dtype); bool in bytes
+/// (0 or 1).
+template <class T>
+using ReduceAcc =
+    TESSERA_STD::conditional_t<TESSERA_STD::is_same_v<T, float>, double,
+                               TESSERA_STD::conditional_t<TESSERA_STD::is_same_v<T, bool>, unsigned char, T>>;
+
+/// Which reductions run in which dtype (every backend's reduce_runs): Max
+/// and Min in all, Any and All on bool, Sum and Prod on the 4- and 8-byte
+/// numbers.
+template <ReduceOp r, class T>
+inline constexpr bool kReduceRuns = (r == ReduceOp::Max || r == ReduceOp::Min) ? true
+                                    : (r == ReduceOp::Any || r == ReduceOp::All)
+                                        ? TESSERA_STD::is_same_v<T, bool>
+                                        : !TESSERA_STD::is_same_v<T, bool> && sizeof(T) >= 4;
+
 /// The most members tree_fold combines: its stack holds one value per bit
 /// of the member count.
 inline constexpr int kTreeMaxDepth = 32;

@@ -14,33 +14,9 @@ namespace tessera::detail::cpu {
 
 namespace {
 
-template <class T>
-T identity(ReduceOp r) {
-  switch (r) {
-    case ReduceOp::Sum: return T(0);
-    case ReduceOp::Prod: return T(1);
-    case ReduceOp::Max:
-      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
-    case ReduceOp::Min:
-      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
-    case ReduceOp::Any: return T(0);
-    case ReduceOp::All: return T(1);
-  }
-  return T(0);
-}
-
-// Accumulator type: f32 sums accumulate in f64 locally for accuracy; the
-// mesh-level combine is in the output dtype.
-// bool accumulates in bytes (0 or 1), as std::vector<bool> has no data().
-template <class T>
-using Acc = std::conditional_t<std::is_same_v<T, float>, double,
-                               std::conditional_t<std::is_same_v<T, bool>, unsigned char, T>>;
-
-// Which kinds run in which dtype (reduce_runs); only these are instantiated.
-template <ReduceOp r, class T>
-constexpr bool kRuns = (r == ReduceOp::Max || r == ReduceOp::Min) ? true
-                       : (r == ReduceOp::Any || r == ReduceOp::All) ? std::is_same_v<T, bool>
-                                                                    : !std::is_same_v<T, bool> && sizeof(T) >= 4;
+// The identities, accumulator types (f32 sums accumulate in f64 locally;
+// the mesh-level combine is in the output dtype), the kinds run per dtype
+// and argmax's comparisons are the GPU's too (kernels/combine.hpp).
 
 // Reduces a row-major block fed in order, in pieces of any size. Rows are
 // the lines of the last dim, stepped with NdIndex over the others. A reduced
@@ -53,7 +29,7 @@ constexpr bool kRuns = (r == ReduceOp::Max || r == ReduceOp::Min) ? true
 // where a piece starts, so any split of the block gives the same bits.
 template <ReduceOp r, class T>
 class Streamer final : public Reducer {
-  using A = Acc<T>;
+  using A = ReduceAcc<T>;
 
  public:
   Streamer(const Shape& shape, const std::vector<bool>& reduced, void* out)
@@ -63,7 +39,7 @@ class Streamer final : public Reducer {
     std::int64_t nout = 1;
     for (int d = 0; d < rank_; ++d)
       if (!reduced[d]) nout *= shape[d];
-    acc_.assign(static_cast<size_t>(nout), static_cast<A>(identity<T>(r)));
+    acc_.assign(static_cast<size_t>(nout), static_cast<A>(reduce_identity<T>(r)));
     inner_ = rank_ > 0 ? shape[rank_ - 1] : 1;
     fold_ = rank_ == 0 || reduced[rank_ - 1];
     full8_ = r == ReduceOp::Sum ? inner_ / 8 * 8 : 0;
@@ -162,32 +138,12 @@ class Streamer final : public Reducer {
   A* row_ = nullptr;
 };
 
-// True when (v, i) should replace the current best: larger (or smaller), NaN
-// first, ties to the lower index.
-template <class T>
-bool better(bool is_max, T v, std::int64_t i, T bv, std::int64_t bi) {
-  if constexpr (std::is_floating_point_v<T>) {
-    const bool vn = std::isnan(v), bn = std::isnan(bv);
-    if (vn || bn) return vn && (!bn || i < bi);
-  }
-  if (v == bv) return i < bi;
-  return is_max ? v > bv : v < bv;
-}
-
-// True when a and b are in the same class for `better`: equal, or both NaN.
-template <class T>
-bool same_value(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>)
-    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  return a == b;
-}
-
 }  // namespace
 
 bool reduce_runs(ReduceOp op, DType t) {
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    return with_op(op, [&](auto kind) { return kRuns<decltype(kind)::value, T>; });
+    return with_op(op, [&](auto kind) { return kReduceRuns<decltype(kind)::value, T>; });
   });
 }
 
@@ -196,7 +152,7 @@ std::unique_ptr<Reducer> make_reducer(ReduceOp op, DType t, const Shape& shape, 
   return dispatch(t, [&](auto tag) -> std::unique_ptr<Reducer> {
     using T = decltype(tag);
     return with_op(op, [&](auto kind) -> std::unique_ptr<Reducer> {
-      if constexpr (kRuns<decltype(kind)::value, T>)
+      if constexpr (kReduceRuns<decltype(kind)::value, T>)
         return std::make_unique<Streamer<decltype(kind)::value, T>>(shape, reduced, out);
       else
         return nullptr;
@@ -224,7 +180,7 @@ void arg_best(bool is_max, DType t, const void* in, const Shape& shape, int axis
     using T = decltype(tag);
     const T* p = static_cast<const T*>(in);
     T* v = static_cast<T*>(value);
-    const T none = identity<T>(is_max ? ReduceOp::Max : ReduceOp::Min);
+    const T none = reduce_identity<T>(is_max ? ReduceOp::Max : ReduceOp::Min);
     // Lines run along `axis` with stride `inner`: the walk goes row by row
     // (j outer, c inner) so reads stay contiguous; each line still sees its
     // elements in index order, which is what the tie rule needs.
@@ -235,7 +191,7 @@ void arg_best(bool is_max, DType t, const void* in, const Shape& shape, int axis
       for (std::int64_t j = 0; j < len; ++j) {
         const T* row = p + (a * len + j) * inner;
         for (std::int64_t c = 0; c < inner; ++c)
-          if (bi[c] < 0 || better(is_max, row[c], base + j, bv[c], bi[c])) bv[c] = row[c], bi[c] = base + j;
+          if (bi[c] < 0 || arg_better(is_max, row[c], base + j, bv[c], bi[c])) bv[c] = row[c], bi[c] = base + j;
       }
     }
   });
@@ -248,7 +204,7 @@ void arg_candidates(DType t, const void* value, const std::int64_t* index, const
     const T* v = static_cast<const T*>(value);
     const T* b = static_cast<const T*>(best);
     for (std::int64_t k = 0; k < n; ++k)
-      out[k] = index[k] >= 0 && same_value(v[k], b[k]) ? index[k] : std::numeric_limits<std::int64_t>::max();
+      out[k] = index[k] >= 0 && arg_same_value(v[k], b[k]) ? index[k] : std::numeric_limits<std::int64_t>::max();
   });
 }
 

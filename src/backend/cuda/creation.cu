@@ -95,26 +95,13 @@ struct ArangeKernel {
   }
 };
 
-// detail::linspace_value (core/creation_op.hpp), which is host code only:
-// the same operations in the same order.
-TESSERA_HD inline double linspace_at(const LinspaceParams& p, int64_t i) {
-  if (p.endpoint && p.num > 1 && i == p.num - 1) return p.stop;
-  const int64_t div = p.endpoint ? p.num - 1 : p.num;
-  const double delta = p.stop - p.start;
-  const double x = static_cast<double>(i);
-  if (div <= 0) return x * delta + p.start;
-  const double step = delta / static_cast<double>(div);
-  if (step == 0.0) return x / static_cast<double>(div) * delta + p.start;
-  return x * step + p.start;
-}
-
 template <class T>
 struct LinspaceKernel {
   T* out;
   int64_t first;
   LinspaceParams p;
   TESSERA_HD void operator()(int64_t j) const {
-    double y = linspace_at(p, first + j);
+    double y = detail::linspace_value(p, first + j);
     if constexpr (std::is_integral_v<T>) y = detail::lm::floor(y);
     out[j] = detail::convert_one<T>(y);
   }

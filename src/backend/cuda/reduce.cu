@@ -55,30 +55,10 @@ using std::int64_t;
 using detail::dispatch;
 
 // The CPU reducer's identity, accumulator type and the kinds it runs per
-// dtype (backend/cpu/reduce.cpp).
-template <class T>
-T identity(ReduceOp r) {
-  switch (r) {
-    case ReduceOp::Sum: return T(0);
-    case ReduceOp::Prod: return T(1);
-    case ReduceOp::Max:
-      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
-    case ReduceOp::Min:
-      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
-    case ReduceOp::Any: return T(0);
-    case ReduceOp::All: return T(1);
-  }
-  return T(0);
-}
-
-template <class T>
-using Acc = std::conditional_t<std::is_same_v<T, float>, double,
-                               std::conditional_t<std::is_same_v<T, bool>, unsigned char, T>>;
-
-template <ReduceOp r, class T>
-constexpr bool kRuns = (r == ReduceOp::Max || r == ReduceOp::Min) ? true
-                       : (r == ReduceOp::Any || r == ReduceOp::All) ? std::is_same_v<T, bool>
-                                                                    : !std::is_same_v<T, bool> && sizeof(T) >= 4;
+// dtype (kernels/combine.hpp).
+using detail::kReduceRuns;
+using detail::reduce_identity;
+using detail::ReduceAcc;
 
 void check_rank(const char* op, std::size_t rank) {
   if (rank > static_cast<std::size_t>(kMaxRank))
@@ -90,7 +70,7 @@ void check_rank(const char* op, std::size_t rank) {
 
 template <ReduceOp r, class T>
 struct ReduceKernel {
-  using A = Acc<T>;
+  using A = ReduceAcc<T>;
   const T* in;
   T* out;
   A init;
@@ -224,11 +204,11 @@ void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& sh
     using T = decltype(tag);
     detail::with_op(op, [&](auto kind) {
       constexpr ReduceOp r = decltype(kind)::value;
-      if constexpr (kRuns<r, T>) {
+      if constexpr (kReduceRuns<r, T>) {
         ReduceKernel<r, T> k;
         k.in = static_cast<const T*>(in);
         k.out = static_cast<T*>(out);
-        k.init = static_cast<Acc<T>>(identity<T>(r));
+        k.init = static_cast<ReduceAcc<T>>(reduce_identity<T>(r));
         k.fold = rank == 0 || reduced[static_cast<std::size_t>(rank - 1)];
         k.inner = rank > 0 && k.fold ? shape[static_cast<std::size_t>(rank - 1)] : 1;
         k.full8 = r == ReduceOp::Sum ? k.inner / 8 * 8 : 0;
@@ -270,7 +250,7 @@ void arg_best(bool is_max, DType t, const void* in, const std::vector<int64_t>& 
     using T = decltype(tag);
     ArgBestKernel<T> k{is_max, static_cast<const T*>(in), static_cast<T*>(value), index,
                        shape[static_cast<std::size_t>(axis)], inner, base,
-                       identity<T>(is_max ? ReduceOp::Max : ReduceOp::Min)};
+                       reduce_identity<T>(is_max ? ReduceOp::Max : ReduceOp::Min)};
     for_each(name, outer * inner, k);
   });
 }
