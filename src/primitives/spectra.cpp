@@ -134,4 +134,32 @@ PrimitivePtr make_resample_accumulate(std::int64_t num_segments, double max_abs,
   return std::make_shared<ResampleAccumulate>(num_segments, max_abs, has_weights, has_scale, has_init);
 }
 
+std::size_t read_resample_rows(const LocalArgs& in, std::int64_t S, bool has_weights, bool has_scale, ResampleRows& a) {
+  a.n = in[0].shape[0];
+  a.K = in[0].shape[1];
+  a.T = in[2].shape[0];
+  a.S = S;
+  a.flux = in[0].data;
+  a.flux_dt = in[0].dtype;
+  a.wave = in[1].data;
+  a.wave_dt = in[1].dtype;
+  a.wave_per_row = in[1].shape.size() == 2;
+  a.target = in[2].data;
+  a.target_dt = in[2].dtype;
+  a.seg = in[3].data;
+  a.seg_dt = in[3].dtype;
+  std::size_t k = 4;
+  if (has_weights) a.weights = in[k].data, a.weights_dt = in[k].dtype, ++k;
+  if (has_scale) a.scale = in[k].data, a.scale_dt = in[k].dtype, ++k;
+  return k;
+}
+
+std::size_t read_resample_tangents(const LocalArgs& in, std::size_t k, bool has_weights, bool has_scale,
+                                   ResampleTangents& t) {
+  t.tflux = in[k].data, t.tflux_dt = in[k].dtype, ++k;
+  if (has_weights) t.tweights = in[k].data, t.tweights_dt = in[k].dtype, ++k;
+  if (has_scale) t.tscale = in[k].data, t.tscale_dt = in[k].dtype, ++k;
+  return k;
+}
+
 }  // namespace tessera::detail

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "core/spectra_rows.hpp"
 #include "primitives/primitive.hpp"
 
 namespace tessera::detail {
@@ -88,6 +89,17 @@ class ResampleTranspose final : public Primitive {
   std::int64_t num_segments_;
   bool has_weights_, has_scale_;
 };
+
+/// A block's primal operands as the kernels take them (flux, wave, target,
+/// segment_ids, then weights and wave_scale where present; S segments), for
+/// every backend's eval; returns the index of the next operand.
+std::size_t read_resample_rows(const LocalArgs& in, std::int64_t S, bool has_weights, bool has_scale, ResampleRows& a);
+
+/// ResampleTangent's tangents from operand k on (of the flux, then of the
+/// weights and wave_scale where present); returns the index of the next
+/// operand.
+std::size_t read_resample_tangents(const LocalArgs& in, std::size_t k, bool has_weights, bool has_scale,
+                                   ResampleTangents& t);
 
 /// Operands: flux (n, K), wave (K,) or (n, K), target (T,), segment_ids (n,),
 /// then weights (n,) if has_weights, then wave_scale (n,) if has_scale, then

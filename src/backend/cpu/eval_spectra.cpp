@@ -8,38 +8,10 @@
 
 namespace tessera::detail {
 
-namespace {
-
-// The primal operands of a block (flux, wave, target, segment_ids, then
-// weights and wave_scale where present); returns the index of the next one.
-std::size_t read_primal(const LocalArgs& in, std::int64_t S, bool has_weights, bool has_scale, cpu::ResampleArgs& a) {
-  a.n = in[0].shape[0];
-  a.K = in[0].shape[1];
-  a.T = in[2].shape[0];
-  a.S = S;
-  a.flux = in[0].data;
-  a.flux_dt = in[0].dtype;
-  a.wave = in[1].data;
-  a.wave_dt = in[1].dtype;
-  a.wave_per_row = in[1].shape.size() == 2;
-  a.target = in[2].data;
-  a.target_dt = in[2].dtype;
-  a.seg = in[3].data;
-  a.seg_dt = in[3].dtype;
-  std::size_t k = 4;
-  if (has_weights) a.weights = in[k].data, a.weights_dt = in[k].dtype, ++k;
-  if (has_scale) a.scale = in[k].data, a.scale_dt = in[k].dtype, ++k;
-  return k;
-}
-
-}  // namespace
-
 void ResampleTangent::eval_cpu(const LocalArgs& in, LocalOuts& out) const {
   cpu::ResampleTangentArgs t;
-  std::size_t k = read_primal(in, num_segments_, has_weights_, has_scale_, t.a);
-  t.tflux = in[k].data, t.tflux_dt = in[k].dtype, ++k;
-  if (has_weights_) t.tweights = in[k].data, t.tweights_dt = in[k].dtype, ++k;
-  if (has_scale_) t.tscale = in[k].data, t.tscale_dt = in[k].dtype, ++k;
+  std::size_t k = read_resample_rows(in, num_segments_, has_weights_, has_scale_, t.a);
+  k = read_resample_tangents(in, k, has_weights_, has_scale_, t);
   if (rowmax_) {
     t.rowmax = static_cast<double*>(out[0].data);
   } else {
@@ -52,7 +24,7 @@ void ResampleTangent::eval_cpu(const LocalArgs& in, LocalOuts& out) const {
 
 void ResampleTranspose::eval_cpu(const LocalArgs& in, LocalOuts& out) const {
   cpu::ResampleTransposeArgs t;
-  const std::size_t k = read_primal(in, num_segments_, has_weights_, has_scale_, t.a);
+  const std::size_t k = read_resample_rows(in, num_segments_, has_weights_, has_scale_, t.a);
   t.ct = static_cast<const double*>(in[k].data);
   std::size_t r = 0;
   t.gflux = static_cast<double*>(out[r++].data);
@@ -63,7 +35,7 @@ void ResampleTranspose::eval_cpu(const LocalArgs& in, LocalOuts& out) const {
 
 void ResampleAccumulate::eval_cpu(const LocalArgs& in, LocalOuts& out) const {
   cpu::ResampleArgs a;
-  const std::size_t k = read_primal(in, num_segments_, has_weights_, has_scale_, a);
+  const std::size_t k = read_resample_rows(in, num_segments_, has_weights_, has_scale_, a);
   if (has_init_) a.init = static_cast<const double*>(in[k].data);
   a.max_abs = max_abs_;
   a.out = static_cast<double*>(out[0].data);

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/interp2d_taps.hpp"
 #include "tessera/array.hpp"
 
 // The row loop is compiled for AVX-512, AVX2 and the baseline; the loader
@@ -67,7 +68,8 @@ TESSERA_INTERP2D_CLONES void weighted_rows(const T* const* rows, const T* w, T* 
   }
 }
 
-/// The knots of one axis in f64, with their inverse spacings.
+/// The knots of one axis in f64, with their inverse spacings; its cells
+/// and taps are the shared 1-d rules (kernels/interp2d_taps.hpp).
 struct Axis {
   std::vector<double> knot;
   std::vector<double> inv;  // inv[m] = 1 / (knot[m+1] - knot[m]); 0 where they are equal (as interpax)
@@ -81,83 +83,18 @@ struct Axis {
       inv[m] = h == 0 ? 0.0 : 1.0 / h;
     }
   }
-  /// The cell's upper knot: clip(searchsorted(knot, v, 'right'), 1, n - 1).
-  /// NaN sorts after every knot.
-  std::int64_t cell(double v) const {
-    const std::int64_t i = std::isnan(v) ? n : std::upper_bound(knot.begin(), knot.end(), v) - knot.begin();
-    return std::clamp<std::int64_t>(i, 1, n - 1);
-  }
-  /// Inside [knot[0], knot[n-1]], the ends included; false for NaN.
-  bool inside(double v) const { return v >= knot.front() && v <= knot.back(); }
+  Interp2dAxis view() const { return {knot.data(), inv.data(), n}; }
 };
 
-/// One axis' share of a query: K knots and their weights.
 template <int K>
-struct Taps {
-  std::int64_t idx[K];
-  double w[K];
-};
+using Taps = Interp2dTaps<K>;
 
-/// (v - a) / h, and 0 for an empty cell (as interpax). A division, not a
-/// multiplication by 1 / h: at the far knot (v - a is then h itself) it
-/// gives exactly 1, so at every knot the weights are exactly 0 and 1 and
-/// the result is the knot's row.
-double frac(double v, double a, double h) { return h == 0 ? 0.0 : (v - a) / h; }
-
-/// Linear: (x[i] - v) / h on knot i-1, (v - x[i-1]) / h on knot i. Their
-/// derivatives in v (`slope`): -1 / h and 1 / h (0 for an empty cell).
-Taps<2> linear_taps(const Axis& a, std::int64_t i, double v, bool slope) {
-  const double h = a.knot[i] - a.knot[i - 1];
-  if (slope) return {{i - 1, i}, {-a.inv[i - 1], a.inv[i - 1]}};
-  return {{i - 1, i}, {frac(a.knot[i], v, h), frac(v, a.knot[i - 1], h)}};
-}
-
-/// Cubic (Hermite with finite-difference knot derivatives) on knots
-/// i-2 .. i+1; see the top of the file. With `slope`, the weights of the
-/// interpolant's derivative in v instead: the basis functions' derivatives
-/// times dt/dv = 1 / h (the knot derivatives are fixed by the table, so the
-/// taps and the way they combine stay the same).
-Taps<4> cubic_taps(const Axis& a, std::int64_t i, double v, bool slope) {
-  const double h = a.knot[i] - a.knot[i - 1];
-  const double s = a.inv[i - 1];  // secant of the cell: (f[i] - f[i-1]) * s
-  const double t = frac(v, a.knot[i - 1], h);
-  const double t2 = t * t, t3 = t2 * t;
-  double h0 = 1 - 3 * t2 + 2 * t3, h1 = 3 * t2 - 2 * t3;
-  double g0 = h * (t - 2 * t2 + t3), g1 = h * (t3 - t2);  // h G0(t), h G1(t)
-  if (slope) {
-    // d/dv of H0, H1 is (-6t + 6t^2) / h and its negative; of h G0 and h G1,
-    // 1 - 4t + 3t^2 and 3t^2 - 2t. An empty cell (s = 0) has t fixed at 0.
-    h0 = (6 * t2 - 6 * t) * s;
-    h1 = -h0;
-    g0 = s == 0 ? 0.0 : 1 - 4 * t + 3 * t2;
-    g1 = s == 0 ? 0.0 : 3 * t2 - 2 * t;
-  }
-  Taps<4> r{{i - 2, i - 1, i, i + 1}, {0, h0, h1, 0}};
-  // g0 * f'[i-1]: the secant of the cell alone at the first knot, else the
-  // mean of the secants before and after knot i-1.
-  if (i - 1 == 0) {
-    r.w[1] -= g0 * s;
-    r.w[2] += g0 * s;
-  } else {
-    const double sl = a.inv[i - 2];
-    r.w[0] -= 0.5 * g0 * sl;
-    r.w[1] += 0.5 * g0 * sl - 0.5 * g0 * s;
-    r.w[2] += 0.5 * g0 * s;
-  }
-  // g1 * f'[i]: likewise at the last knot.
-  if (i == a.n - 1) {
-    r.w[1] -= g1 * s;
-    r.w[2] += g1 * s;
-  } else {
-    const double sr = a.inv[i];
-    r.w[1] -= 0.5 * g1 * s;
-    r.w[2] += 0.5 * g1 * s - 0.5 * g1 * sr;
-    r.w[3] += 0.5 * g1 * sr;
-  }
-  // Off-grid taps (their weights are 0) read a knot of the stencil instead.
-  if (r.idx[0] < 0) r.idx[0] = i - 1;
-  if (r.idx[3] > a.n - 1) r.idx[3] = i;
-  return r;
+/// The cubic rule, kept a function of its own: inlined into the query loop
+/// it is compiled with other operand orders for some additions, and where a
+/// NaN query's weights of both signs meet, that picks the other NaN (the
+/// result's bits would change).
+[[gnu::noinline]] Taps<4> cubic_taps_of(const Interp2dAxis& a, std::int64_t i, double v, bool slope) {
+  return cubic_taps(a, i, v, slope);
 }
 
 template <class T>
@@ -176,6 +113,8 @@ class Kernel {
         transposed_(transposed),
         ax_(g.x, g.x_dtype, g.nx),
         ay_(g.y, g.y_dtype, g.ny),
+        vx_(ax_.view()),
+        vy_(ay_.view()),
         f_(f),
         rest_(rest),
         out_(out) {}
@@ -196,16 +135,16 @@ class Kernel {
  private:
   /// Result row q for the query (u, v).
   void one(std::int64_t q, double u, double v) {
-    if (!extrapolate_ && !(ax_.inside(u) && ay_.inside(v))) {
+    if (!extrapolate_ && !(vx_.inside(u) && vy_.inside(v))) {
       // The fill does not depend on the table: nothing to scatter back.
       if (!transposed_) std::fill_n(out_ + q * rest_, rest_, fill_);
       return;
     }
-    const std::int64_t i = ax_.cell(u), j = ay_.cell(v);
+    const std::int64_t i = vx_.cell(u), j = vy_.cell(v);
     if (method_ == Interp2dMethod::Linear)
-      tensor(q, linear_taps(ax_, i, u, slope_x_), linear_taps(ay_, j, v, slope_y_));
+      tensor(q, linear_taps(vx_, i, u, slope_x_), linear_taps(vy_, j, v, slope_y_));
     else
-      tensor(q, cubic_taps(ax_, i, u, slope_x_), cubic_taps(ay_, j, v, slope_y_));
+      tensor(q, cubic_taps_of(vx_, i, u, slope_x_), cubic_taps_of(vy_, j, v, slope_y_));
   }
 
   template <int K>
@@ -237,6 +176,7 @@ class Kernel {
   T fill_;
   bool slope_x_, slope_y_, transposed_;
   Axis ax_, ay_;
+  Interp2dAxis vx_, vy_;
   const T* f_;
   std::int64_t rest_;
   T* out_;

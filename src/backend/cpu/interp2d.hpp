@@ -12,18 +12,8 @@
 namespace tessera::detail::cpu {
 
 using detail::Interp2dDeriv;
+using detail::Interp2dGrid;
 using detail::Interp2dMethod;
-
-/// Coordinates of one call: the knots and the queries, each with its own
-/// dtype (any real dtype; read as f64).
-struct Interp2dGrid {
-  const void* x = nullptr;
-  DType x_dtype = DType::f64;
-  std::int64_t nx = 0;  // >= 2
-  const void* y = nullptr;
-  DType y_dtype = DType::f64;
-  std::int64_t ny = 0;  // >= 2
-};
 
 /// out[q, :] = the interpolant at (xq[q], yq[q]) for q in [0, n): a weighted
 /// sum of rows of f (nx, ny, rest), row-major, of dtype t (f32 or f64, also

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/exact_limbs.hpp"
+#include "core/spectra_rows.hpp"
 #include "tessera/dtype.hpp"
 
 namespace tessera::cpu {
@@ -12,23 +13,13 @@ namespace tessera::cpu {
 /// The limbs of an exact accumulator (core/exact_limbs.hpp).
 using detail::ExactLimbs;
 
-/// One device's rows of resample_accumulate. Arrays are local blocks,
-/// row-major; `out` is the f64 (3, S, T) accumulator, written whole.
-struct ResampleArgs {
-  std::int64_t n = 0, K = 0, T = 0, S = 0;
-  const void* flux = nullptr;  // (n, K)
-  DType flux_dt = DType::f32;
-  const void* wave = nullptr;  // (K,) or (n, K)
-  DType wave_dt = DType::f32;
-  bool wave_per_row = false;
-  const void* scale = nullptr;  // (n,) or null
-  DType scale_dt = DType::f32;
-  const void* weights = nullptr;  // (n,) or null
-  DType weights_dt = DType::f32;
-  const void* target = nullptr;  // (T,)
-  DType target_dt = DType::f32;
-  const void* seg = nullptr;  // (n,) integer
-  DType seg_dt = DType::i32;
+/// The rows' operands and their tangents (core/spectra_rows.hpp).
+using detail::ResampleRows;
+using detail::ResampleTangents;
+
+/// One device's rows of resample_accumulate; `out` is the f64 (3, S, T)
+/// accumulator, written whole.
+struct ResampleArgs : ResampleRows {
   double max_abs = 1.0;
   const double* init = nullptr;  // (3, S, T) or null: out starts as a copy of it, else zeros
   double* out = nullptr;
@@ -46,14 +37,8 @@ std::string resample_accumulate(const ResampleArgs& a);
 /// whose ratio is replaced by 0 (NaN where a term is). Else `out` (3, S, T)
 /// gets the exact accumulator of the terms for the bound `bound` (every
 /// |term| <= bound); a bound that is not finite gives NaN everywhere.
-struct ResampleTangentArgs {
+struct ResampleTangentArgs : ResampleTangents {
   ResampleArgs a;
-  const void* tflux = nullptr;
-  DType tflux_dt = DType::f64;
-  const void* tweights = nullptr;
-  DType tweights_dt = DType::f64;
-  const void* tscale = nullptr;
-  DType tscale_dt = DType::f64;
   double bound = 0.0;
   double* rowmax = nullptr;
   double* out = nullptr;

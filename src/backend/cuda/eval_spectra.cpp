@@ -18,35 +18,13 @@ namespace tessera::detail {
 
 namespace {
 
-// The primal operands of a block (flux, wave, target, segment_ids, then
-// weights and wave_scale where present); returns the index of the next one.
-std::size_t read_primal(const LocalArgs& in, std::int64_t S, bool has_weights, bool has_scale, cuda::ResampleRows& a) {
-  a.n = in[0].shape[0];
-  a.K = in[0].shape[1];
-  a.T = in[2].shape[0];
-  a.S = S;
-  a.flux = in[0].data;
-  a.flux_dt = in[0].dtype;
-  a.wave = in[1].data;
-  a.wave_dt = in[1].dtype;
-  a.wave_per_row = in[1].shape.size() == 2;
-  a.target = in[2].data;
-  a.target_dt = in[2].dtype;
-  a.seg = in[3].data;
-  a.seg_dt = in[3].dtype;
-  std::size_t k = 4;
-  if (has_weights) a.weights = in[k].data, a.weights_dt = in[k].dtype, ++k;
-  if (has_scale) a.scale = in[k].data, a.scale_dt = in[k].dtype, ++k;
-  return k;
-}
-
 bool empty(const cuda::ResampleRows& a) { return a.n == 0 || a.T == 0 || a.S == 0 || a.K == 0; }
 
 }  // namespace
 
 void ResampleAccumulate::eval_cuda(const LocalArgs& in, LocalOuts& out) const {
   cuda::ResampleRows a;
-  const std::size_t k = read_primal(in, num_segments_, has_weights_, has_scale_, a);
+  const std::size_t k = read_resample_rows(in, num_segments_, has_weights_, has_scale_, a);
   const double* init = has_init_ ? static_cast<const double*>(in[k].data) : nullptr;
   const ExactLimbs limbs(max_abs_);
   const Buffer scratch(current_device(), empty(a) ? 8 : cuda::resample_scratch(a));
@@ -58,10 +36,8 @@ void ResampleAccumulate::eval_cuda(const LocalArgs& in, LocalOuts& out) const {
 void ResampleTangent::eval_cuda(const LocalArgs& in, LocalOuts& out) const {
   cuda::ResampleRows a;
   cuda::ResampleTangents t;
-  std::size_t k = read_primal(in, num_segments_, has_weights_, has_scale_, a);
-  t.tflux = in[k].data, t.tflux_dt = in[k].dtype, ++k;
-  if (has_weights_) t.tweights = in[k].data, t.tweights_dt = in[k].dtype, ++k;
-  if (has_scale_) t.tscale = in[k].data, t.tscale_dt = in[k].dtype, ++k;
+  std::size_t k = read_resample_rows(in, num_segments_, has_weights_, has_scale_, a);
+  k = read_resample_tangents(in, k, has_weights_, has_scale_, t);
   auto* o = static_cast<double*>(out[0].data);
   // cpu::resample_tangent's checks of the bound, in its order.
   const std::int64_t size = rowmax_ ? a.n : 3 * a.S * a.T;
@@ -91,7 +67,7 @@ void ResampleTangent::eval_cuda(const LocalArgs& in, LocalOuts& out) const {
 
 void ResampleTranspose::eval_cuda(const LocalArgs& in, LocalOuts& out) const {
   cuda::ResampleRows a;
-  const std::size_t k = read_primal(in, num_segments_, has_weights_, has_scale_, a);
+  const std::size_t k = read_resample_rows(in, num_segments_, has_weights_, has_scale_, a);
   std::size_t r = 0;
   auto* gflux = static_cast<double*>(out[r++].data);
   double* gweights = has_weights_ ? static_cast<double*>(out[r++].data) : nullptr;

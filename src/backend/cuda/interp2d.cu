@@ -1,8 +1,7 @@
 // interp2d and its transpose on CUDA GPUs (interp2d.hpp).
 //
 // Forward: one thread per query finds its cell and its 1-d taps (the CPU's
-// Axis::cell, linear_taps and cubic_taps: the same f64 operations, the
-// knots' search the same steps as std::upper_bound), then one thread per
+// code: kernels/interp2d_taps.hpp), then one thread per
 // result element sums the K x K taps' weight x table element in the CPU's
 // order (k, then l; the first term not added to a zero).
 //
@@ -18,8 +17,6 @@
 #include "kernels/convert.hpp"  // first: see launch.cuh
 #include "kernels/portable.hpp"
 
-#include <cub/device/device_radix_sort.cuh>
-
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -29,6 +26,8 @@
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/load_as.cuh"
+#include "backend/cuda/sort_pairs.cuh"
+#include "kernels/interp2d_taps.hpp"
 
 namespace tessera::cuda {
 
@@ -38,40 +37,13 @@ using std::int64_t;
 
 // ------------------------------------------------------------------ axes
 
-// cpu's Axis: the knots in f64 and their inverse spacings (0 where equal).
-struct AxisView {
-  const double* knot;
-  const double* inv;
-  int64_t n;
-
-  // std::upper_bound's steps (libstdc++), so unsorted knots give the CPU's
-  // cell too.
-  TESSERA_HD int64_t upper_bound(double v) const {
-    int64_t first = 0, len = n;
-    while (len > 0) {
-      const int64_t half = len >> 1, mid = first + half;
-      if (v < knot[mid]) {
-        len = half;
-      } else {
-        first = mid + 1;
-        len = len - half - 1;
-      }
-    }
-    return first;
-  }
-  TESSERA_HD int64_t cell(double v) const {
-    const int64_t i = detail::lm::isnan(v) ? n : upper_bound(v);
-    return i < 1 ? 1 : i > n - 1 ? n - 1 : i;
-  }
-  TESSERA_HD bool inside(double v) const { return v >= knot[0] && v <= knot[n - 1]; }
-};
-
-struct KnotKernel {
-  const void* p;
-  DType dt;
-  double* knot;
-  TESSERA_HD void operator()(int64_t i) const { knot[i] = load_as<double>(p, dt, i); }
-};
+// The CPU's axis, cells and 1-d rules (kernels/interp2d_taps.hpp), over
+// the knots and inverse spacings in scratch memory.
+using AxisView = detail::Interp2dAxis;
+template <int K>
+using Taps = detail::Interp2dTaps<K>;
+using detail::cubic_taps;
+using detail::linear_taps;
 
 struct InvKernel {
   const double* knot;
@@ -81,59 +53,6 @@ struct InvKernel {
     inv[m] = h == 0 ? 0.0 : 1.0 / h;
   }
 };
-
-template <int K>
-struct Taps {
-  int64_t idx[K];
-  double w[K];
-};
-
-TESSERA_HD inline double frac(double v, double a, double h) { return h == 0 ? 0.0 : (v - a) / h; }
-
-// cpu's linear_taps.
-TESSERA_HD inline Taps<2> linear_taps(const AxisView& a, int64_t i, double v, bool slope) {
-  const double h = a.knot[i] - a.knot[i - 1];
-  if (slope) return {{i - 1, i}, {-a.inv[i - 1], a.inv[i - 1]}};
-  return {{i - 1, i}, {frac(a.knot[i], v, h), frac(v, a.knot[i - 1], h)}};
-}
-
-// cpu's cubic_taps, operation for operation.
-TESSERA_HD inline Taps<4> cubic_taps(const AxisView& a, int64_t i, double v, bool slope) {
-  const double h = a.knot[i] - a.knot[i - 1];
-  const double s = a.inv[i - 1];
-  const double t = frac(v, a.knot[i - 1], h);
-  const double t2 = t * t, t3 = t2 * t;
-  double h0 = 1 - 3 * t2 + 2 * t3, h1 = 3 * t2 - 2 * t3;
-  double g0 = h * (t - 2 * t2 + t3), g1 = h * (t3 - t2);
-  if (slope) {
-    h0 = (6 * t2 - 6 * t) * s;
-    h1 = -h0;
-    g0 = s == 0 ? 0.0 : 1 - 4 * t + 3 * t2;
-    g1 = s == 0 ? 0.0 : 3 * t2 - 2 * t;
-  }
-  Taps<4> r{{i - 2, i - 1, i, i + 1}, {0, h0, h1, 0}};
-  if (i - 1 == 0) {
-    r.w[1] -= g0 * s;
-    r.w[2] += g0 * s;
-  } else {
-    const double sl = a.inv[i - 2];
-    r.w[0] -= 0.5 * g0 * sl;
-    r.w[1] += 0.5 * g0 * sl - 0.5 * g0 * s;
-    r.w[2] += 0.5 * g0 * s;
-  }
-  if (i == a.n - 1) {
-    r.w[1] -= g1 * s;
-    r.w[2] += g1 * s;
-  } else {
-    const double sr = a.inv[i];
-    r.w[1] -= 0.5 * g1 * s;
-    r.w[2] += 0.5 * g1 * s - 0.5 * g1 * sr;
-    r.w[3] += 0.5 * g1 * sr;
-  }
-  if (r.idx[0] < 0) r.idx[0] = i - 1;
-  if (r.idx[3] > a.n - 1) r.idx[3] = i;
-  return r;
-}
 
 // One query's taps on both axes; `filled` for a query the fill answers.
 struct QueryTaps {
@@ -228,24 +147,6 @@ struct EntryKernel {
   }
 };
 
-// start[row] = the first sorted entry of a row >= `row`.
-struct StartKernel {
-  const std::uint64_t* key;
-  int64_t m;
-  int64_t* start;
-  TESSERA_HD void operator()(int64_t row) const {
-    int64_t lo = 0, hi = m;
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (key[mid] < static_cast<std::uint64_t>(row))
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    start[row] = lo;
-  }
-};
-
 template <class T, int K>
 struct GatherKernel {
   const int64_t* start;
@@ -280,12 +181,6 @@ struct Layout {
 
 std::size_t align(std::size_t b) { return (b + 255) / 256 * 256; }
 
-int bits_for(std::uint64_t v) {
-  int b = 1;
-  while (b < 64 && (v >> b) != 0) ++b;
-  return b;
-}
-
 Layout layout(const Interp2dParams& p, const Interp2dGrid& g, int64_t n, bool transposed) {
   Layout l;
   std::size_t at = 0;
@@ -307,12 +202,7 @@ Layout layout(const Interp2dParams& p, const Interp2dGrid& g, int64_t n, bool tr
     l.val_out = take(m * 8);
     l.weight = take(m * 8);
     l.start = take(static_cast<std::size_t>(rows + 1) * 8);
-    if (!current("interp2d_transpose").emulated && m > 0) {
-      cub::DeviceRadixSort::SortPairs(nullptr, l.sort_bytes, static_cast<const std::uint64_t*>(nullptr),
-                                      static_cast<std::uint64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
-                                      static_cast<int64_t*>(nullptr), static_cast<int64_t>(m), 0,
-                                      bits_for(static_cast<std::uint64_t>(rows)));
-    }
+    l.sort_bytes = sort_pairs_bytes("interp2d_transpose", static_cast<int64_t>(m), static_cast<std::uint64_t>(rows));
     l.sort = take(l.sort_bytes);
   }
   l.total = at;
@@ -330,8 +220,8 @@ Setup setup(const Interp2dParams& p, const Interp2dGrid& g, const void* xq, DTyp
   double* ix = kx + g.nx;
   double* ky = ix + g.nx;
   double* iy = ky + g.ny;
-  for_each(op, g.nx, KnotKernel{g.x, g.x_dtype, kx});
-  for_each(op, g.ny, KnotKernel{g.y, g.y_dtype, ky});
+  for_each(op, g.nx, LoadAsKernel<double>{g.x, g.x_dtype, kx});
+  for_each(op, g.ny, LoadAsKernel<double>{g.y, g.y_dtype, ky});
   for_each(op, g.nx - 1, InvKernel{kx, ix});
   for_each(op, g.ny - 1, InvKernel{ky, iy});
   return Setup{AxisView{kx, ix, g.nx},
@@ -344,28 +234,6 @@ Setup setup(const Interp2dParams& p, const Interp2dGrid& g, const void* xq, DTyp
                p.method == Interp2dMethod::Cubic,
                p.deriv == Interp2dDeriv::X,
                p.deriv == Interp2dDeriv::Y};
-}
-
-// Sorts the m entries by key, stably (equal keys keep increasing e).
-void sort_entries(const char* op, std::uint64_t* key, std::uint64_t* key_out, int64_t* val, int64_t* val_out,
-                  int64_t m, int64_t rows, void* temp, std::size_t temp_bytes) {
-  const Current& c = current(op);
-  if (c.emulated) {
-    // A counting sort on the host (emulated device memory is host memory).
-    std::vector<int64_t> next(static_cast<std::size_t>(rows) + 2, 0);
-    for (int64_t e = 0; e < m; ++e) ++next[key[e] + 1];
-    for (int64_t r = 0; r <= rows; ++r) next[r + 1] += next[r];
-    for (int64_t e = 0; e < m; ++e) {
-      const int64_t to = next[key[e]]++;
-      key_out[to] = key[e];
-      val_out[to] = val[e];
-    }
-    return;
-  }
-  check(static_cast<int>(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key, key_out, val, val_out, m, 0,
-                                                         bits_for(static_cast<std::uint64_t>(rows)),
-                                                         static_cast<cudaStream_t>(c.stream))),
-        op, "a radix sort");
 }
 
 template <class F>
@@ -422,8 +290,9 @@ void interp2d_transpose(const Interp2dParams& p, const Interp2dGrid& g, const vo
       constexpr int K = decltype(kc)::value;
       const int64_t m = n * K * K;
       for_each(op, n, EntryKernel<T, K>{s, g.ny, rows, key, val, weight});
-      sort_entries(op, key, key_out, val, val_out, m, rows, at<void>(scratch, l.sort), l.sort_bytes);
-      for_each(op, rows + 1, StartKernel{key_out, m, start});
+      sort_pairs(op, key, key_out, val, val_out, m, static_cast<std::uint64_t>(rows), at<void>(scratch, l.sort),
+                 l.sort_bytes);
+      for_each(op, rows + 1, RunStartKernel{key_out, m, start});
       for_each(op, rows * rest,
                GatherKernel<T, K>{start, val_out, weight, static_cast<const T*>(ct), rest, static_cast<T*>(table)});
     };

@@ -18,18 +18,8 @@
 namespace tessera::cuda {
 
 using detail::Interp2dDeriv;
+using detail::Interp2dGrid;
 using detail::Interp2dMethod;
-
-/// The knots of one call (any real dtype each; read as f64), as
-/// cpu::Interp2dGrid.
-struct Interp2dGrid {
-  const void* x = nullptr;
-  DType x_dtype = DType::f64;
-  std::int64_t nx = 0;  // >= 2
-  const void* y = nullptr;
-  DType y_dtype = DType::f64;
-  std::int64_t ny = 0;  // >= 2
-};
 
 /// What an interp2d call computes (the primitive's parameters).
 struct Interp2dParams {

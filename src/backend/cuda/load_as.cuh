@@ -28,4 +28,13 @@ TESSERA_HD T load_as(const void* p, DType dt, std::int64_t i) {
   return T{};
 }
 
+/// out[i] = element i of p (dtype dt) as T: a for_each functor.
+template <class T>
+struct LoadAsKernel {
+  const void* p;
+  DType dt;
+  T* out;
+  TESSERA_HD void operator()(std::int64_t i) const { out[i] = load_as<T>(p, dt, i); }
+};
+
 }  // namespace tessera::cuda

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backend/cuda/atomics.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/search.hpp"
@@ -34,22 +35,6 @@ using std::int64_t;
 using std::uint64_t;
 
 using detail::dispatch;
-
-TESSERA_HD inline void atomic_min(int64_t* p, int64_t v) {
-#if defined(__CUDA_ARCH__)
-  atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-#else
-  if (v < *p) *p = v;
-#endif
-}
-
-TESSERA_HD inline void atomic_add(int64_t* p, int64_t v) {
-#if defined(__CUDA_ARCH__)
-  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-#else
-  *p += v;
-#endif
-}
 
 // ------------------------------------------------------------ searchsorted
 

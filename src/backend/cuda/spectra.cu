@@ -26,16 +26,16 @@
 #include "kernels/convert.hpp"  // first: see launch.cuh
 #include "kernels/portable.hpp"
 
-#include <cub/device/device_radix_sort.cuh>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/atomics.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/spectra.hpp"
 #include "backend/cuda/load_as.cuh"
+#include "backend/cuda/sort_pairs.cuh"
 
 namespace tessera::cuda {
 
@@ -63,14 +63,6 @@ TESSERA_HD inline int64_t load_id(const void* p, DType dt, int64_t i) {
   return -1;
 }
 
-TESSERA_HD inline void atomic_min(int64_t* p, int64_t v) {
-#if defined(__CUDA_ARCH__)
-  atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-#else
-  if (v < *p) *p = v;
-#endif
-}
-
 // std::max(a, b): b where a < b, else a (NaN order included).
 TESSERA_HD inline double max_of(double a, double b) { return a < b ? b : a; }
 
@@ -94,13 +86,6 @@ struct Grid {
     while (j < T && (strict ? t[j] < v : t[j] <= v)) ++j;
     return j;
   }
-};
-
-struct TargetKernel {
-  const void* p;
-  DType dt;
-  double* t;
-  TESSERA_HD void operator()(int64_t j) const { t[j] = load_as<double>(p, dt, j); }
 };
 
 struct DtKernel {
@@ -164,6 +149,25 @@ struct Wave {
   }
 };
 
+// A row's sums over the cells k >= 1 whose upper wavelength w[k] lies on
+// the target grid [tlo, thi]: lin of s[k] * (w[k] - w[k-1]) and bsum of
+// s[k] * (base[k] - base[k-1]), each in k order from 0 (the CPU's order).
+struct OnGridSums {
+  double lin = 0, bsum = 0;
+};
+TESSERA_HD inline OnGridSums on_grid_sums(const Wave& w, double tlo, double thi) {
+  const Rows& r = w.r;
+  const int64_t i = w.i;
+  OnGridSums out;
+  for (int64_t k = 1; k < r.a.K; ++k) {
+    const double wk = w(k);
+    if (!(wk >= tlo && wk <= thi)) continue;
+    out.lin += r.s(i, k) * (wk - w(k - 1));
+    out.bsum += r.s(i, k) * (r.base(i, k) - r.base(i, k - 1));
+  }
+  return out;
+}
+
 // Rows grouped by segment: key = the segment (S: dropped), value = the row.
 struct IdKernel {
   ResampleRows a;
@@ -175,23 +179,6 @@ struct IdKernel {
     id[i] = (s >= 0 && s < a.S) ? s : -1;
     key[i] = static_cast<std::uint64_t>(id[i] < 0 ? a.S : id[i]);
     val[i] = i;
-  }
-};
-
-struct StartKernel {
-  const std::uint64_t* key;
-  int64_t m;
-  int64_t* start;
-  TESSERA_HD void operator()(int64_t s) const {
-    int64_t lo = 0, hi = m;
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (key[mid] < static_cast<std::uint64_t>(s))
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    start[s] = lo;
   }
 };
 
@@ -415,13 +402,8 @@ struct RowTangentKernel {
     const Wave w{r, i, r.scale(i)};
     const double tlo = t[0], thi = t[T - 1];
     if (lm::isnan(w(0)) || lm::isnan(w(K - 1))) return;
-    double lin = 0, bsum = 0;
-    for (int64_t k = 1; k < K; ++k) {
-      const double wk = w(k);
-      if (!(wk >= tlo && wk <= thi)) continue;
-      lin += r.s(i, k) * (wk - w(k - 1));
-      bsum += r.s(i, k) * (r.base(i, k) - r.base(i, k - 1));
-    }
+    const OnGridSums sums = on_grid_sums(w, tlo, thi);
+    const double lin = sums.lin, bsum = sums.bsum;
     int64_t* ce = cend + i * K;
     Lout lo(T, g.dt);
     int64_t j = 0;
@@ -606,14 +588,8 @@ struct RowTransposeKernel {
     const Wave w{r, i, r.scale(i)};
     const double tlo = t[0], thi = t[T - 1];
     if (lm::isnan(w(0)) || lm::isnan(w(K - 1))) return;
-    double lin = 0, bsum = 0;
-    for (int64_t k = 1; k < K; ++k) {
-      const double wk = w(k);
-      if (wk >= tlo && wk <= thi) {
-        lin += r.s(i, k) * (wk - w(k - 1));
-        bsum += r.s(i, k) * (r.base(i, k) - r.base(i, k - 1));
-      }
-    }
+    const OnGridSums sums = on_grid_sums(w, tlo, thi);
+    const double lin = sums.lin, bsum = sums.bsum;
     const double first = r.s(i, 0), last = r.s(i, K - 1);
     const int64_t below = K == 1 ? T : g.first_at_or_above(w(0), 0, true);
     const double* cc = ct + seg * T;
@@ -668,12 +644,6 @@ struct RowTransposeKernel {
 
 std::size_t align(std::size_t b) { return (b + 255) / 256 * 256; }
 
-int bits_for(std::uint64_t v) {
-  int b = 1;
-  while (b < 64 && (v >> b) != 0) ++b;
-  return b;
-}
-
 struct Layout {
   std::size_t t, dt, g, pd, ptd, id, key, key_out, val, val_out, start, cend, row[5], valid, first, sort, total;
   std::size_t sort_bytes = 0;
@@ -703,11 +673,7 @@ Layout layout(const ResampleRows& a) {
   for (std::size_t& r : l.row) r = take(n * 8);
   l.valid = take(n);
   l.first = take(8);
-  if (!current("resample_accumulate").emulated && n > 0)
-    cub::DeviceRadixSort::SortPairs(nullptr, l.sort_bytes, static_cast<const std::uint64_t*>(nullptr),
-                                    static_cast<std::uint64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
-                                    static_cast<int64_t*>(nullptr), a.n, 0,
-                                    bits_for(static_cast<std::uint64_t>(a.S)));
+  l.sort_bytes = sort_pairs_bytes("resample_accumulate", a.n, static_cast<std::uint64_t>(a.S));
   l.sort = take(l.sort_bytes);
   l.total = at;
   return l;
@@ -746,7 +712,7 @@ Prepared prepare(const char* op, const ResampleRows& a, void* scratch, const Lay
   double* gp = at<double>(scratch, l.g);
   double* pd = at<double>(scratch, l.pd);
   double* ptd = at<double>(scratch, l.ptd);
-  for_each(op, T, TargetKernel{a.target, a.target_dt, t});
+  for_each(op, T, LoadAsKernel<double>{a.target, a.target_dt, t});
   for_each(op, T, DtKernel{t, dt});
   for_each(op, 1, GridParamsKernel{t, dt, T, gp, pd, ptd});
   int64_t* id = at<int64_t>(scratch, l.id);
@@ -755,26 +721,10 @@ Prepared prepare(const char* op, const ResampleRows& a, void* scratch, const Lay
   auto* val = at<int64_t>(scratch, l.val);
   auto* val_out = at<int64_t>(scratch, l.val_out);
   for_each(op, n, IdKernel{a, id, key, val});
-  const Current& c = current(op);
-  if (c.emulated) {
-    // A counting sort on the host (emulated device memory is host memory).
-    std::vector<int64_t> next(static_cast<std::size_t>(S) + 2, 0);
-    for (int64_t i = 0; i < n; ++i) ++next[key[i] + 1];
-    for (int64_t s = 0; s <= S; ++s) next[s + 1] += next[s];
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t to = next[key[i]]++;
-      key_out[to] = key[i];
-      val_out[to] = val[i];
-    }
-  } else {
-    std::size_t bytes = l.sort_bytes;
-    check(static_cast<int>(cub::DeviceRadixSort::SortPairs(at<void>(scratch, l.sort), bytes, key, key_out, val,
-                                                           val_out, n, 0, bits_for(static_cast<std::uint64_t>(S)),
-                                                           static_cast<cudaStream_t>(c.stream))),
-          op, "a radix sort");
-  }
+  sort_pairs(op, key, key_out, val, val_out, n, static_cast<std::uint64_t>(S), at<void>(scratch, l.sort),
+             l.sort_bytes);
   int64_t* start = at<int64_t>(scratch, l.start);
-  for_each(op, S + 1, StartKernel{key_out, n, start});
+  for_each(op, S + 1, RunStartKernel{key_out, n, start});
   return Prepared{Grid{t, dt, gp, pd, ptd, T}, Rows{a, id}, val_out, start, at<int64_t>(scratch, l.cend)};
 }
 

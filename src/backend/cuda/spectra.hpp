@@ -14,29 +14,15 @@
 #include <cstdint>
 #include <string>
 
+#include "core/spectra_rows.hpp"
 #include "tessera/dtype.hpp"
 
 namespace tessera::cuda {
 
-/// One device's rows (cpu::ResampleArgs's operands): flux (n, K), wave (K,)
-/// or (n, K), target (T,), segment ids (n,), weights and wave scales (n,)
-/// or null; S segments.
-struct ResampleRows {
-  std::int64_t n = 0, K = 0, T = 0, S = 0;
-  const void* flux = nullptr;
-  DType flux_dt = DType::f32;
-  const void* wave = nullptr;
-  DType wave_dt = DType::f32;
-  bool wave_per_row = false;
-  const void* scale = nullptr;
-  DType scale_dt = DType::f32;
-  const void* weights = nullptr;
-  DType weights_dt = DType::f32;
-  const void* target = nullptr;
-  DType target_dt = DType::f32;
-  const void* seg = nullptr;
-  DType seg_dt = DType::i32;
-};
+/// One device's rows and their tangents (core/spectra_rows.hpp, the
+/// CPU's too).
+using detail::ResampleRows;
+using detail::ResampleTangents;
 
 /// Scratch bytes for any of the three kernels over these rows.
 std::size_t resample_scratch(const ResampleRows& a);
@@ -48,15 +34,7 @@ std::string resample_accumulate(const ResampleRows& a, double max_abs, const dou
 
 /// cpu::resample_tangent's rows after its checks of the bound: with rowmax,
 /// each row's largest |term|; else out (3, S, T) gets the limbs (sigma) of
-/// the terms. Tangents of dtype *_dt, null where zero.
-struct ResampleTangents {
-  const void* tflux = nullptr;
-  DType tflux_dt = DType::f64;
-  const void* tweights = nullptr;
-  DType tweights_dt = DType::f64;
-  const void* tscale = nullptr;
-  DType tscale_dt = DType::f64;
-};
+/// the terms.
 void resample_tangent(const ResampleRows& a, const ResampleTangents& t, const double sigma[3], double* rowmax,
                       double* out, void* scratch);
 
