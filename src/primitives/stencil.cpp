@@ -79,6 +79,57 @@ std::string Diff::params() const {
   return s;
 }
 
+// The rows of the virtual sequence prepend | x | append along the axis that
+// the block's output rows [a, b) read, rows [a, b + n), as runs (sorted,
+// disjoint, relative to a): prepend rows [0, np) (whole on every device),
+// the x rows the engine brought (its box: x rows [a - np, b + n - np) cut at
+// x's ends) at np + their index, and append rows after x. When the box is
+// cut before it reaches b + n - np, x ends there (L = the box's stop) and
+// the append follows; otherwise no append row is read. A rank-0 prepend or
+// append is a broadcast run of one row.
+std::vector<RowRun> Diff::read_runs(const LocalArgs& in, const std::vector<LocalArgs>& pieces,
+                                    const LocalOut& res) const {
+  const int n = n_, axis = axis_;
+  const DType dt = res.dtype;
+  const std::int64_t a = res.box[axis].start, e = res.box[axis].stop + n;
+  const std::int64_t row = lines_of(res.shape, axis).inner;
+  const auto isz = static_cast<std::int64_t>(itemsize(dt));
+  const LocalIn& x = in[0];
+  const LocalIn* pre = pre_ ? &in[prepend_index()] : nullptr;
+  const LocalIn* app = app_ ? &in[append_index()] : nullptr;
+  const std::int64_t np = !pre ? 0 : pre->shape.empty() ? 1 : pre->box[axis].stop;
+  const Slice xs = x.box[axis];
+  const bool x_ends = xs.stop < e - np;  // the box was cut by x's end: L = xs.stop
+  // The part of [s0, s1) inside [a, e), of a block whose row s0 starts at
+  // `data`.
+  std::vector<RowRun> runs;
+  auto add = [&](const void* data, std::int64_t s0, std::int64_t s1, std::int64_t stride, bool broadcast) {
+    const std::int64_t c0 = std::max(s0, a), c1 = std::min(s1, e);
+    if (c1 <= c0) return;
+    const void* p = broadcast ? data : static_cast<const unsigned char*>(data) + (c0 - s0) * row * isz;
+    runs.push_back(RowRun{p, dt, c0 - a, c1 - a, stride, broadcast});
+  };
+  if (pre) {
+    if (pre->shape.empty()) {
+      if (a < 1) add(pre->data, 0, 1, 0, true);
+    } else {
+      add(pre->data, 0, np, np * row, false);
+    }
+  }
+  for (const RowRun& g : row_segments<RowRun>(x, held_of(pieces, 0), axis, row, np))
+    add(g.data, g.start, g.stop, g.outer_stride, false);
+  if (app && x_ends) {
+    const std::int64_t s0 = np + xs.stop;
+    if (app->shape.empty()) {
+      add(app->data, s0, s0 + 1, 0, true);
+    } else {
+      const std::int64_t na = app->box[axis].stop;
+      add(app->data, s0, s0 + na, na * row, false);
+    }
+  }
+  return runs;
+}
+
 // =================================================================== cumsum
 
 std::vector<TypeInfo> Cumsum::infer(std::span<const AbstractArray> in) const {

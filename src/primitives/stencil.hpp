@@ -17,8 +17,11 @@
 // whole on every device.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "core/lines.hpp"
 #include "core/promote.hpp"
 #include "primitives/primitive.hpp"
 
@@ -46,6 +49,10 @@ class Diff final : public Primitive {
   TESSERA_DECLARE_BATCH;
   TESSERA_DECLARE_JVP;
   TESSERA_DECLARE_TRANSPOSE;
+
+  /// The rows of prepend | x | append that the result block `res` (not
+  /// empty) reads, for every backend's eval_halo: see primitives/stencil.cpp.
+  std::vector<RowRun> read_runs(const LocalArgs& in, const std::vector<LocalArgs>& pieces, const LocalOut& res) const;
 
  private:
   // Operand indices of prepend and append (-1 when absent).
@@ -165,5 +172,30 @@ PrimitivePtr make_convolve(int axis);
 PrimitivePtr make_convolve2d();
 PrimitivePtr make_gradient(int axis, double spacing);
 PrimitivePtr make_interp();
+
+/// The pieces a halo-reading eval gets operand i in (none: its one buffer).
+inline const LocalArgs& held_of(const std::vector<LocalArgs>& pieces, std::size_t i) {
+  static const LocalArgs none;
+  return i < pieces.size() ? pieces[i] : none;
+}
+
+/// Operand `a`'s rows along `axis`, numbered from `shift`, as segments of
+/// a backend's kind (Segment{data, dtype, start, stop, outer_stride}; rows
+/// of `inner` elements): the buffers `held` holds it in (held_of), or its
+/// one buffer.
+template <class Segment>
+std::vector<Segment> row_segments(const LocalIn& a, const LocalArgs& held, int axis, std::int64_t inner,
+                                  std::int64_t shift) {
+  std::vector<Segment> segs;
+  auto add = [&](const LocalIn& p) {
+    const Slice r = p.box[axis];
+    if (r.size() > 0) segs.push_back(Segment{p.data, p.dtype, r.start + shift, r.stop + shift, r.size() * inner});
+  };
+  if (held.empty())
+    add(a);
+  else
+    for (const LocalIn& p : held) add(p);
+  return segs;
+}
 
 }  // namespace tessera::detail

@@ -18,102 +18,35 @@
 
 namespace tessera::detail {
 
-using cpu::Lines;
-using cpu::lines_of;
 using cpu::Segment;
-
-namespace {
-
-// Operand `a`'s rows along `axis`, numbered from `shift`, as segments (rows
-// of `inner` elements): the buffers `held` holds it in (eval_halo's pieces),
-// or its one buffer.
-std::vector<Segment> row_segments(const LocalIn& a, const LocalArgs& held, int axis, std::int64_t inner,
-                                  std::int64_t shift) {
-  std::vector<Segment> segs;
-  auto add = [&](const LocalIn& p) {
-    const Slice r = p.box[axis];
-    if (r.size() > 0) segs.push_back(Segment{p.data, p.dtype, r.start + shift, r.stop + shift, r.size() * inner});
-  };
-  if (held.empty())
-    add(a);
-  else
-    for (const LocalIn& p : held) add(p);
-  return segs;
-}
-
-// The pieces operand i is held in (none: its one buffer).
-const LocalArgs& held_of(const std::vector<LocalArgs>& pieces, size_t i) {
-  static const LocalArgs none;
-  return i < pieces.size() ? pieces[i] : none;
-}
-
-}  // namespace
 
 // ===================================================================== diff
 
 void Diff::eval_cpu(const LocalArgs& in, LocalOuts& out) const { eval_halo(in, {}, out); }
 
-// The rows of the virtual sequence prepend | x | append along the axis that
-// the block's output rows [a, b) read, rows [a, b + n), as segments (sorted,
-// disjoint, relative to a): prepend rows [0, np) (whole on every device),
-// the x rows the engine brought (its box: x rows [a - np, b + n - np) cut at
-// x's ends) at np + their index, and append rows after x. When the box is
-// cut before it reaches b + n - np, x ends there (L = the box's stop) and
-// the append follows; otherwise no append row is read.
+// The rows the block reads (Diff::read_runs), a rank-0 prepend or append
+// broadcast into a row of its own.
 void Diff::eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const {
   const LocalOut& res = out[0];
-  const int n = n_, axis = axis_;
-  const Lines ol = lines_of(res.shape, axis);
+  const Lines ol = lines_of(res.shape, axis_);
   if (ol.len == 0 || ol.outer * ol.inner == 0) return;
   const DType dt = res.dtype;
-  const std::int64_t a = res.box[axis].start, e = res.box[axis].stop + n;
-  const std::int64_t row = ol.inner;
-  const auto isz = static_cast<std::int64_t>(itemsize(dt));
-  const LocalIn& x = in[0];
-  const LocalIn* pre = pre_ ? &in[prepend_index()] : nullptr;
-  const LocalIn* app = app_ ? &in[append_index()] : nullptr;
-  const std::int64_t np = !pre ? 0 : pre->shape.empty() ? 1 : pre->box[axis].stop;
-  const Slice xs = x.box[axis];
-  const bool x_ends = xs.stop < e - np;  // the box was cut by x's end: L = xs.stop
-  // Segments in sequence rows relative to a: the part of [s0, s1) inside
-  // [a, e), of a block whose row s0 starts at `data`.
   std::vector<Segment> segs;
-  auto add_seg = [&](const void* data, std::int64_t s0, std::int64_t s1, std::int64_t stride) {
-    const std::int64_t c0 = std::max(s0, a), c1 = std::min(s1, e);
-    if (c1 > c0)
-      segs.push_back(
-          Segment{static_cast<const unsigned char*>(data) + (c0 - s0) * row * isz, dt, c0 - a, c1 - a, stride});
-  };
-  // A rank-0 prepend/append broadcast to one row (one buffer each).
-  std::vector<unsigned char> pre_row, app_row;
-  auto broadcast_row = [&](const LocalIn& s, std::vector<unsigned char>& buf) {
-    buf.resize(static_cast<size_t>(ol.outer * row * isz));
+  std::vector<std::vector<unsigned char>> rows;  // the broadcast rows
+  for (const RowRun& r : read_runs(in, pieces, res)) {
+    if (!r.broadcast) {
+      segs.push_back(Segment{r.data, dt, r.start, r.stop, r.outer_stride});
+      continue;
+    }
+    std::vector<unsigned char>& buf = rows.emplace_back(static_cast<size_t>(ol.outer * ol.inner) * itemsize(dt));
     dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
-      const T v = *static_cast<const T*>(s.data);
-      std::fill_n(reinterpret_cast<T*>(buf.data()), ol.outer * row, v);
+      const T v = *static_cast<const T*>(r.data);
+      std::fill_n(reinterpret_cast<T*>(buf.data()), ol.outer * ol.inner, v);
     });
-    return static_cast<const void*>(buf.data());
-  };
-  if (pre) {
-    if (pre->shape.empty()) {
-      if (a < 1) add_seg(broadcast_row(*pre, pre_row), 0, 1, row);
-    } else {
-      add_seg(pre->data, 0, np, np * row);
-    }
+    segs.push_back(Segment{buf.data(), dt, r.start, r.stop, ol.inner});
   }
-  for (const Segment& g : row_segments(x, held_of(pieces, 0), axis, row, np))
-    add_seg(g.data, g.start, g.stop, g.outer_stride);
-  if (app && x_ends) {
-    const std::int64_t s0 = np + xs.stop;
-    if (app->shape.empty()) {
-      add_seg(broadcast_row(*app, app_row), s0, s0 + 1, row);
-    } else {
-      const std::int64_t na = app->box[axis].stop;
-      add_seg(app->data, s0, s0 + na, na * row);
-    }
-  }
-  cpu::diff_block(dt, segs, res.data, ol, n);
+  cpu::diff_block(dt, segs, res.data, ol, n_);
 }
 
 // =================================================================== cumsum
@@ -156,7 +89,7 @@ void Convolve::eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& piec
   const Lines l = lines_of(res.shape, axis_);
   if (l.outer * l.len * l.inner == 0) return;
   const std::int64_t K = w.shape[0];
-  const std::vector<Segment> segs = row_segments(x, held_of(pieces, 0), axis_, l.inner, 0);
+  const std::vector<Segment> segs = row_segments<Segment>(x, held_of(pieces, 0), axis_, l.inner, 0);
   Segment mid;
   for (const Segment& g : segs)
     if (g.stop - g.start > mid.stop - mid.start) mid = g;
@@ -185,8 +118,8 @@ void Gradient::eval_halo(const LocalArgs& in, const std::vector<LocalArgs>& piec
   const Lines l = lines_of(res.shape, axis_);
   if (l.outer * l.len * l.inner == 0) return;
   const Slice s = in[0].box[axis_];
-  cpu::gradient_block(res.dtype, row_segments(in[0], held_of(pieces, 0), axis_, l.inner, 0), s.start, s.stop, res.data,
-                      l, res.box[axis_].start, spacing_);
+  cpu::gradient_block(res.dtype, row_segments<Segment>(in[0], held_of(pieces, 0), axis_, l.inner, 0), s.start, s.stop,
+                      res.data, l, res.box[axis_].start, spacing_);
 }
 
 // =================================================================== interp

@@ -322,14 +322,6 @@ void interp_values(const void* x, DType xdt, To* out, std::int64_t n, const std:
 
 }  // namespace
 
-Lines lines_of(const Shape& s, int axis) {
-  Lines l;
-  for (int d = 0; d < axis; ++d) l.outer *= s[d];
-  l.len = s[axis];
-  for (size_t d = axis + 1; d < s.size(); ++d) l.inner *= s[d];
-  return l;
-}
-
 void diff_block(DType t, const std::vector<Segment>& segs, void* out, const Lines& ol, int n) {
   detail::dispatch(t, [&](auto tag) {
     using T = decltype(tag);

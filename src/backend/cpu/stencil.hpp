@@ -13,17 +13,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/lines.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/sharding.hpp"
 
 namespace tessera::detail::cpu {
 
-/// A block's sizes around `axis`: (outer, len, inner).
-struct Lines {
-  std::int64_t outer = 1, len = 0, inner = 1;
-};
-
-Lines lines_of(const Shape& s, int axis);
+/// A block's sizes around `axis`: (outer, len, inner) (core/lines.hpp, the
+/// GPU's too).
+using detail::Lines;
+using detail::lines_of;
 
 /// Consecutive rows [start, stop) of a line sequence, for every outer index:
 /// row r of outer index o starts at element o * outer_stride + (r - start) * inner.

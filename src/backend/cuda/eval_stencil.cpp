@@ -20,36 +20,6 @@ namespace tessera::detail {
 
 namespace {
 
-// Operand `a`'s rows along `axis`, numbered from `shift`, as segments (rows
-// of `inner` elements): the pieces it is held in, or its one buffer.
-std::vector<cuda::Segment> row_segments(const LocalIn& a, const LocalArgs& held, int axis, std::int64_t inner,
-                                        std::int64_t shift) {
-  std::vector<cuda::Segment> segs;
-  auto add = [&](const LocalIn& p) {
-    const Slice r = p.box[axis];
-    if (r.size() > 0)
-      segs.push_back(cuda::Segment{p.data, p.dtype, r.start + shift, r.stop + shift, r.size() * inner, false});
-  };
-  if (held.empty())
-    add(a);
-  else
-    for (const LocalIn& p : held) add(p);
-  return segs;
-}
-
-const LocalArgs& held_of(const std::vector<LocalArgs>& pieces, size_t i) {
-  static const LocalArgs none;
-  return i < pieces.size() ? pieces[i] : none;
-}
-
-cuda::Lines lines_of(const Shape& s, int axis) {
-  cuda::Lines l;
-  for (int d = 0; d < axis; ++d) l.outer *= s[d];
-  l.len = s[axis];
-  for (size_t d = axis + 1; d < s.size(); ++d) l.inner *= s[d];
-  return l;
-}
-
 // Scratch device memory of the calling thread's device (freed, in the
 // stream's order, when the Buffer goes).
 Buffer scratch(std::int64_t nbytes) { return Buffer(current_device(), static_cast<std::size_t>(nbytes)); }
@@ -69,49 +39,15 @@ const void* values_as(const void* p, DType from, DType to, std::int64_t n, Buffe
 
 void Diff::eval_cuda(const LocalArgs& in, LocalOuts& out) const { eval_halo_cuda(in, {}, out); }
 
-// As Diff::eval_halo (backend/cpu/eval_stencil.cpp): the sequence prepend |
-// x | append's rows [a, a + m + n) as segments relative to a; a rank-0
-// prepend or append is a broadcast segment of one row.
+// The rows the block reads (Diff::read_runs, as the CPU's), a rank-0
+// prepend or append a broadcast segment of one row.
 void Diff::eval_halo_cuda(const LocalArgs& in, const std::vector<LocalArgs>& pieces, LocalOuts& out) const {
   const LocalOut& res = out[0];
-  const int n = n_, axis = axis_;
-  const cuda::Lines ol = lines_of(res.shape, axis);
+  const int n = n_;
+  const cuda::Lines ol = lines_of(res.shape, axis_);
   if (ol.len == 0 || ol.outer * ol.inner == 0) return;
   const DType dt = res.dtype;
-  const std::int64_t a = res.box[axis].start, e = res.box[axis].stop + n;
-  const std::int64_t row = ol.inner;
-  const auto isz = static_cast<std::int64_t>(itemsize(dt));
-  const LocalIn& x = in[0];
-  const LocalIn* pre = pre_ ? &in[prepend_index()] : nullptr;
-  const LocalIn* app = app_ ? &in[append_index()] : nullptr;
-  const std::int64_t np = !pre ? 0 : pre->shape.empty() ? 1 : pre->box[axis].stop;
-  const Slice xs = x.box[axis];
-  const bool x_ends = xs.stop < e - np;
-  std::vector<cuda::Segment> segs;
-  auto add_seg = [&](const void* data, std::int64_t s0, std::int64_t s1, std::int64_t stride, bool broadcast) {
-    const std::int64_t c0 = std::max(s0, a), c1 = std::min(s1, e);
-    if (c1 <= c0) return;
-    const void* p = broadcast ? data : static_cast<const unsigned char*>(data) + (c0 - s0) * row * isz;
-    segs.push_back(cuda::Segment{p, dt, c0 - a, c1 - a, stride, broadcast});
-  };
-  if (pre) {
-    if (pre->shape.empty()) {
-      if (a < 1) add_seg(pre->data, 0, 1, 0, true);
-    } else {
-      add_seg(pre->data, 0, np, np * row, false);
-    }
-  }
-  for (const cuda::Segment& g : row_segments(x, held_of(pieces, 0), axis, row, np))
-    add_seg(g.data, g.start, g.stop, g.outer_stride, false);
-  if (app && x_ends) {
-    const std::int64_t s0 = np + xs.stop;
-    if (app->shape.empty()) {
-      add_seg(app->data, s0, s0 + 1, 0, true);
-    } else {
-      const std::int64_t na = app->box[axis].stop;
-      add_seg(app->data, s0, s0 + na, na * row, false);
-    }
-  }
+  const std::vector<cuda::Segment> segs = read_runs(in, pieces, res);
   const std::int64_t nscratch = cuda::diff_scratch_bytes(dt, ol, n);
   Buffer tmp = nscratch > 0 ? scratch(nscratch) : Buffer();
   cuda::diff(dt, segs, res.data, ol, n, tmp.device_data());
@@ -154,7 +90,7 @@ void Convolve::eval_halo_cuda(const LocalArgs& in, const std::vector<LocalArgs>&
   const std::int64_t K = w.shape[0];
   Buffer taps;
   const void* wt = values_as(w.data, w.dtype, res.dtype, K, taps);
-  cuda::convolve(res.dtype, row_segments(x, held_of(pieces, 0), axis_, l.inner, 0), res.data, l,
+  cuda::convolve(res.dtype, row_segments<cuda::Segment>(x, held_of(pieces, 0), axis_, l.inner, 0), res.data, l,
                  res.box[axis_].start, wt, K, K / 2);
 }
 
@@ -179,8 +115,8 @@ void Gradient::eval_halo_cuda(const LocalArgs& in, const std::vector<LocalArgs>&
   const cuda::Lines l = lines_of(res.shape, axis_);
   if (l.outer * l.len * l.inner == 0) return;
   const Slice s = in[0].box[axis_];
-  cuda::gradient(res.dtype, row_segments(in[0], held_of(pieces, 0), axis_, l.inner, 0), s.start, s.stop, res.data,
-                 l, res.box[axis_].start, spacing_);
+  cuda::gradient(res.dtype, row_segments<cuda::Segment>(in[0], held_of(pieces, 0), axis_, l.inner, 0), s.start, s.stop,
+                 res.data, l, res.box[axis_].start, spacing_);
 }
 
 // =================================================================== interp

@@ -22,30 +22,23 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/lines.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/sharding.hpp"
 
 namespace tessera::cuda {
 
-/// A block's sizes around its axis: (outer, len, inner).
-struct Lines {
-  std::int64_t outer = 1, len = 0, inner = 1;
-};
+/// A block's sizes around its axis: (outer, len, inner) (core/lines.hpp,
+/// the CPU's too).
+using detail::Lines;
 
 /// The most segments one block is read from (prepend, the rows before,
 /// the own block, the rows after, append).
 inline constexpr int kMaxSegments = 8;
 
-/// Rows [start, stop) of a line sequence: row r of outer index o starts at
-/// element o * outer_stride + (r - start) * inner of `data`; a `broadcast`
-/// segment is one element (a rank-0 prepend or append) read everywhere.
-struct Segment {
-  const void* data = nullptr;
-  DType dtype = DType::f32;
-  std::int64_t start = 0, stop = 0;
-  std::int64_t outer_stride = 0;
-  bool broadcast = false;
-};
+/// Rows [start, stop) of a line sequence, a broadcast one of a rank-0
+/// prepend or append (core/lines.hpp).
+using Segment = detail::RowRun;
 
 /// The n-th difference along the len dim (as jnp.diff; bool differences are
 /// not_equal, integers wrap) into out (dtype t, (ol.outer, ol.len,
