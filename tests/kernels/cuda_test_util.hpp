@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -51,11 +52,71 @@ inline std::string hex(const unsigned char* p, std::size_t n) {
   return s;
 }
 
+/// Elements in a block of shape s.
+inline std::int64_t count(const std::vector<std::int64_t>& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+/// "(2, 3, 4)", for messages.
+inline std::string shape_str(const std::vector<std::int64_t>& s) {
+  std::string out = "(";
+  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
+  return out + ")";
+}
+
+/// The element at p (dtype t) is a NaN, whatever its bits.
+inline bool is_nan(DType t, const unsigned char* p) {
+  if (t == DType::f32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v != v;
+  }
+  if (t == DType::f64) {
+    double v;
+    std::memcpy(&v, p, 8);
+    return v != v;
+  }
+  return false;
+}
+
+/// The same bytes, else a failure naming the first that differs.
+inline void expect_same(const Bytes& a, const Bytes& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      ADD_FAILURE() << what << ": first differing byte " << i;
+      return;
+    }
+}
+
 /// A test whose thread drives an emulated GPU.
 class EmulatedGpu : public ::testing::Test {
  protected:
   void SetUp() override {
     tessera::cuda::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0});
+  }
+};
+
+/// NaN results that differ only in their bits (sign, payload, quiet or
+/// signalling): counted per test by a comparison that allows them, not
+/// failures. Which NaN an x86 operation returns depends on the instruction
+/// and operand order the compiler picked (the CPU's loops are vectorised,
+/// one clone per instruction set, and commute operands), so the CPU's own
+/// NaN bits are not one fixed function of the inputs; a GPU's NaN results
+/// carry no payload at all.
+inline int g_nan_bits = 0;
+
+/// EmulatedGpu, reporting the test's NaN results of other bits.
+class EmulatedGpuNanBits : public EmulatedGpu {
+ protected:
+  void SetUp() override {
+    EmulatedGpu::SetUp();
+    g_nan_bits = 0;
+  }
+  void TearDown() override {
+    if (g_nan_bits > 0) std::printf("  (%d NaN results with other NaN bits than the CPU's)\n", g_nan_bits);
   }
 };
 

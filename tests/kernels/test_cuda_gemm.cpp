@@ -42,18 +42,6 @@ using namespace tessera::testing::cuda;
 namespace {
 
 
-std::int64_t count(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-std::string shape_str(const Shape& s) {
-  std::string out = "(";
-  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
-  return out + ")";
-}
-
 // n elements of dtype t from seed: floats in [-1, 1], integers over their
 // whole range (products and sums wrap), bools mostly false (an OR of ANDs
 // is then not always true).
@@ -116,10 +104,7 @@ const void* ptr(const Bytes& b) { return b.empty() ? nullptr : b.data(); }
   return r;
 }
 
-class CudaGemm : public ::testing::Test {
- protected:
-  void SetUp() override { cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0}); }
-};
+class CudaGemm : public EmulatedGpu {};
 
 struct Case {
   const char* name;

@@ -34,17 +34,7 @@ using namespace tessera::testing::cuda;
 
 namespace {
 
-
-class CudaIndexing : public ::testing::Test {
- protected:
-  void SetUp() override { cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0}); }
-};
-
-Bytes garbage(std::size_t n) {
-  Bytes b(n);
-  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(0x5A ^ (i * 37));
-  return b;
-}
+class CudaIndexing : public EmulatedGpu {};
 
 // Values of dtype t: for floats a mix of magnitudes (so a sum's bits depend
 // on its order), signed zeros and infinities; for integers values that

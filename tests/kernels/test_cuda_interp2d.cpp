@@ -31,24 +31,12 @@ using namespace tessera::testing::cuda;
 
 namespace {
 
-class CudaInterp2d : public ::testing::Test {
- protected:
-  void SetUp() override { cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0}); }
-};
+class CudaInterp2d : public EmulatedGpu {};
 
 Bytes as(DType t, const std::vector<double>& v) {
   Bytes out(v.size() * ts::itemsize(t));
   ts::detail::convert(v.data(), DType::f64, out.data(), t, static_cast<std::int64_t>(v.size()));
   return out;
-}
-
-void expect_same(const Bytes& a, const Bytes& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) {
-      ADD_FAILURE() << what << ": first differing byte " << i;
-      return;
-    }
 }
 
 // Knots 0, 1, ... with jitter; `repeat` makes two of them equal.

@@ -108,28 +108,6 @@ Bytes input(DType t, std::int64_t n, int s) {
   return b;
 }
 
-// NaN results that differ only in their bits (sign, payload, quiet or
-// signalling): counted per test, not failures. Which NaN an x86 operation
-// returns depends on the instruction and operand order the compiler picked
-// (the CPU's loops are vectorised, one clone per instruction set, and
-// commute operands), so the CPU's own NaN bits are not one fixed function
-// of the inputs; a GPU's NaN results carry no payload at all.
-int g_nan_bits = 0;
-
-bool is_nan(DType t, const unsigned char* p) {
-  if (t == DType::f32) {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v != v;
-  }
-  if (t == DType::f64) {
-    double v;
-    std::memcpy(&v, p, 8);
-    return v != v;
-  }
-  return false;
-}
-
 // Compares the two outputs (dtype t) element by element: the same bits, or
 // (with any_nan) NaN both; the first difference, with what the caller says
 // about it. Kernels that only move elements (select, fill) must keep every
@@ -151,28 +129,7 @@ template <class Describe>
   return ::testing::AssertionSuccess();
 }
 
-std::string shape_str(const Shape& s) {
-  std::string out = "(";
-  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
-  return out + ")";
-}
-
-std::int64_t count(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-class CudaKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0});
-    g_nan_bits = 0;
-  }
-  void TearDown() override {
-    if (g_nan_bits > 0) std::printf("  (%d NaN results with other NaN bits than the CPU's)\n", g_nan_bits);
-  }
-};
+class CudaKernels : public EmulatedGpuNanBits {};
 
 // ----------------------------------------------------------------- unary
 

@@ -34,21 +34,12 @@ using namespace tessera::testing::cuda;
 
 namespace {
 
-class CudaRandom : public ::testing::Test {
- protected:
-  void SetUp() override { cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0}); }
-};
+class CudaRandom : public EmulatedGpu {};
 
 std::int64_t count(const Box& box) {
   std::int64_t n = 1;
   for (const auto& s : box) n *= s.size() > 0 ? s.size() : 0;
   return n;
-}
-
-Bytes garbage(std::size_t n) {
-  Bytes b(n);
-  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(0xA5 ^ (i * 31));
-  return b;
 }
 
 struct Case {

@@ -83,18 +83,6 @@ Bytes input(DType t, std::int64_t n, int s) {
   return b;
 }
 
-bool is_nan(DType t, const unsigned char* p) {
-  if (t == DType::f32) return std::isnan(std::bit_cast<float>(*reinterpret_cast<const std::uint32_t*>(p)));
-  if (t == DType::f64) return std::isnan(std::bit_cast<double>(*reinterpret_cast<const std::uint64_t*>(p)));
-  return false;
-}
-
-// NaN results that differ only in their bits (sign, payload): counted, not
-// failures. Which NaN an x86 addition of two NaNs returns depends on the
-// operand order the compiler chose for the CPU's vectorised loop, so the
-// CPU's NaN bits are not one fixed function of the inputs.
-int g_nan_bits = 0;
-
 ::testing::AssertionResult same_bits(const Bytes& want, const Bytes& got, DType t, const std::string& what) {
   if (want.size() != got.size()) return ::testing::AssertionFailure() << "sizes differ: " << what;
   const std::size_t w = isz(t);
@@ -110,28 +98,7 @@ int g_nan_bits = 0;
   return ::testing::AssertionSuccess();
 }
 
-std::string shape_str(const Shape& s) {
-  std::string out = "(";
-  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
-  return out + ")";
-}
-
-std::int64_t count(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-class CudaReduce : public ::testing::Test {
- protected:
-  void SetUp() override {
-    cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0});
-    g_nan_bits = 0;
-  }
-  void TearDown() override {
-    if (g_nan_bits > 0) std::printf("  (%d NaN results with other NaN bits than the CPU's)\n", g_nan_bits);
-  }
-};
+class CudaReduce : public EmulatedGpuNanBits {};
 
 // ---------------------------------------------------------------- reduce
 

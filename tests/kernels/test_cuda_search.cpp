@@ -33,10 +33,7 @@ using namespace tessera::testing::cuda;
 
 namespace {
 
-class CudaSearch : public ::testing::Test {
- protected:
-  void SetUp() override { cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0}); }
-};
+class CudaSearch : public EmulatedGpu {};
 
 // n values of dtype t drawn from a small pool (duplicates), with NaN,
 // signed zeros and infinities for floats.
@@ -57,15 +54,6 @@ Bytes values(DType t, std::int64_t n, std::mt19937& rng, bool sorted) {
   Bytes out(static_cast<std::size_t>(n) * ts::itemsize(t));
   ts::detail::convert(v.data(), DType::f64, out.data(), t, n);
   return out;
-}
-
-void expect_same(const Bytes& a, const Bytes& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) {
-      ADD_FAILURE() << what << ": first differing byte " << i;
-      return;
-    }
 }
 
 TEST_F(CudaSearch, SearchsortedEveryDtypePairing) {

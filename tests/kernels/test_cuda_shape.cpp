@@ -42,12 +42,6 @@ using namespace tessera::testing::cuda;
 
 namespace {
 
-std::int64_t count(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
 // Distinct bytes everywhere, so a misplaced element shows.
 Bytes input(std::size_t bytes, unsigned seed) {
   Bytes b(bytes);
@@ -101,10 +95,7 @@ Bytes extract(const Bytes& src, const Box& from, const Box& box, std::size_t isz
 
 constexpr std::size_t kWidths[] = {1, 2, 4, 8};
 
-class CudaShape : public ::testing::Test {
- protected:
-  void SetUp() override { cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0}); }
-};
+class CudaShape : public EmulatedGpu {};
 
 // ----------------------------------------------------------- strided copy
 

@@ -19,6 +19,7 @@
 #include "backend/cuda/spectra.hpp"
 #include "backend/cuda/stream.hpp"
 #include "core/exact_limbs.hpp"
+#include "kernels/cuda_test_util.hpp"
 #include "tessera/array.hpp"
 
 namespace ts = tessera;
@@ -27,10 +28,7 @@ using ts::DType;
 
 namespace {
 
-class CudaSpectra : public ::testing::Test {
- protected:
-  void SetUp() override { cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0}); }
-};
+class CudaSpectra : public tessera::testing::cuda::EmulatedGpu {};
 
 void expect_same(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;

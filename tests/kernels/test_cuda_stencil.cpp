@@ -88,12 +88,6 @@ Bytes input(DType t, std::int64_t n, std::uint64_t seed) {
   return b;
 }
 
-bool is_nan(DType t, const unsigned char* p) {
-  if (t == DType::f32) return std::isnan(std::bit_cast<float>(*reinterpret_cast<const std::uint32_t*>(p)));
-  if (t == DType::f64) return std::isnan(std::bit_cast<double>(*reinterpret_cast<const std::uint64_t*>(p)));
-  return false;
-}
-
 ::testing::AssertionResult same_bits(const Bytes& want, const Bytes& got, DType t, const std::string& what) {
   if (want.size() != got.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
   // The CPU wrote its output (so equal garbage proves nothing).
@@ -141,10 +135,7 @@ Pieces pieces(DType t, const Bytes& whole, std::int64_t outer, std::int64_t rows
   return p;
 }
 
-class CudaStencil : public ::testing::Test {
- protected:
-  void SetUp() override { cu::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0}); }
-};
+class CudaStencil : public EmulatedGpu {};
 
 // ----------------------------------------------------------------- diff
 
