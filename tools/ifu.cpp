@@ -243,6 +243,11 @@ int cmd_ifu(const Context& ctx, const IfuOptions& o) {
       }
       const char* whose = procs > 1 ? " (process 0)" : "";
       std::cout << "; peak memory " << std::setprecision(0) << rss << " MiB" << whose << "\n" << std::defaultfloat;
+      std::cout << "  peak device memory " << [] {
+        std::int64_t m = 0;
+        for (const auto& d : ts::local_devices()) m = std::max(m, ts::memory_stats(d).peak_bytes_in_use);
+        return m >> 20;
+      }() << " MiB (the most any one device of this process held)\n";
       std::cout << "  wrote " << out_path << "\n";
       for (const auto& p : pictures) std::cout << "  wrote " << p << "\n";
     }
