@@ -60,6 +60,9 @@ std::string spec_short(const ts::PartitionSpec& p) {
   return out;
 }
 
+// "CPU 3", or "GPU 3" for a CUDA device (as JAX prints devices in tables).
+std::string device_name(const ts::Device& d) { return (d.kind() == "cuda" ? "GPU " : "CPU ") + std::to_string(d.id()); }
+
 // "CPU 0: 5x2, CPU 1: 5x2, ..." (block shape per device, in mesh order).
 // From the sharding, which knows the blocks of every process's devices
 // (addressable_shards() lists only this process's).
@@ -68,7 +71,7 @@ std::string block_shapes(const ts::Array& a) {
   const ts::Mesh& mesh = a.sharding().mesh();
   for (int pos = 0; pos < mesh.size(); ++pos) {
     if (!s.empty()) s += ", ";
-    s += "CPU " + std::to_string(mesh.devices()[pos].id()) + ": ";
+    s += device_name(mesh.devices()[pos]) + ": ";
     const std::vector<ts::Slice> index = a.sharding().shard_index(a.shape(), pos);
     for (std::size_t d = 0; d < index.size(); ++d) {
       if (d) s += 'x';
@@ -182,14 +185,14 @@ int cmd_demo(const Context& ctx, const DemoOptions& opt) {
         << "arranged as " << nx << " x " << ny << ": " << mesh.str() << "\n\n";
   {
     // Device ids in a grid: rows are 'x' coordinates, columns 'y' coordinates.
-    const int w = static_cast<int>(("CPU " + std::to_string(n - 1)).size()) + 2;
+    const int w = static_cast<int>(device_name(mesh.devices()[n - 1]).size()) + 2;
     std::ostringstream os;
     os << "       ";
     for (int j = 0; j < ny; ++j) os << std::setw(w) << ("y=" + std::to_string(j));
     os << "\n";
     for (int i = 0; i < nx; ++i) {
       os << "  " << std::setw(5) << std::left << ("x=" + std::to_string(i)) << std::right;
-      for (int j = 0; j < ny; ++j) os << std::setw(w) << ("CPU " + std::to_string(mesh.devices()[i * ny + j].id()));
+      for (int j = 0; j < ny; ++j) os << std::setw(w) << device_name(mesh.devices()[i * ny + j]);
       os << "\n";
     }
     out() << os.str();

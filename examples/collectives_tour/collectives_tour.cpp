@@ -74,7 +74,10 @@ bool close(const std::vector<float>& got, const std::vector<float>& want, float 
   return true;
 }
 
-std::string cpu(const ts::Mesh& m, int pos) { return "CPU " + std::to_string(m.devices()[pos].id()); }
+std::string cpu(const ts::Mesh& m, int pos) {
+  const ts::Device& d = m.devices()[pos];
+  return (d.kind() == "cuda" ? "GPU " : "CPU ") + std::to_string(d.id());
+}
 
 // Block sizes along dim 0 of an array, in mesh order: "2, 2, 1". From the
 // sharding, which knows the blocks of every process's devices.
@@ -448,7 +451,8 @@ void errors(Tour& t, const ts::Mesh& mesh) {
     // A process that does not hold device 0 waits for that device's process.
     const ts::Device skipper = mesh.devices()[0];
     return contains(what, "timed out") &&
-           (contains(what, "missing CPU " + std::to_string(skipper.id())) ||
+           (contains(what, std::string("missing ") + (skipper.kind() == "cuda" ? "CUDA device " : "CPU ") +
+                               std::to_string(skipper.id())) ||
             (!skipper.is_local() && contains(what, "missing process " + std::to_string(skipper.process_index()))));
   });
 

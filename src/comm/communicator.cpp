@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "comm/process.hpp"
+#include "comm/staged.hpp"
 #include "comm/threads/threads.hpp"
 
 namespace tessera::detail {
@@ -50,7 +51,9 @@ Communicator& communicator_for(const Mesh& mesh) {
   if (rt.process_count() > 1) {
     const int first = rt.process_of(mesh.devices()[0].id());
     for (const Device& d : mesh.devices())
-      if (rt.process_of(d.id()) != first) return cross_process_communicator();
+      if (rt.process_of(d.id()) != first)
+        return rt.platform() == Platform::Cuda ? staged_on_host(cross_process_communicator())
+                                               : cross_process_communicator();
   }
   return threads_communicator();
 }

@@ -61,8 +61,8 @@ void process_allgather_raw(const Array& array, void* out, DType as) {
   for (size_t b = 0; b < blocks.size(); ++b) {
     if (sender[b] != me) continue;
     const std::size_t n = static_cast<std::size_t>(num_elements(box_shape(blocks[b]))) * isz;
-    const auto* p = static_cast<const unsigned char*>(a.buffers[holder[b]].data());
-    mine.insert(mine.end(), p, p + n);
+    mine.resize(mine.size() + n);
+    read_buffer(a.buffers[holder[b]], mine.data() + mine.size() - n, n, "process_allgather");
   }
   const auto parts = allgather_processes(mine.data(), mine.size(), "process_allgather");
   std::vector<unsigned char> staging;
@@ -154,7 +154,14 @@ Array array_from_process_local(const NamedSharding& sharding, const void* data, 
   return make_array(shape, dtype, sharding, [&](int pos, Buffer& b) {
     if (b.nbytes() == 0) return;
     const auto idx = sharding.shard_index(shape, pos);
-    copy_box(data, box, b.data(), idx, idx, isz);
+    if (b.on_host()) {
+      copy_box(data, box, b.data(), idx, idx, isz);
+      return;
+    }
+    // A GPU's block: gathered on the host, then copied over at once.
+    Buffer h = Buffer::host_staging(b.device_id(), b.nbytes());
+    copy_box(data, box, h.data(), idx, idx, isz);
+    write_buffer(b, h.data(), b.nbytes(), op);
   });
 }
 

@@ -23,6 +23,8 @@ namespace tessera::detail {
 namespace {
 
 thread_local int t_current_device = -1;
+// Inside a HostStaging scope (runtime.hpp).
+thread_local bool t_host_staging = false;
 
 constexpr std::size_t kAlign = 64;
 constexpr std::size_t kPage = 4096;
@@ -423,8 +425,11 @@ void run_on_devices(const std::vector<Device>& all_devices, const std::function<
   // Each device's task shows on its timeline row, named after the call that
   // started it (the caller's innermost scope, e.g. "reshard").
   const std::string_view label = TimelineScope::innermost_name("task");
-  auto task = [&fn, &index, label](int i) {
+  // Tasks allocate as their caller does (HostStaging).
+  const bool staging = t_host_staging;
+  auto task = [&fn, &index, label, staging](int i) {
     TimelineScope scope(label, "task");
+    HostStaging stage(staging);
     fn(index[i]);
   };
   std::vector<int> inline_indices;
@@ -501,8 +506,27 @@ void run_on_devices_sized(const std::vector<Device>& devices, const std::functio
 
 // ------------------------------------------------------------------- Buffer
 
+HostStaging::HostStaging(bool on) : prev_(t_host_staging) { t_host_staging = prev_ || on; }
+HostStaging::~HostStaging() { t_host_staging = prev_; }
+bool HostStaging::active() { return t_host_staging; }
+
+Buffer Buffer::host_staging(int device_id, std::size_t nbytes) {
+  if (Runtime::get().platform() == Platform::Cpu) return Buffer(device_id, nbytes);
+  Buffer b;
+  void* p = gpu_host_allocate(nbytes, "host staging");
+  b.ptr_ = std::shared_ptr<void>(p, [nbytes](void* q) { gpu_host_free(q, nbytes); });
+  b.nbytes_ = nbytes;
+  b.device_id_ = device_id;
+  b.host_ = true;
+  return b;
+}
+
 Buffer::Buffer(int device_id, std::size_t nbytes) : nbytes_(nbytes), device_id_(device_id) {
   Runtime& rt = Runtime::get();
+  if (t_host_staging && rt.platform() != Platform::Cpu) {
+    *this = host_staging(device_id, nbytes);
+    return;
+  }
   host_ = rt.platform() == Platform::Cpu;
   Allocator& a = rt.allocator(device_id);
   void* p = a.allocate(nbytes);

@@ -200,6 +200,25 @@ void run_on_devices(const std::vector<Device>& devices, const std::function<void
 /// exception of the lowest i is rethrown.
 void run_inline_on_devices(const std::vector<Device>& devices, const std::function<void(int)>& fn);
 
+/// While one is open on a thread, Buffer(device_id, n) there allocates host
+/// staging memory (Buffer::host_staging), and so do the tasks that
+/// run_on_devices starts from that thread. The cross-process collectives
+/// run their host algorithms this way on GPU devices' bytes: whatever they
+/// allocate is host memory, and only their inputs and results cross to the
+/// GPU. Scopes nest; a scope with `on == false` changes nothing.
+class HostStaging {
+ public:
+  explicit HostStaging(bool on = true);
+  ~HostStaging();
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  /// Whether one is open on this thread.
+  static bool active();
+
+ private:
+  bool prev_ = false;
+};
+
 /// Work touching fewer bytes than this over all devices runs inline (1 MiB
 /// is about 20 us of copying or elementwise math on one core; waking eight
 /// device threads on two cores costs 40-60 us).
@@ -215,8 +234,14 @@ void run_on_devices_sized(const std::vector<Device>& devices, const std::functio
 class Buffer {
  public:
   Buffer() = default;
-  /// Allocates on device `device_id` (call from any thread).
+  /// Allocates on device `device_id` (call from any thread); in host
+  /// staging memory instead while a HostStaging scope is open on the thread.
   Buffer(int device_id, std::size_t nbytes);
+  /// `nbytes` of host memory standing for device `device_id`'s: page-locked
+  /// staging memory on GPUs (gpu_host_allocate), the device's own memory on
+  /// the CPU. For host code that must hold a GPU's bytes (transfers between
+  /// processes).
+  static Buffer host_staging(int device_id, std::size_t nbytes);
   /// The memory, for host code: raises DeviceError when it is a GPU's
   /// (host code must copy it with the GPU port, or run a CUDA kernel).
   void* data() const {

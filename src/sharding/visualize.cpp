@@ -59,10 +59,12 @@ std::string visualize_sharding_str(const Shape& shape, const NamedSharding& shar
     else
       ids[r][c].push_back(id);
   }
+  // "CPU 0,1" or, as JAX prints GPUs, "GPU 0,1".
+  const std::string kind = mesh.devices()[0].kind() == "cuda" ? "GPU " : "CPU ";
   auto label = [&](int r, int c) {
     auto v = ids[r][c];
     std::sort(v.begin(), v.end());
-    std::string s = "CPU ";
+    std::string s = kind;
     for (size_t i = 0; i < v.size(); ++i) {
       if (i) s += ',';
       s += std::to_string(v[i]);
@@ -104,7 +106,7 @@ std::string visualize_sharding_str(const Shape& shape, const NamedSharding& shar
   }
   if (!empty_ids.empty()) {
     std::sort(empty_ids.begin(), empty_ids.end());
-    os << "empty blocks: CPU ";
+    os << "empty blocks: " << kind;
     for (size_t i = 0; i < empty_ids.size(); ++i) os << (i ? "," : "") << empty_ids[i];
     os << "\n";
   }

@@ -177,6 +177,8 @@ std::optional<std::int64_t> first_over_processes(const ExecContext& ctx, const M
   };
   if (MemberContext* m = ctx.member()) {
     // Every member of the program, on every process, gathers every member's.
+    // A few bytes, read here: they stay in host memory on GPUs too.
+    HostStaging on_host;
     Buffer b(mesh.devices()[m->pos()].id(), sizeof mine);
     std::memcpy(b.data(), mine, sizeof mine);
     const Local got = m->whole(op).all_gather({b, {2}, DType::i64}, 0, true);

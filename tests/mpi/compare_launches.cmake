@@ -4,7 +4,14 @@
 # the same as the first one's.
 #
 #   cmake -DMPIRUN="mpirun|--oversubscribe|..." -DDIGEST=path/to/digest -DWORK_DIR=dir
-#         [-DMPI_ENV="VAR=value|..."] -P compare_launches.cmake
+#         [-DMPI_ENV="VAR=value|..."] [-DCUDA_EMULATED=ON] -P compare_launches.cmake
+#
+# With CUDA_EMULATED, the same splits run again on emulated GPUs (one per
+# process, its devices on it), and must agree with each other the same way:
+# a mesh of GPUs across processes moves and combines bits as one process's
+# GPUs do. (They are compared with the first GPU launch, not the CPU's:
+# GEMMs are only within rounding of the CPU's. The GPU suites compare
+# every other op with the CPU bit for bit.)
 #
 # MPIRUN (and MPI_ENV) are lists joined by '|'. The environment mpirun
 # needs (running as root, oversubscribing) comes from ctest's ENVIRONMENT
@@ -15,6 +22,9 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 
 # name,processes (0: no mpirun),devices per process
 set(launches "plain,0,4" "np1x4,1,4" "np2x2,2,2" "np4x1,4,1")
+if(CUDA_EMULATED)
+  list(APPEND launches "cuda-plain,0,4" "cuda-np2x2,2,2" "cuda-np4x1,4,1")
+endif()
 # A launch takes about a second, but on a small machine busy with other work
 # the processes' waits for each other stretch it to tens of seconds; a hang
 # is reported here, the four launches staying under ctest's timeout.
@@ -28,10 +38,19 @@ foreach(launch IN LISTS launches)
   list(GET triple 2 ndev)
   set(out "${WORK_DIR}/${name}.txt")
   file(REMOVE "${out}")
-  if(np EQUAL 0)
-    set(cmd ${CMAKE_COMMAND} -E env TESSERA_NUM_CPU_DEVICES=${ndev} ${DIGEST} ${out})
+  if(name MATCHES "^cuda-")
+    set(devs TESSERA_PLATFORM=cuda TESSERA_CUDA_EMULATE=1 TESSERA_DEVICES_PER_GPU=${ndev})
   else()
-    set(cmd ${env_prefix} ${mpirun} -np ${np} -x TESSERA_NUM_CPU_DEVICES=${ndev} ${DIGEST} ${out})
+    set(devs TESSERA_NUM_CPU_DEVICES=${ndev})
+  endif()
+  if(np EQUAL 0)
+    set(cmd ${CMAKE_COMMAND} -E env ${devs} ${DIGEST} ${out})
+  else()
+    set(xs "")
+    foreach(d IN LISTS devs)
+      list(APPEND xs -x ${d})
+    endforeach()
+    set(cmd ${env_prefix} ${mpirun} -np ${np} ${xs} ${DIGEST} ${out})
   endif()
   string(TIMESTAMP t0 "%s")
   execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE stdout ERROR_VARIABLE stderr
@@ -59,7 +78,7 @@ foreach(launch IN LISTS launches)
   endif()
   message(STATUS "${name}: ${count} results in ${took} s")
 
-  if(reference STREQUAL "")
+  if(reference STREQUAL "" OR name STREQUAL "cuda-plain")
     set(reference "${name}")
     set(ref_file "${out}")
     set(ref_lines "${lines}")

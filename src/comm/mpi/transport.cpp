@@ -475,7 +475,7 @@ void Batch::wait(const WaitFor& w) {
           const std::string where = " (process " + std::to_string(Runtime::get().process_of(dev)) + ")";
           // Wake this process's members waiting for this one.
           if (w.local) w.local->abort(dev, text + where);
-          throw PeerFailed(prefix + "aborted " + w.what + ": CPU " + std::to_string(dev) + where +
+          throw PeerFailed(prefix + "aborted " + w.what + ": " + device_label(dev) + where +
                            " raised an error: " + text);
         }
       }
