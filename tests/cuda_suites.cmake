@@ -79,6 +79,14 @@ if(TARGET tessera_cli AND TARGET test_ifu_pipeline)
   add_test(NAME cuda-emulated.ifu_cube COMMAND ${_ifu_cube} ${CMAKE_CURRENT_BINARY_DIR}/ifu-cube-emulated)
   set_tests_properties(cuda-emulated.ifu_cube PROPERTIES LABELS cuda-emulated TIMEOUT 600
     ENVIRONMENT "TESSERA_CUDA_EMULATE=2" PASS_REGULAR_EXPRESSION "the CUDA devices' cube is the CPU's, byte for byte")
+  # Two processes' emulated GPUs (a mesh across processes) write it too.
+  if(TESSERA_MPIRUN)
+    add_test(NAME cuda-emulated.mpi.ifu_cube COMMAND ${_ifu_cube} ${CMAKE_CURRENT_BINARY_DIR}/ifu-cube-emulated-mpi
+      ${TESSERA_MPIRUN} -np 2 -x TESSERA_CUDA_EMULATE=1)
+    set_tests_properties(cuda-emulated.mpi.ifu_cube PROPERTIES LABELS cuda-emulated TIMEOUT 600 RUN_SERIAL ON
+      ENVIRONMENT "${TESSERA_MPI_ENV};TESSERA_CUDA_EMULATE=1"
+      PASS_REGULAR_EXPRESSION "the CUDA devices' cube .*is the CPU's, byte for byte")
+  endif()
   add_test(NAME cuda.ifu_cube COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cuda/run_on_gpu.sh $<TARGET_FILE:tessera_gpu_info>
     ${_ifu_cube} ${CMAKE_CURRENT_BINARY_DIR}/ifu-cube-gpu)
   set_tests_properties(cuda.ifu_cube PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 600)

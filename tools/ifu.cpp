@@ -142,7 +142,8 @@ int cmd_ifu(const Context& ctx, const IfuOptions& o) {
     std::cout << "tessera ifu: " << galaxy.n << " star particles from " << source << "\n"
               << "  config: " << cfg.source << " (" << cfg.telescope << ", z = " << cfg.dist_z << ")\n"
               << "  templates: " << ssp_path << "\n"
-              << "  mesh: " << devs.size() << " device" << (devs.size() == 1 ? "" : "s") << " (count from "
+              << "  mesh: " << devs.size() << (devs[0].kind() == "cuda" ? " CUDA" : " CPU") << " device"
+              << (devs.size() == 1 ? "" : "s") << " (count from "
               << device_count_source(ctx) << "), particles sharded over \"data\", " << o.chunk
               << " per device per step\n";
   }
