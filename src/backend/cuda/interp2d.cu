@@ -26,6 +26,7 @@
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/load_as.cuh"
+#include "backend/cuda/scratch.cuh"
 #include "backend/cuda/sort_pairs.cuh"
 #include "kernels/interp2d_taps.hpp"
 
@@ -179,39 +180,27 @@ struct Layout {
   std::size_t sort_bytes = 0;
 };
 
-std::size_t align(std::size_t b) { return (b + 255) / 256 * 256; }
-
 Layout layout(const Interp2dParams& p, const Interp2dGrid& g, int64_t n, bool transposed) {
   Layout l;
-  std::size_t at = 0;
-  auto take = [&](std::size_t bytes) {
-    const std::size_t o = at;
-    at += align(bytes);
-    return o;
-  };
-  l.knots = take(static_cast<std::size_t>(2 * (g.nx + g.ny)) * sizeof(double));
+  ScratchRegions sc;
+  l.knots = sc.take(static_cast<std::size_t>(2 * (g.nx + g.ny)) * sizeof(double));
   if (!transposed) {
-    l.taps = take(static_cast<std::size_t>(n) * sizeof(QueryTaps));
+    l.taps = sc.take(static_cast<std::size_t>(n) * sizeof(QueryTaps));
   } else {
     const int kk = p.method == Interp2dMethod::Cubic ? 16 : 4;
     const std::size_t m = static_cast<std::size_t>(n) * kk;
     const int64_t rows = g.nx * g.ny;
-    l.key = take(m * 8);
-    l.key_out = take(m * 8);
-    l.val = take(m * 8);
-    l.val_out = take(m * 8);
-    l.weight = take(m * 8);
-    l.start = take(static_cast<std::size_t>(rows + 1) * 8);
+    l.key = sc.take(m * 8);
+    l.key_out = sc.take(m * 8);
+    l.val = sc.take(m * 8);
+    l.val_out = sc.take(m * 8);
+    l.weight = sc.take(m * 8);
+    l.start = sc.take(static_cast<std::size_t>(rows + 1) * 8);
     l.sort_bytes = sort_pairs_bytes("interp2d_transpose", static_cast<int64_t>(m), static_cast<std::uint64_t>(rows));
-    l.sort = take(l.sort_bytes);
+    l.sort = sc.take(l.sort_bytes);
   }
-  l.total = at;
+  l.total = sc.total();
   return l;
-}
-
-template <class P>
-P* at(void* scratch, std::size_t off) {
-  return reinterpret_cast<P*>(static_cast<unsigned char*>(scratch) + off);
 }
 
 Setup setup(const Interp2dParams& p, const Interp2dGrid& g, const void* xq, DType xq_dt, const void* yq, DType yq_dt,

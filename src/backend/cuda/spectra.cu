@@ -35,6 +35,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/spectra.hpp"
 #include "backend/cuda/load_as.cuh"
+#include "backend/cuda/scratch.cuh"
 #include "backend/cuda/sort_pairs.cuh"
 
 namespace tessera::cuda {
@@ -642,8 +643,6 @@ struct RowTransposeKernel {
 
 // ------------------------------------------------------------ scratch
 
-std::size_t align(std::size_t b) { return (b + 255) / 256 * 256; }
-
 struct Layout {
   std::size_t t, dt, g, pd, ptd, id, key, key_out, val, val_out, start, cend, row[5], valid, first, sort, total;
   std::size_t sort_bytes = 0;
@@ -651,37 +650,27 @@ struct Layout {
 
 Layout layout(const ResampleRows& a) {
   Layout l{};
-  std::size_t at = 0;
-  auto take = [&](std::size_t bytes) {
-    const std::size_t o = at;
-    at += align(bytes);
-    return o;
-  };
+  ScratchRegions sc;
   const std::size_t n = static_cast<std::size_t>(a.n), T = static_cast<std::size_t>(a.T);
-  l.t = take(T * 8);
-  l.dt = take(T * 8);
-  l.g = take(2 * 8);
-  l.pd = take((T + 1) * 8);
-  l.ptd = take((T + 1) * 8);
-  l.id = take(n * 8);
-  l.key = take(n * 8);
-  l.key_out = take(n * 8);
-  l.val = take(n * 8);
-  l.val_out = take(n * 8);
-  l.start = take(static_cast<std::size_t>(a.S + 1) * 8);
-  l.cend = take(n * static_cast<std::size_t>(a.K) * 8);
-  for (std::size_t& r : l.row) r = take(n * 8);
-  l.valid = take(n);
-  l.first = take(8);
+  l.t = sc.take(T * 8);
+  l.dt = sc.take(T * 8);
+  l.g = sc.take(2 * 8);
+  l.pd = sc.take((T + 1) * 8);
+  l.ptd = sc.take((T + 1) * 8);
+  l.id = sc.take(n * 8);
+  l.key = sc.take(n * 8);
+  l.key_out = sc.take(n * 8);
+  l.val = sc.take(n * 8);
+  l.val_out = sc.take(n * 8);
+  l.start = sc.take(static_cast<std::size_t>(a.S + 1) * 8);
+  l.cend = sc.take(n * static_cast<std::size_t>(a.K) * 8);
+  for (std::size_t& r : l.row) r = sc.take(n * 8);
+  l.valid = sc.take(n);
+  l.first = sc.take(8);
   l.sort_bytes = sort_pairs_bytes("resample_accumulate", a.n, static_cast<std::uint64_t>(a.S));
-  l.sort = take(l.sort_bytes);
-  l.total = at;
+  l.sort = sc.take(l.sort_bytes);
+  l.total = sc.total();
   return l;
-}
-
-template <class P>
-P* at(void* scratch, std::size_t off) {
-  return reinterpret_cast<P*>(static_cast<unsigned char*>(scratch) + off);
 }
 
 // Device bytes to the host (waits for the stream).
