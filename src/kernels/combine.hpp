@@ -63,6 +63,14 @@ using ReduceAcc =
     TESSERA_STD::conditional_t<TESSERA_STD::is_same_v<T, float>, double,
                                TESSERA_STD::conditional_t<TESSERA_STD::is_same_v<T, bool>, unsigned char, T>>;
 
+/// Sums of a reduced last dim cut each row into pieces of this many
+/// elements (the last piece shorter), each summed in eight lanes merged into
+/// the running value before its tail: a row's pieces can be summed in
+/// parallel (a GPU's threads) and a piece's lanes vectorise (a CPU), and
+/// both backends meet the same additions in the same order. A multiple of 8,
+/// so only a row's last piece has a tail.
+inline constexpr TESSERA_STD::int64_t kSumPiece = 8192;
+
 /// Which reductions run in which dtype (every backend's reduce_runs): Max
 /// and Min in all, Any and All on bool, Sum and Prod on the 4- and 8-byte
 /// numbers.

@@ -119,9 +119,16 @@ void check_reduce(const Shape& shape, int& runs) {
           Bytes want = garbage(static_cast<std::size_t>(nout) * isz(t)), got = want;
           cpu::reduce(op, t, ptr(x), shape, reduced, ptr(want));
           cu::reduce(op, t, ptr(x), shape, reduced, ptr(got));
-          EXPECT_TRUE(same_bits(want, got, t,
-                                std::string(td::name(op)) + " " + ts::dtype_name(t) + shape_str(shape) + " mask " +
-                                    std::to_string(mask) + " stream " + std::to_string(s)));
+          const std::string what = std::string(td::name(op)) + " " + ts::dtype_name(t) + shape_str(shape) +
+                                   " mask " + std::to_string(mask) + " stream " + std::to_string(s);
+          EXPECT_TRUE(same_bits(want, got, t, what));
+          // Long sums again with their pieces summed in parallel first.
+          if (const std::size_t ns = cu::reduce_scratch(op, t, shape, reduced)) {
+            Bytes scratch = garbage(ns), got2 = garbage(want.size());
+            cu::reduce(op, t, ptr(x), shape, reduced, ptr(got2), ptr(scratch));
+            EXPECT_TRUE(same_bits(want, got2, t, what + " (pieces in parallel)"));
+            ++runs;
+          }
           ++runs;
         }
         if (rank == 0) break;
@@ -143,6 +150,9 @@ TEST_F(CudaReduce, EveryKindDtypeAndSubsetOfDims) {
 TEST_F(CudaReduce, LongRowsAndManyRows) {
   int runs = 0;
   for (const Shape& shape : std::vector<Shape>{{100003}, {3, 1001}, {1001, 3}, {64, 67, 2}}) check_reduce(shape, runs);
+  // Rows around and over the sums' piece length, alone and many.
+  for (const Shape& shape : std::vector<Shape>{{8191}, {8192}, {8193}, {2, 16397}, {3, 2, 8200}, {700, 9}, {5000, 2}})
+    check_reduce(shape, runs);
   std::printf("  %d reductions\n", runs);
 }
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "backend/cpu/reduce.hpp"
+#include "kernels/combine.hpp"
 #include "test_util.hpp"
 #include "trace_util.hpp"
 #include "transforms/trace.hpp"
@@ -513,6 +514,50 @@ TEST(ReduceJit, CombineStepsAndRecords) {
   expect_same(b, a, "argmax");
   EXPECT_EQ(ex_jit.str(), ex_eager.str());
   EXPECT_EQ(ex_eager.records.size(), 2u) << ex_eager.str();
+}
+
+// A sum along a row longer than kSumPiece elements is its pieces' sums in
+// order: each piece in eight lanes merged into the running value, then the
+// piece's tail. The order is written out here in plain loops (f32 summed in
+// f64) and must match the kernel bit for bit, whole and fed in chunks that
+// cut the pieces anywhere.
+TEST(ReduceKernel, LongRowsAreSummedPieceByPiece) {
+  namespace cpu = ts::detail::cpu;
+  constexpr std::int64_t kPiece = ts::detail::kSumPiece;
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  std::uniform_int_distribution<int> ex(-30, 30);
+  for (const std::int64_t len : {kPiece - 1, kPiece, kPiece + 1, kPiece + 8, 2 * kPiece + 13, 5 * kPiece + 7}) {
+    std::vector<float> x(static_cast<size_t>(2 * len));
+    for (float& v : x) v = static_cast<float>(std::ldexp(mant(rng), ex(rng)) * (rng() & 1 ? 1 : -1));
+    std::vector<float> want(2);
+    for (int row = 0; row < 2; ++row) {
+      const float* r = x.data() + row * len;
+      double v = 0;
+      for (std::int64_t start = 0; start < len; start += kPiece) {
+        const std::int64_t n = std::min(kPiece, len - start), full8 = n / 8 * 8;
+        double lane[8] = {};
+        for (std::int64_t j = 0; j < full8; ++j) lane[j % 8] += r[start + j];
+        v += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        for (std::int64_t j = full8; j < n; ++j) v += r[start + j];
+      }
+      want[static_cast<size_t>(row)] = static_cast<float>(v);
+    }
+    std::vector<float> got(2);
+    cpu::reduce(ts::detail::ReduceOp::Sum, ts::f32, x.data(), {2, len}, {false, true}, got.data());
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * 2), 0) << "rows of " << len;
+    for (int trial = 0; trial < 3; ++trial) {
+      std::vector<float> pieces(2);
+      auto r = cpu::make_reducer(ts::detail::ReduceOp::Sum, ts::f32, {2, len}, {false, true}, pieces.data());
+      for (std::int64_t at = 0; at < 2 * len;) {
+        const std::int64_t n = std::min<std::int64_t>(2 * len - at, 1 + static_cast<std::int64_t>(rng() % 5000));
+        r->feed(x.data() + at, n);
+        at += n;
+      }
+      r->finish();
+      EXPECT_EQ(std::memcmp(want.data(), pieces.data(), sizeof(float) * 2), 0) << "rows of " << len << " in chunks";
+    }
+  }
 }
 
 // The streaming form of the local reduction (the end of a fused loop under

@@ -18,15 +18,17 @@ namespace {
 // the mesh-level combine is in the output dtype), the kinds run per dtype
 // and argmax's comparisons are the GPU's too (kernels/combine.hpp).
 
-// Reduces a row-major block fed in order, in pieces of any size. Rows are
+// Reduces a row-major block fed in order, in chunks of any size. Rows are
 // the lines of the last dim, stepped with NdIndex over the others. A reduced
 // last dim folds each row into one accumulator (f32 sums in f64); a kept one
-// accumulates the row elementwise into an output row. Sums split a reduced
-// row into eight lanes (element j into lane j mod 8 up to the last full
-// group of eight), merged in a fixed tree into the row's accumulator before
-// the tail: independent lanes let the compiler vectorise, and the order of
-// every addition depends only on the element's place in its row, never on
-// where a piece starts, so any split of the block gives the same bits.
+// accumulates the row elementwise into an output row. Sums cut a reduced row
+// into pieces of kSumPiece elements (kernels/combine.hpp) and split each
+// piece into eight lanes (element j into lane j mod 8 up to the piece's last
+// full group of eight), merged in a fixed tree into the row's accumulator
+// before the piece's tail: independent lanes let the compiler vectorise,
+// independent pieces let a GPU sum them in parallel, and the order of every
+// addition depends only on the element's place in its row, never on where a
+// chunk starts, so any split of the block gives the same bits.
 template <ReduceOp r, class T>
 class Streamer final : public Reducer {
   using A = ReduceAcc<T>;
@@ -42,18 +44,22 @@ class Streamer final : public Reducer {
     acc_.assign(static_cast<size_t>(nout), static_cast<A>(reduce_identity<T>(r)));
     inner_ = rank_ > 0 ? shape[rank_ - 1] : 1;
     fold_ = rank_ == 0 || reduced[rank_ - 1];
-    full8_ = r == ReduceOp::Sum ? inner_ / 8 * 8 : 0;
   }
 
-  void feed(const void* piece, std::int64_t n) override {
-    const T* x = static_cast<const T*>(piece);
+  void feed(const void* chunk, std::int64_t n) override {
+    const T* x = static_cast<const T*>(chunk);
     while (n > 0) {
       if (j_ == 0) start_row();
-      const std::int64_t take = std::min(n, inner_ - j_);
-      if (fold_)
+      std::int64_t take = std::min(n, inner_ - j_);
+      if (fold_) {
+        if (p_ == 0) start_piece();
+        take = std::min(take, piece_ - p_);
         fold(x, take);
-      else
+        p_ += take;
+        if (p_ == piece_) p_ = 0;
+      } else {
         for (std::int64_t k = 0; k < take; ++k) row_[j_ + k] = combine1<r, A>(row_[j_ + k], static_cast<A>(x[k]));
+      }
       j_ += take;
       x += take;
       n -= take;
@@ -79,25 +85,28 @@ class Streamer final : public Reducer {
 
   void start_row() {
     const std::int64_t o = rows_.offset(0);
-    if (fold_) {
+    if (fold_)
       v_ = acc_[o];
-      for (A& l : lane_) l = A{};
-      merged_ = false;
-    } else {
+    else
       row_ = acc_.data() + o;
-    }
+  }
+
+  // The piece starting at row position j_: its length and lanes.
+  void start_piece() {
+    piece_ = std::min(kSumPiece, inner_ - j_);
+    full8_ = r == ReduceOp::Sum ? piece_ / 8 * 8 : 0;
+    for (A& l : lane_) l = A{};
+    merged_ = false;
   }
 
   void end_row() {
-    if (fold_) {
-      merge();
-      acc_[rows_.offset(0)] = v_;
-    }
+    if (fold_) acc_[rows_.offset(0)] = v_;
     j_ = 0;
     if (rank_ > 0) rows_.next();
   }
 
-  // The lanes join the row's accumulator once, after the last full group.
+  // The lanes join the row's accumulator once per piece, after its last full
+  // group (at its start when it has none).
   void merge() {
     if constexpr (r == ReduceOp::Sum) {
       if (merged_) return;
@@ -111,16 +120,16 @@ class Streamer final : public Reducer {
   void fold(const T* x, std::int64_t take) {
     std::int64_t k = 0;
     if constexpr (r == ReduceOp::Sum) {
-      for (; k < take && j_ + k < full8_ && ((j_ + k) & 7) != 0; ++k)
-        lane_[(j_ + k) & 7] = combine1<r, A>(lane_[(j_ + k) & 7], static_cast<A>(x[k]));
+      for (; k < take && p_ + k < full8_ && ((p_ + k) & 7) != 0; ++k)
+        lane_[(p_ + k) & 7] = combine1<r, A>(lane_[(p_ + k) & 7], static_cast<A>(x[k]));
       A lane[8];
       for (int q = 0; q < 8; ++q) lane[q] = lane_[q];
-      for (; k + 8 <= take && j_ + k + 8 <= full8_; k += 8)
+      for (; k + 8 <= take && p_ + k + 8 <= full8_; k += 8)
         for (int q = 0; q < 8; ++q) lane[q] = combine1<r, A>(lane[q], static_cast<A>(x[k + q]));
       for (int q = 0; q < 8; ++q) lane_[q] = lane[q];
-      for (; k < take && j_ + k < full8_; ++k)
-        lane_[(j_ + k) & 7] = combine1<r, A>(lane_[(j_ + k) & 7], static_cast<A>(x[k]));
-      if (j_ + k == full8_) merge();
+      for (; k < take && p_ + k < full8_; ++k)
+        lane_[(p_ + k) & 7] = combine1<r, A>(lane_[(p_ + k) & 7], static_cast<A>(x[k]));
+      if (p_ + k == full8_) merge();
     }
     A v = v_;
     for (; k < take; ++k) v = combine1<r, A>(v, static_cast<A>(x[k]));
@@ -131,7 +140,8 @@ class Streamer final : public Reducer {
   T* out_;
   NdIndex<1> rows_;
   std::vector<A> acc_;
-  std::int64_t inner_ = 1, full8_ = 0, j_ = 0;
+  std::int64_t inner_ = 1, j_ = 0;
+  std::int64_t piece_ = 0, full8_ = 0, p_ = 0;  // the current piece of a folded row: length, full groups, position
   bool fold_ = true, merged_ = false;
   A v_{};
   A lane_[8] = {};

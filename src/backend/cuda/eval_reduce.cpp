@@ -12,7 +12,12 @@
 namespace tessera::detail {
 
 void Reduce::eval_cuda(const LocalArgs& in, LocalOuts& out) const {
-  cuda::reduce(op_, t_, in[0].data, in[0].shape, reduced(in[0].shape.size()), out[0].data);
+  const std::vector<bool> red = reduced(in[0].shape.size());
+  // Long sums run their row pieces in parallel through scratch memory
+  // (freed after the op; the stream orders its reuse).
+  Buffer scratch;
+  if (const std::size_t n = cuda::reduce_scratch(op_, t_, in[0].shape, red)) scratch = Buffer(current_device(), n);
+  cuda::reduce(op_, t_, in[0].data, in[0].shape, red, out[0].data, scratch.device_data());
 }
 
 void ArgReduce::eval_cuda(const LocalArgs&, LocalOuts&) const {

@@ -16,7 +16,7 @@ namespace {
 
 }  // namespace
 
-void reduce(ReduceOp, DType, const void*, const std::vector<std::int64_t>&, const std::vector<bool>&, void*) {
+void reduce(ReduceOp, DType, const void*, const std::vector<std::int64_t>&, const std::vector<bool>&, void*, void*) {
   no_cuda("reduce");
 }
 
@@ -28,6 +28,7 @@ void arg_candidates(DType, const void*, const std::int64_t*, const void*, std::i
   no_cuda("arg_candidates");
 }
 
+std::size_t reduce_scratch(ReduceOp, DType, const std::vector<std::int64_t>&, const std::vector<bool>&) { return 0; }
 void arg_indices(const std::int64_t*, std::int64_t, std::int32_t*) { no_cuda("arg_indices"); }
 
 void tree_combine(ReduceOp, DType, int, const void*, void*, std::int64_t, int, const char*) { no_cuda("tree_combine"); }

@@ -9,21 +9,22 @@
 // the order this kernel walks them (an odometer over the reduced dims, the
 // kept ones fixed by the output index).
 //  - Last dim reduced ("fold"): each row is combined into the output's
-//    running value v. For sums the row's first inner/8*8 elements go into
-//    eight lanes (element j into lane j mod 8; the lanes start at 0, not at
-//    v), merged as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) into v once, then
-//    the row's tail adds one by one. Other kinds combine the row in order.
+//    running value v. For sums the row is cut into pieces of kSumPiece
+//    elements (kernels/combine.hpp); each piece's first len/8*8 elements go
+//    into eight lanes (element j into lane j mod 8; the lanes start at 0,
+//    not at v), merged as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) into v, then
+//    the piece's tail (only a row's last piece has one) adds one by one.
+//    Other kinds combine the row in order.
 //  - Last dim kept: each input element combines into its output in row
 //    order, one step per reduced index.
 //  The running value is the CPU's accumulator type (f64 for f32 sums,
 //  bytes for bool), starts at the kind's identity and is cast to the
 //  output's dtype at the end.
-//  A faster exact scheme: with the last dim reduced, each row's lane merge
-//  does not depend on v, so one pass could compute every row's eight lanes
-//  in parallel (a thread per row and lane) and a second fold them and the
-//  tails into v per output; a single long row stays eight serial chains,
-//  which is all the parallelism the CPU's order allows. Beyond that, the CPU
-//  would have to adopt a blocked tree order that both backends share.
+//  A piece's lane merge does not depend on v, so when each output sums many
+//  elements a first kernel computes every piece's merge in parallel (a
+//  thread per piece, into scratch memory) and the second, a thread per
+//  output, adds them and the tails into v in order: a sum of n elements
+//  then has n / kSumPiece serial steps instead of n / 8.
 //
 // arg_best: one thread per line, walking it in index order (the tie rule
 // needs it), as cpu::arg_best does per line.
@@ -68,6 +69,55 @@ void check_rank(const char* op, std::size_t rank) {
 
 // ---------------------------------------------------------------- reduce
 
+// The eight lanes over x[0, full8), merged: what a row piece adds to v
+// before its tail.
+template <ReduceOp r, class T>
+TESSERA_HD ReduceAcc<T> piece_merge(const T* x, int64_t full8) {
+  using A = ReduceAcc<T>;
+  A lane[8];
+  for (int q = 0; q < 8; ++q) lane[q] = A{};
+  for (int64_t j = 0; j < full8; j += 8)
+    for (int q = 0; q < 8; ++q) lane[q] = combine1<r, A>(lane[q], static_cast<A>(x[j + q]));
+  const A l01 = combine1<r, A>(lane[0], lane[1]), l23 = combine1<r, A>(lane[2], lane[3]);
+  const A l45 = combine1<r, A>(lane[4], lane[5]), l67 = combine1<r, A>(lane[6], lane[7]);
+  return combine1<r, A>(combine1<r, A>(l01, l23), combine1<r, A>(l45, l67));
+}
+
+// Whether combining a row's pieces separately and then the pieces' values
+// in order gives the bits of one pass along the row: sums (whose pieces are
+// the CPU's own order), and the kinds whose combine does not round: max and
+// min (ties keep the earlier value, as one pass does, and any NaN gives the
+// canonical NaN), any, all and integer products (wrapping multiplication is
+// associative).
+template <ReduceOp r, class T>
+inline constexpr bool kPiecesExact = r == ReduceOp::Sum || r == ReduceOp::Max || r == ReduceOp::Min ||
+                                     r == ReduceOp::Any || r == ReduceOp::All || !std::is_floating_point_v<T>;
+
+// Thread per (row, piece) of a block whose last dim is reduced: the piece's
+// value into merged[row * pieces + piece]. For sums the lane merge (the
+// tail stays for the second kernel), for the other kinds the whole piece
+// combined from the identity.
+template <ReduceOp r, class T>
+struct PieceKernel {
+  const T* in;
+  ReduceAcc<T>* merged;
+  int64_t inner, pieces;
+  ReduceAcc<T> init;
+  TESSERA_HD void operator()(int64_t i) const {
+    const int64_t row = i / pieces, p = i - row * pieces;
+    const int64_t start = p * detail::kSumPiece;
+    const int64_t len = inner - start < detail::kSumPiece ? inner - start : detail::kSumPiece;
+    const T* x = in + row * inner + start;
+    if constexpr (r == ReduceOp::Sum) {
+      merged[i] = piece_merge<r, T>(x, len / 8 * 8);
+    } else {
+      ReduceAcc<T> v = init;
+      for (int64_t j = 0; j < len; ++j) v = combine1<r, ReduceAcc<T>>(v, static_cast<ReduceAcc<T>>(x[j]));
+      merged[i] = v;
+    }
+  }
+};
+
 template <ReduceOp r, class T>
 struct ReduceKernel {
   using A = ReduceAcc<T>;
@@ -84,21 +134,29 @@ struct ReduceKernel {
   int64_t rdims[kMaxRank] = {}, rstride[kMaxRank] = {};
   int64_t steps = 0;
   bool fold = true;
-  int64_t inner = 1, full8 = 0;
+  int64_t inner = 1, pieces = 1;
+  // Each row piece's lane merge (row * pieces + piece), when the piece
+  // kernel computed them; else this kernel does.
+  const A* merged = nullptr;
 
-  // v combined with the row x[0, inner) as the CPU's fold does it.
-  TESSERA_HD A row(A v, const T* x) const {
-    int64_t j = 0;
+  // v combined with the row x[0, inner), row number `row_index` of the
+  // block, as the CPU's fold does it.
+  TESSERA_HD A row(A v, const T* x, int64_t row_index) const {
     if constexpr (r == ReduceOp::Sum) {
-      A lane[8];
-      for (int q = 0; q < 8; ++q) lane[q] = A{};
-      for (; j < full8; j += 8)
-        for (int q = 0; q < 8; ++q) lane[q] = combine1<r, A>(lane[q], static_cast<A>(x[j + q]));
-      const A l01 = combine1<r, A>(lane[0], lane[1]), l23 = combine1<r, A>(lane[2], lane[3]);
-      const A l45 = combine1<r, A>(lane[4], lane[5]), l67 = combine1<r, A>(lane[6], lane[7]);
-      v = combine1<r, A>(v, combine1<r, A>(combine1<r, A>(l01, l23), combine1<r, A>(l45, l67)));
+      for (int64_t p = 0; p < pieces; ++p) {
+        const int64_t start = p * detail::kSumPiece;
+        const int64_t len = inner - start < detail::kSumPiece ? inner - start : detail::kSumPiece;
+        const int64_t full8 = len / 8 * 8;
+        v = combine1<r, A>(v, merged ? merged[row_index * pieces + p] : piece_merge<r, T>(x + start, full8));
+        for (int64_t j = start + full8; j < start + len; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
+      }
+      return v;
     }
-    for (; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
+    if (merged) {
+      for (int64_t p = 0; p < pieces; ++p) v = combine1<r, A>(v, merged[row_index * pieces + p]);
+      return v;
+    }
+    for (int64_t j = 0; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
     return v;
   }
 
@@ -113,7 +171,7 @@ struct ReduceKernel {
     int64_t off = base;
     A v = init;
     for (int64_t s = 0; s < steps; ++s) {
-      v = fold ? row(v, in + off) : combine1<r, A>(v, static_cast<A>(in[off]));
+      v = fold ? row(v, in + off, off / inner) : combine1<r, A>(v, static_cast<A>(in[off]));
       // Next combination: the last reduced dim fastest.
       for (int d = nred - 1; d >= 0; --d) {
         off += rstride[d];
@@ -189,8 +247,52 @@ struct TreeKernel {
 
 }  // namespace
 
+namespace {
+
+// Whether a reduction of a last dim runs the piece kernel first, and the
+// number of its rows and pieces per row.
+struct PiecePlan {
+  bool pieces_pay = false;  // the piece kernel runs (scratch memory)
+  int64_t rows = 0, pieces = 0;
+};
+
+PiecePlan piece_plan(ReduceOp op, DType t, const std::vector<int64_t>& shape, const std::vector<bool>& reduced) {
+  PiecePlan s;
+  const int rank = static_cast<int>(shape.size());
+  const bool exact = dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    return detail::with_op(op, [&](auto kind) {
+      constexpr ReduceOp r = decltype(kind)::value;
+      return kReduceRuns<r, T> && kPiecesExact<r, T>;
+    });
+  });
+  if (!exact || !(rank == 0 || reduced[static_cast<std::size_t>(rank - 1)])) return s;
+  const int64_t inner = rank > 0 ? shape[static_cast<std::size_t>(rank - 1)] : 1;
+  int64_t total = 1, nout = 1;
+  for (int d = 0; d < rank; ++d) {
+    total *= shape[static_cast<std::size_t>(d)];
+    if (!reduced[static_cast<std::size_t>(d)]) nout *= shape[static_cast<std::size_t>(d)];
+  }
+  if (inner == 0 || nout == 0) return s;
+  s.rows = total / inner;
+  s.pieces = (inner + detail::kSumPiece - 1) / detail::kSumPiece;
+  // Worth a second kernel when each output's thread would otherwise walk
+  // many elements: then it reads one merge per piece instead.
+  s.pieces_pay = total / nout >= 4096;
+  return s;
+}
+
+}  // namespace
+
+std::size_t reduce_scratch(ReduceOp op, DType t, const std::vector<int64_t>& shape, const std::vector<bool>& reduced) {
+  const PiecePlan s = piece_plan(op, t, shape, reduced);
+  if (!s.pieces_pay) return 0;
+  const std::size_t acc = t == DType::f32 ? sizeof(double) : itemsize(t);  // ReduceAcc's size
+  return static_cast<std::size_t>(s.rows * s.pieces) * acc;
+}
+
 void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& shape, const std::vector<bool>& reduced,
-            void* out) {
+            void* out, void* scratch) {
   const char* name = detail::name(op);
   check_rank(name, shape.size());
   const int rank = static_cast<int>(shape.size());
@@ -211,7 +313,15 @@ void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& sh
         k.init = static_cast<ReduceAcc<T>>(reduce_identity<T>(r));
         k.fold = rank == 0 || reduced[static_cast<std::size_t>(rank - 1)];
         k.inner = rank > 0 && k.fold ? shape[static_cast<std::size_t>(rank - 1)] : 1;
-        k.full8 = r == ReduceOp::Sum ? k.inner / 8 * 8 : 0;
+        k.pieces = (k.inner + detail::kSumPiece - 1) / detail::kSumPiece;
+        if constexpr (kPiecesExact<r, T>) {
+          const PiecePlan plan = piece_plan(op, t, shape, reduced);
+          if (plan.pieces_pay && scratch != nullptr) {
+            auto* merged = static_cast<ReduceAcc<T>*>(scratch);
+            for_each(name, plan.rows * plan.pieces, PieceKernel<r, T>{k.in, merged, k.inner, plan.pieces, k.init});
+            k.merged = merged;
+          }
+        }
         // Row-major input strides; the dims the odometer and the output index
         // walk.
         int64_t stride[kMaxRank] = {};

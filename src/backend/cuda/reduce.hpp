@@ -13,6 +13,7 @@
 // raising DeviceError (no_cuda_reduce.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -25,10 +26,16 @@ using detail::ReduceOp;
 
 /// `op` over the dims marked `reduced` of the row-major block `in` of
 /// `shape` into `out` (the kept dims, row-major), as cpu::reduce computes it:
-/// f32 sums accumulate in f64, sums of a reduced last dim in eight lanes.
-/// Kinds the CPU kernel does not run in dtype t (reduce_runs) write nothing.
+/// f32 sums accumulate in f64, sums of a reduced last dim in pieces of eight
+/// lanes. Kinds the CPU kernel does not run in dtype t (reduce_runs) write
+/// nothing. `scratch` (device memory of reduce_scratch bytes, or nullptr)
+/// lets long sums run their pieces in parallel; the bits are the same
+/// without it.
 void reduce(ReduceOp op, DType t, const void* in, const std::vector<std::int64_t>& shape,
-            const std::vector<bool>& reduced, void* out);
+            const std::vector<bool>& reduced, void* out, void* scratch = nullptr);
+/// The scratch bytes reduce() puts to use for these arguments (0: none).
+std::size_t reduce_scratch(ReduceOp op, DType t, const std::vector<std::int64_t>& shape,
+                           const std::vector<bool>& reduced);
 
 /// argmax (`is_max`) / argmin of the lines of `in` along `axis`: per element
 /// of the block with that dim of size 1, the first best value to `value`
