@@ -11,6 +11,13 @@
 #   devices*.txt, ctest-cuda.txt
 #                         with a full build (BUILD_DIR): `tessera devices`,
 #                         TESSERA_PLATFORM=cuda, and the ctest tests labelled cuda
+#                         (the IFU cube against the CPU's, byte for byte, among
+#                         them: cuda.ifu_cube)
+#   example-<name>.txt    every example with TESSERA_PLATFORM=cuda, 8 devices
+#   ifu-1e6-cuda.txt, ifu-1e6-cpu.txt, ifu-1e7-cuda.txt, ifu-1e7-cpu.txt
+#                         `tessera ifu` on 10^6 and 10^7 particles, on 8 devices
+#                         of the GPU and on 16 CPU devices: times, peak memory
+#                         of the process and of a device
 #
 #   scripts/gpu-check.sh [BUILD_DIR | --full]
 #
@@ -20,7 +27,12 @@
 # lack the Debian packages the whole library needs (OpenBLAS, GoogleTest,
 # CLI11, ...). compute-sanitizer is used when the toolkit has it. BUILD_DIR,
 # a CMake build of the whole project made on that machine (with CUDA on),
-# adds the last checks.
+# adds the last checks. --full makes that build here from the folder
+# scripts/gpu-deps.sh gathers on a build machine (carried as build/gpu-deps:
+# deps.tar.gz, 30 MiB, unpacked here; or the unpacked folder itself), and
+# should finish within 9 minutes on 16 cores: the checks after the ctest run
+# each have a time limit and stop once GPU_CHECK_SECONDS (default 510) have
+# passed since the start.
 #
 # Exit status: 0 when every check that ran passed, 1 otherwise, 2 when the
 # tools are missing.
@@ -31,9 +43,22 @@ OUT="${OUT:-$PWD/gpu-check-out}"
 BUILD_DIR="${1:-}"
 mkdir -p "$OUT/bin"
 status=0
+deadline=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-510} ))
 
 log() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
 fail() { log "FAIL: $*"; status=1; }
+# bounded SECONDS NAME command...: runs the command for at most SECONDS, and
+# not past the deadline (then it is not started); exit 124 either way.
+bounded() {
+  local limit="$1" name="$2" left=$(( deadline - $(date +%s) ))
+  shift 2
+  if [ $left -lt 15 ]; then
+    log "$name: not run, the time for the checks is spent"
+    return 124
+  fi
+  timeout $(( limit < left ? limit : left )) "$@"
+}
+why() { [ "$1" = 124 ] && echo "out of time" || echo "exit $1"; }
 
 CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")}"
 NVCC="$CUDA_HOME/bin/nvcc"
@@ -99,25 +124,45 @@ if build shared_math_gpu build_sweep; then
   fi
 fi
 
-# --full: build the library and its test suites here, against the Debian
-# packages that scripts/gpu-deps.sh gathered on a build machine (carried to
-# this one as build/gpu-deps, or $GPU_DEPS): no MPI, no IFU app. Then run
-# the checks below on that build.
+# --full: build the library, its test suites, the examples and the IFU app
+# (without PLplot) here, against the Debian packages that scripts/gpu-deps.sh
+# gathered on a build machine (carried to this one as build/gpu-deps, or
+# $GPU_DEPS: its archive deps.tar.gz, unpacked to $GPU_DEPS_UNPACKED, or the
+# unpacked folder): no MPI. Then run the checks below on that build.
 if [ "$BUILD_DIR" = "--full" ]; then
   DEPS="${GPU_DEPS:-$ROOT/build/gpu-deps}"
   BUILD_DIR="${GPU_BUILD_DIR:-$ROOT/build/gpu}"
+  archive="$(ls "$DEPS"/deps.tar.gz "$DEPS"/deps.tar.xz 2>/dev/null | head -1)"
+  if [ ! -d "$DEPS/include/gtest" ] && [ -n "$archive" ]; then
+    unpacked="${GPU_DEPS_UNPACKED:-$ROOT/build/gpu-deps.unpacked}"
+    rm -rf "$unpacked" && mkdir -p "$unpacked"
+    # A .tar.xz without xz on the machine: Python's tarfile reads it too.
+    if tar -C "$unpacked" -xf "$archive" 2>"$OUT/unpack.txt" ||
+        python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+          "$archive" "$unpacked" 2>>"$OUT/unpack.txt"; then
+      DEPS="$unpacked"
+    else
+      fail "unpacking $archive (see unpack.txt)"
+    fi
+  fi
   if [ ! -d "$DEPS/include/gtest" ]; then
     fail "--full needs the folder scripts/gpu-deps.sh makes ($DEPS)"
     BUILD_DIR=""
   else
-    export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    MULTI="$DEPS/lib/x86_64-linux-gnu"
+    # The carried libraries for every program below (HDF5's libcurl among
+    # them), and the carried pkg-config looking at the carried .pc files only.
+    export LD_LIBRARY_PATH="$MULTI${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export PKG_CONFIG_LIBDIR="$MULTI/pkgconfig" PKG_CONFIG_PATH=""
+    export TESSERA_IFU_DATA="$DEPS/share/tessera/ifu-data"
     GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
     start=$(date +%s)
     if cmake -S "$ROOT" -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$DEPS" \
-        -DCMAKE_CUDA_COMPILER="$NVCC" -DTESSERA_WITH_CUDA=ON -DTESSERA_WITH_MPI=OFF -DTESSERA_BUILD_IFU=OFF \
-        -DTESSERA_BUILD_EXAMPLES=OFF \
+        -DCMAKE_CUDA_COMPILER="$NVCC" -DTESSERA_WITH_CUDA=ON -DTESSERA_WITH_MPI=OFF \
+        -DTESSERA_BUILD_IFU=ON -DTESSERA_IFU_PLOTS=OFF -DTESSERA_BUILD_EXAMPLES=ON \
+        -DPKG_CONFIG_EXECUTABLE="$DEPS/bin/pkg-config" \
         -DCBLAS_INCLUDE_DIR="$DEPS/include/x86_64-linux-gnu" \
-        -DBLAS_LIBRARIES="$DEPS/lib/x86_64-linux-gnu/libopenblas.so" > "$OUT/build-full.txt" 2>&1 &&
+        -DBLAS_LIBRARIES="$MULTI/libopenblas.so" > "$OUT/build-full.txt" 2>&1 &&
       cmake --build "$BUILD_DIR" -j "$(nproc)" >> "$OUT/build-full.txt" 2>&1; then
       log "full build: $(( $(date +%s) - start )) s"
     else
@@ -154,6 +199,53 @@ if [ -n "$BUILD_DIR" ]; then
     TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=2 "$SANITIZER" --tool memcheck --error-exitcode 1 \
       "$BUILD_DIR/tests/test_cuda_platform" > "$OUT/memcheck-platform.txt" 2>&1 ||
       fail "compute-sanitizer memcheck of test_cuda_platform (see memcheck-platform.txt)"
+  fi
+  # The IFU cube on the GPU against the CPU's (tests/cuda/ifu_cube.sh), run
+  # above: ctest registers it only when the IFU app is built.
+  has_ifu=0
+  [ -x "$TESSERA" ] && "$TESSERA" --help 2>&1 | grep -q '^  ifu ' && has_ifu=1
+  if grep -q "cuda\.ifu_cube .*Passed" "$OUT/ctest-cuda.txt"; then
+    log "IFU cube on the GPU: the CPU's, byte for byte"
+  elif [ $has_ifu = 1 ]; then
+    fail "IFU cube on the GPU: cuda.ifu_cube did not pass (see ctest-cuda.txt)"
+  fi
+
+  # Every example on the GPU, with the arguments ctest gives them on the CPU.
+  for ex in "finite_difference 256" mlp_layer collectives_tour "chunked_jacobian 4099 12" "ifu_pipeline 30011"; do
+    name="${ex%% *}"
+    [ -x "$BUILD_DIR/examples/$name" ] || { fail "no example $name in $BUILD_DIR/examples"; continue; }
+    # shellcheck disable=SC2086  # the example's arguments
+    bounded 120 "example $name" env TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=8 \
+      "$BUILD_DIR/examples/$name" ${ex#"$name"} > "$OUT/example-$name.txt" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then
+      log "example $name on the GPU: passed"
+    else
+      fail "example $name on the GPU ($(why $rc), see example-$name.txt)"
+    fi
+  done
+
+  # `tessera ifu` at scale: 10^6 and 10^7 particles of the generated disk
+  # with the carried BC03 templates, on 8 devices of the GPU and on 16 CPU
+  # devices, each with its times and peak memory.
+  if [ $has_ifu = 1 ]; then
+    mkdir -p "$BUILD_DIR/ifu-runs"
+    for run in "1e6 1000000 60" "1e7 10000000 150"; do
+      read -r tag particles limit <<< "$run"
+      for where in "cuda 8" "cpu 16"; do
+        read -r platform devices <<< "$where"
+        bounded "$limit" "ifu $tag on $platform" env -u TESSERA_PLATFORM "$TESSERA" ifu --platform "$platform" \
+          --devices "$devices" --particles "$particles" --no-plots \
+          --output "$BUILD_DIR/ifu-runs/cube-$tag-$platform.fits" > "$OUT/ifu-$tag-$platform.txt" 2>&1
+        rc=$?
+        if [ $rc -eq 0 ]; then
+          log "tessera ifu, $particles particles, $devices $platform devices:$(grep -h -E '^  (time|peak device)' \
+            "$OUT/ifu-$tag-$platform.txt" | tr -s ' ' | tr '\n' ';')"
+        else
+          fail "tessera ifu, $particles particles on $platform ($(why $rc), see ifu-$tag-$platform.txt)"
+        fi
+      done
+    done
   fi
 fi
 
