@@ -71,6 +71,12 @@ using ReduceAcc =
 /// so only a row's last piece has a tail.
 inline constexpr TESSERA_STD::int64_t kSumPiece = 8192;
 
+/// Sums over leading dims (the last dim kept) meet an output element's rows
+/// in pieces of this many: each piece is summed from zero, then added to the
+/// element's running value. Independent pieces let a GPU sum a long column
+/// in parallel; up to this many rows the bits are those of one pass.
+inline constexpr TESSERA_STD::int64_t kRowPiece = 1024;
+
 /// Which reductions run in which dtype (every backend's reduce_runs): Max
 /// and Min in all, Any and All on bool, Sum and Prod on the 4- and 8-byte
 /// numbers.

@@ -560,6 +560,51 @@ TEST(ReduceKernel, LongRowsAreSummedPieceByPiece) {
   }
 }
 
+// A sum over a leading dim meets each output element's rows in pieces of
+// kRowPiece rows: each piece summed from zero (f32 in f64), then added to
+// the element's running value. Written out in plain loops, it must match the
+// kernel bit for bit, whole and fed in chunks; so must a reduction over two
+// leading dims, whose rows meet an output row interleaved with others'.
+TEST(ReduceKernel, ColumnsAreSummedInPiecesOfRows) {
+  namespace cpu = ts::detail::cpu;
+  constexpr std::int64_t kRows = ts::detail::kRowPiece;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  std::uniform_int_distribution<int> ex(-30, 30);
+  for (const std::int64_t n : {kRows - 1, kRows, kRows + 1, 3 * kRows + 5}) {
+    for (const int split : {1, 2}) {  // reduce dim 0 of (n, 3) or dims 0, 1 of (split, n / split + ..., 3)
+      const ts::Shape shape = split == 1 ? ts::Shape{n, 3} : ts::Shape{2, n, 3};
+      const std::vector<bool> reduced = split == 1 ? std::vector<bool>{true, false} : std::vector<bool>{true, true, false};
+      const std::int64_t rows = split == 1 ? n : 2 * n;
+      std::vector<float> x(static_cast<size_t>(rows * 3));
+      for (float& v : x) v = static_cast<float>(std::ldexp(mant(rng), ex(rng)) * (rng() & 1 ? 1 : -1));
+      std::vector<float> want(3);
+      for (int c = 0; c < 3; ++c) {
+        double acc = 0, part = 0;
+        std::int64_t in_part = 0;
+        for (std::int64_t i = 0; i < rows; ++i) {
+          part += x[static_cast<size_t>(i * 3 + c)];
+          if (++in_part == kRows) acc += part, part = 0, in_part = 0;
+        }
+        if (in_part > 0) acc += part;
+        want[static_cast<size_t>(c)] = static_cast<float>(acc);
+      }
+      std::vector<float> got(3);
+      cpu::reduce(ts::detail::ReduceOp::Sum, ts::f32, x.data(), shape, reduced, got.data());
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * 3), 0) << rows << " rows";
+      std::vector<float> chunked(3);
+      auto r = cpu::make_reducer(ts::detail::ReduceOp::Sum, ts::f32, shape, reduced, chunked.data());
+      for (std::int64_t at = 0; at < rows * 3;) {
+        const std::int64_t len = std::min<std::int64_t>(rows * 3 - at, 1 + static_cast<std::int64_t>(rng() % 700));
+        r->feed(x.data() + at, len);
+        at += len;
+      }
+      r->finish();
+      EXPECT_EQ(std::memcmp(want.data(), chunked.data(), sizeof(float) * 3), 0) << rows << " rows in chunks";
+    }
+  }
+}
+
 // The streaming form of the local reduction (the end of a fused loop under
 // jit) gives bitwise the whole-block result for any split into pieces.
 TEST(ReduceKernel, AnySplitGivesTheSameBits) {

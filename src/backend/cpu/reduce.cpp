@@ -28,7 +28,10 @@ namespace {
 // before the piece's tail: independent lanes let the compiler vectorise,
 // independent pieces let a GPU sum them in parallel, and the order of every
 // addition depends only on the element's place in its row, never on where a
-// chunk starts, so any split of the block gives the same bits.
+// chunk starts, so any split of the block gives the same bits. Sums over a
+// kept last dim add an output row's rows into a partial row, which joins the
+// output row every kRowPiece rows (and at the end): pieces of rows a GPU can
+// sum in parallel.
 template <ReduceOp r, class T>
 class Streamer final : public Reducer {
   using A = ReduceAcc<T>;
@@ -44,6 +47,10 @@ class Streamer final : public Reducer {
     acc_.assign(static_cast<size_t>(nout), static_cast<A>(reduce_identity<T>(r)));
     inner_ = rank_ > 0 ? shape[rank_ - 1] : 1;
     fold_ = rank_ == 0 || reduced[rank_ - 1];
+    if (r == ReduceOp::Sum && !fold_ && inner_ > 0) {
+      part_.assign(static_cast<size_t>(nout), A{});
+      rows_in_part_.assign(static_cast<size_t>(nout / inner_), 0);
+    }
   }
 
   void feed(const void* chunk, std::int64_t n) override {
@@ -68,6 +75,8 @@ class Streamer final : public Reducer {
   }
 
   void finish() override {
+    for (size_t o = 0; o < rows_in_part_.size(); ++o)
+      if (rows_in_part_[o] > 0) join_part(static_cast<std::int64_t>(o));
     for (size_t i = 0; i < acc_.size(); ++i) out_[i] = static_cast<T>(acc_[i]);
   }
 
@@ -88,7 +97,18 @@ class Streamer final : public Reducer {
     if (fold_)
       v_ = acc_[o];
     else
-      row_ = acc_.data() + o;
+      row_ = (part_.empty() ? acc_.data() : part_.data()) + o;
+  }
+
+  // Output row o's partial row joins it.
+  void join_part(std::int64_t o) {
+    A* a = acc_.data() + o * inner_;
+    A* p = part_.data() + o * inner_;
+    for (std::int64_t j = 0; j < inner_; ++j) {
+      a[j] = combine1<r, A>(a[j], p[j]);
+      p[j] = A{};
+    }
+    rows_in_part_[static_cast<size_t>(o)] = 0;
   }
 
   // The piece starting at row position j_: its length and lanes.
@@ -100,7 +120,12 @@ class Streamer final : public Reducer {
   }
 
   void end_row() {
-    if (fold_) acc_[rows_.offset(0)] = v_;
+    if (fold_) {
+      acc_[rows_.offset(0)] = v_;
+    } else if (!part_.empty()) {
+      const std::int64_t o = rows_.offset(0) / inner_;
+      if (++rows_in_part_[static_cast<size_t>(o)] == kRowPiece) join_part(o);
+    }
     j_ = 0;
     if (rank_ > 0) rows_.next();
   }
@@ -140,6 +165,8 @@ class Streamer final : public Reducer {
   T* out_;
   NdIndex<1> rows_;
   std::vector<A> acc_;
+  std::vector<A> part_;                      // sums over a kept last dim: each output row's partial row
+  std::vector<std::int64_t> rows_in_part_;  // and how many rows it holds
   std::int64_t inner_ = 1, j_ = 0;
   std::int64_t piece_ = 0, full8_ = 0, p_ = 0;  // the current piece of a folded row: length, full groups, position
   bool fold_ = true, merged_ = false;

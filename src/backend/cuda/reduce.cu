@@ -160,18 +160,70 @@ struct ReduceKernel {
     return v;
   }
 
-  TESSERA_HD void operator()(int64_t o) const {
+  // Output o's first input element.
+  TESSERA_HD int64_t base_of(int64_t o) const {
     int64_t base = 0;
     for (int64_t i = o, d = nkept - 1; d >= 0; --d) {
       const int64_t q = i / kdims[d];
       base += (i - q * kdims[d]) * kstride[d];
       i = q;
     }
+    return base;
+  }
+
+  // Steps [s0, s1) of an output's walk over the reduced dims (the last
+  // fastest) from `base`, combined into v one element each (a kept last
+  // dim).
+  TESSERA_HD A walk(A v, int64_t base, int64_t s0, int64_t s1) const {
     int64_t idx[kMaxRank] = {};
     int64_t off = base;
+    for (int64_t i = s0, d = nred - 1; d >= 0; --d) {
+      const int64_t q = i / rdims[d];
+      idx[d] = i - q * rdims[d];
+      off += idx[d] * rstride[d];
+      i = q;
+    }
+    for (int64_t s = s0; s < s1; ++s) {
+      v = combine1<r, A>(v, static_cast<A>(in[off]));
+      for (int d = nred - 1; d >= 0; --d) {
+        off += rstride[d];
+        if (++idx[d] < rdims[d]) break;
+        off -= rstride[d] * rdims[d];
+        idx[d] = 0;
+      }
+    }
+    return v;
+  }
+
+  // A kept last dim: output o's piece p of kRowPiece steps, from the
+  // identity (zero for sums).
+  TESSERA_HD A kept_piece(int64_t o, int64_t p) const {
+    const int64_t s0 = p * detail::kRowPiece;
+    const int64_t s1 = steps - s0 < detail::kRowPiece ? steps : s0 + detail::kRowPiece;
+    return walk(init, base_of(o), s0, s1);
+  }
+
+  TESSERA_HD void operator()(int64_t o) const {
+    const int64_t base = base_of(o);
     A v = init;
+    if (!fold) {
+      // Sums join their pieces of rows in order (the CPU's partial rows);
+      // the exact kinds may too, when the piece kernel ran.
+      const int64_t np = (steps + detail::kRowPiece - 1) / detail::kRowPiece;
+      if (merged) {
+        for (int64_t p = 0; p < np; ++p) v = combine1<r, A>(v, merged[o * np + p]);
+      } else if constexpr (r == ReduceOp::Sum) {
+        for (int64_t p = 0; p < np; ++p) v = combine1<r, A>(v, kept_piece(o, p));
+      } else {
+        v = walk(v, base, 0, steps);
+      }
+      out[o] = static_cast<T>(v);
+      return;
+    }
+    int64_t idx[kMaxRank] = {};
+    int64_t off = base;
     for (int64_t s = 0; s < steps; ++s) {
-      v = fold ? row(v, in + off, off / inner) : combine1<r, A>(v, static_cast<A>(in[off]));
+      v = row(v, in + off, off / inner);
       // Next combination: the last reduced dim fastest.
       for (int d = nred - 1; d >= 0; --d) {
         off += rstride[d];
@@ -181,6 +233,19 @@ struct ReduceKernel {
       }
     }
     out[o] = static_cast<T>(v);
+  }
+};
+
+// Thread per (output, piece of kRowPiece rows) of a reduction over leading
+// dims: the piece into merged[output * pieces + piece].
+template <ReduceOp r, class T>
+struct KeptPieceKernel {
+  ReduceKernel<r, T> k;
+  ReduceAcc<T>* merged;
+  int64_t pieces;
+  TESSERA_HD void operator()(int64_t i) const {
+    const int64_t o = i / pieces;
+    merged[i] = k.kept_piece(o, i - o * pieces);
   }
 };
 
@@ -249,11 +314,13 @@ struct TreeKernel {
 
 namespace {
 
-// Whether a reduction of a last dim runs the piece kernel first, and the
-// number of its rows and pieces per row.
+// Whether a reduction runs a piece kernel first: over the pieces of its
+// summed rows (the last dim reduced) or of its outputs' rows (the last dim
+// kept); `owners` rows or outputs have `pieces` pieces each.
 struct PiecePlan {
-  bool pieces_pay = false;  // the piece kernel runs (scratch memory)
-  int64_t rows = 0, pieces = 0;
+  bool pieces_pay = false;  // a piece kernel runs (scratch memory)
+  bool fold = true;
+  int64_t owners = 0, pieces = 0;
 };
 
 PiecePlan piece_plan(ReduceOp op, DType t, const std::vector<int64_t>& shape, const std::vector<bool>& reduced) {
@@ -266,19 +333,28 @@ PiecePlan piece_plan(ReduceOp op, DType t, const std::vector<int64_t>& shape, co
       return kReduceRuns<r, T> && kPiecesExact<r, T>;
     });
   });
-  if (!exact || !(rank == 0 || reduced[static_cast<std::size_t>(rank - 1)])) return s;
+  if (!exact) return s;
+  s.fold = rank == 0 || reduced[static_cast<std::size_t>(rank - 1)];
   const int64_t inner = rank > 0 ? shape[static_cast<std::size_t>(rank - 1)] : 1;
   int64_t total = 1, nout = 1;
   for (int d = 0; d < rank; ++d) {
     total *= shape[static_cast<std::size_t>(d)];
     if (!reduced[static_cast<std::size_t>(d)]) nout *= shape[static_cast<std::size_t>(d)];
   }
-  if (inner == 0 || nout == 0) return s;
-  s.rows = total / inner;
-  s.pieces = (inner + detail::kSumPiece - 1) / detail::kSumPiece;
-  // Worth a second kernel when each output's thread would otherwise walk
-  // many elements: then it reads one merge per piece instead.
-  s.pieces_pay = total / nout >= 4096;
+  if (inner == 0 || nout == 0 || total == 0) return s;
+  if (s.fold) {
+    s.owners = total / inner;
+    s.pieces = (inner + detail::kSumPiece - 1) / detail::kSumPiece;
+    // Worth a second kernel when each output's thread would otherwise walk
+    // many elements: then it reads one merge per piece instead.
+    s.pieces_pay = total / nout >= 4096;
+  } else {
+    // Each output walks total / nout rows, one element each: pieces pay when
+    // there are several and too few outputs to fill a GPU.
+    s.owners = nout;
+    s.pieces = (total / nout + detail::kRowPiece - 1) / detail::kRowPiece;
+    s.pieces_pay = s.pieces >= 2 && nout <= (int64_t(1) << 16);
+  }
   return s;
 }
 
@@ -288,7 +364,7 @@ std::size_t reduce_scratch(ReduceOp op, DType t, const std::vector<int64_t>& sha
   const PiecePlan s = piece_plan(op, t, shape, reduced);
   if (!s.pieces_pay) return 0;
   const std::size_t acc = t == DType::f32 ? sizeof(double) : itemsize(t);  // ReduceAcc's size
-  return static_cast<std::size_t>(s.rows * s.pieces) * acc;
+  return static_cast<std::size_t>(s.owners * s.pieces) * acc;
 }
 
 void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& shape, const std::vector<bool>& reduced,
@@ -314,14 +390,8 @@ void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& sh
         k.fold = rank == 0 || reduced[static_cast<std::size_t>(rank - 1)];
         k.inner = rank > 0 && k.fold ? shape[static_cast<std::size_t>(rank - 1)] : 1;
         k.pieces = (k.inner + detail::kSumPiece - 1) / detail::kSumPiece;
-        if constexpr (kPiecesExact<r, T>) {
-          const PiecePlan plan = piece_plan(op, t, shape, reduced);
-          if (plan.pieces_pay && scratch != nullptr) {
-            auto* merged = static_cast<ReduceAcc<T>*>(scratch);
-            for_each(name, plan.rows * plan.pieces, PieceKernel<r, T>{k.in, merged, k.inner, plan.pieces, k.init});
-            k.merged = merged;
-          }
-        }
+        const PiecePlan plan = piece_plan(op, t, shape, reduced);
+        auto* merged = plan.pieces_pay ? static_cast<ReduceAcc<T>*>(scratch) : nullptr;
         // Row-major input strides; the dims the odometer and the output index
         // walk.
         int64_t stride[kMaxRank] = {};
@@ -342,6 +412,13 @@ void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& sh
             k.kdims[k.nkept] = n;
             k.kstride[k.nkept++] = stride[d];
           }
+        }
+        if constexpr (kPiecesExact<r, T>) {
+          if (merged != nullptr && plan.fold)
+            for_each(name, plan.owners * plan.pieces, PieceKernel<r, T>{k.in, merged, k.inner, plan.pieces, k.init});
+          else if (merged != nullptr)
+            for_each(name, plan.owners * plan.pieces, KeptPieceKernel<r, T>{k, merged, plan.pieces});
+          k.merged = merged;
         }
         for_each(name, nout, k);
       }
