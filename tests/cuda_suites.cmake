@@ -71,7 +71,13 @@ tessera_cuda_suite(test_contract)
 # their longest tests there.)
 if(TARGET test_ifu_pipeline AND NOT CMAKE_CXX_FLAGS MATCHES "sanitize")
   tessera_cuda_suite(test_ifu_pipeline)
-  tessera_cuda_suite(test_ifu_grad)
+  # Without PLplot (TESSERA_IFU_PLOTS off, as on a GPU machine) `tessera
+  # ifu-fit` draws none of the pictures this test looks for.
+  if(TESSERA_IFU_PLOTS)
+    tessera_cuda_suite(test_ifu_grad)
+  else()
+    tessera_cuda_suite(test_ifu_grad IfuFit.CommandLineGradientAndFit)
+  endif()
 endif()
 if(TARGET tessera_cli AND TARGET test_ifu_pipeline)
   set(_ifu_cube sh ${CMAKE_CURRENT_SOURCE_DIR}/cuda/ifu_cube.sh $<TARGET_FILE:tessera_cli>
