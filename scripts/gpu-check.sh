@@ -34,6 +34,12 @@
 # each have a time limit and stop once GPU_CHECK_SECONDS (default 510) have
 # passed since the start.
 #
+# A shorter check (a rerun after a fix) takes, from the environment:
+#   GPU_CHECK_TARGETS  the build targets, instead of everything
+#   GPU_CHECK_TESTS    a ctest -R pattern within the tests labelled cuda
+#   GPU_CHECK_STEPS    the checks after ctest, of: bench memcheck examples
+#                      ifu rubix (default all)
+#
 # Exit status: 0 when every check that ran passed, 1 otherwise, 2 when the
 # tools are missing.
 set -uo pipefail
@@ -46,6 +52,8 @@ status=0
 deadline=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-510} ))
 
 log() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
+# step NAME: whether GPU_CHECK_STEPS asks for the check NAME.
+step() { case " ${GPU_CHECK_STEPS:-bench memcheck examples ifu rubix} " in *" $1 "*) return 0 ;; esac; return 1; }
 fail() { log "FAIL: $*"; status=1; }
 # bounded SECONDS NAME command...: runs the command for at most SECONDS, and
 # not past the deadline (then it is not started); exit 124 either way.
@@ -163,7 +171,8 @@ if [ "$BUILD_DIR" = "--full" ]; then
         -DPKG_CONFIG_EXECUTABLE="$DEPS/bin/pkg-config" \
         -DCBLAS_INCLUDE_DIR="$DEPS/include/x86_64-linux-gnu" \
         -DBLAS_LIBRARIES="$MULTI/libopenblas.so" > "$OUT/build-full.txt" 2>&1 &&
-      cmake --build "$BUILD_DIR" -j "$(nproc)" >> "$OUT/build-full.txt" 2>&1; then
+      cmake --build "$BUILD_DIR" -j "$(nproc)" ${GPU_CHECK_TARGETS:+--target $GPU_CHECK_TARGETS} \
+        >> "$OUT/build-full.txt" 2>&1; then
       log "full build: $(( $(date +%s) - start )) s"
     else
       fail "full build (see build-full.txt)"
@@ -186,16 +195,17 @@ if [ -n "$BUILD_DIR" ]; then
   fi
   # Every suite on the GPUs (label cuda: 8 devices per GPU), then the
   # emulated runs for comparison when time allows (label cuda-emulated).
-  ctest --test-dir "$BUILD_DIR" -L '^cuda$' -j 4 --timeout 300 --output-on-failure > "$OUT/ctest-cuda.txt" 2>&1 ||
+  ctest --test-dir "$BUILD_DIR" -L '^cuda$' ${GPU_CHECK_TESTS:+-R "$GPU_CHECK_TESTS"} -j 4 --timeout 300 \
+    --output-on-failure > "$OUT/ctest-cuda.txt" 2>&1 ||
     fail "ctest -L cuda (see ctest-cuda.txt)"
   tail -15 "$OUT/ctest-cuda.txt" | tee -a "$OUT/summary.txt"
   # The benchmarks against the GPU's own limits (bench/bench_gpu.cpp).
-  if [ -x "$BUILD_DIR/bench/bench_gpu" ]; then
+  if step bench && [ -x "$BUILD_DIR/bench/bench_gpu" ]; then
     "$BUILD_DIR/bench/bench_gpu" --json "$OUT/bench_gpu.json" > "$OUT/bench_gpu.txt" 2>&1 || fail "bench_gpu (see bench_gpu.txt)"
     cat "$OUT/bench_gpu.txt" >> "$OUT/summary.txt"
   fi
   SANITIZER="${SANITIZER:-$(command -v compute-sanitizer || true)}"
-  if [ -n "$SANITIZER" ] && [ -x "$BUILD_DIR/tests/test_cuda_platform" ]; then
+  if step memcheck && [ -n "$SANITIZER" ] && [ -x "$BUILD_DIR/tests/test_cuda_platform" ]; then
     TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=2 "$SANITIZER" --tool memcheck --error-exitcode 1 \
       "$BUILD_DIR/tests/test_cuda_platform" > "$OUT/memcheck-platform.txt" 2>&1 ||
       fail "compute-sanitizer memcheck of test_cuda_platform (see memcheck-platform.txt)"
@@ -206,12 +216,12 @@ if [ -n "$BUILD_DIR" ]; then
   [ -x "$TESSERA" ] && "$TESSERA" --help 2>&1 | grep -q '^  ifu ' && has_ifu=1
   if grep -q "cuda\.ifu_cube .*Passed" "$OUT/ctest-cuda.txt"; then
     log "IFU cube on the GPU: the CPU's, byte for byte"
-  elif [ $has_ifu = 1 ]; then
+  elif [ $has_ifu = 1 ] && [ -z "${GPU_CHECK_TESTS:-}" ]; then
     fail "IFU cube on the GPU: cuda.ifu_cube did not pass (see ctest-cuda.txt)"
   fi
 
   # Every example on the GPU, with the arguments ctest gives them on the CPU.
-  for ex in "finite_difference 256" mlp_layer collectives_tour "chunked_jacobian 4099 12" "ifu_pipeline 30011"; do
+  step examples && for ex in "finite_difference 256" mlp_layer collectives_tour "chunked_jacobian 4099 12" "ifu_pipeline 30011"; do
     name="${ex%% *}"
     [ -x "$BUILD_DIR/examples/$name" ] || { fail "no example $name in $BUILD_DIR/examples"; continue; }
     # shellcheck disable=SC2086  # the example's arguments
@@ -228,7 +238,7 @@ if [ -n "$BUILD_DIR" ]; then
   # `tessera ifu` at scale: 10^6 and 10^7 particles of the generated disk
   # with the carried BC03 templates, on 8 devices of the GPU and on 16 CPU
   # devices, each with its times and peak memory.
-  if [ $has_ifu = 1 ]; then
+  if step ifu && [ $has_ifu = 1 ]; then
     mkdir -p "$BUILD_DIR/ifu-runs"
     for run in "1e6 1000000 60" "1e7 10000000 150"; do
       read -r tag particles limit <<< "$run"
