@@ -18,6 +18,10 @@
 #                         `tessera ifu` on 10^6 and 10^7 particles, on 8 devices
 #                         of the GPU and on 16 CPU devices: times, peak memory
 #                         of the process and of a device
+#   rubix-gpu.txt         Rubix 0.0.5 on JAX on the GPU on the same galaxies,
+#                         against the cubes of `tessera ifu --platform cuda`:
+#                         times, peak GPU memory, cube agreement (needs
+#                         build/gpu-wheels from scripts/gpu-wheels.sh)
 #
 #   scripts/gpu-check.sh [BUILD_DIR | --full]
 #
@@ -235,18 +239,41 @@ if [ -n "$BUILD_DIR" ]; then
     fi
   done
 
-  # `tessera ifu` at scale: 10^6 and 10^7 particles of the generated disk
-  # with the carried BC03 templates, on 8 devices of the GPU and on 16 CPU
-  # devices, each with its times and peak memory.
+  # `tessera ifu` at scale: 10^6 and 10^7 particles with the carried BC03
+  # templates, on 8 devices of the GPU and on 16 CPU devices, each with its
+  # times and peak memory. The galaxies are those of bench/ifu/bench_ifu.py
+  # (its seed, its config, particles nudged off spaxel edges), written in
+  # Rubix's form too, so that the Rubix step below compares what `make
+  # bench-ifu` compares on CPUs.
+  RUNS="$(mkdir -p "$BUILD_DIR/ifu-runs" && cd "$BUILD_DIR/ifu-runs" && pwd)"
+  generated=" "
+  # ifu_galaxy PARTICLES: RUNS/nPARTICLES/ holds config.yml, galaxy.h5 and
+  # rubix/rubix_galaxy.h5, written once per check.
+  ifu_galaxy() {
+    local dir="$RUNS/n$1"
+    case "$generated" in *" $1 "*) return 0 ;; esac
+    rm -rf "$dir" && mkdir -p "$dir/rubix"
+    sed "s|\"@RUBIX_GALAXY_DIR@\"|\"$dir/rubix\"|" "$ROOT/bench/ifu/config.yml" > "$dir/config.yml"
+    bounded 60 "ifu-generate $1" "$TESSERA" ifu-generate --particles "$1" --seed 20240601 --config "$dir/config.yml" \
+      --output "$dir/galaxy.h5" --rubix-output "$dir/rubix/rubix_galaxy.h5" > "$dir/generate.txt" 2>&1 ||
+      { fail "tessera ifu-generate, $1 particles (see $dir/generate.txt)"; return 1; }
+    generated+="$1 "
+  }
+  # ifu_run TAG PARTICLES PLATFORM DEVICES LIMIT: `tessera ifu` on that
+  # galaxy; cube-TAG-PLATFORM.fits and tessera-TAG-PLATFORM.json in RUNS.
+  ifu_run() {
+    ifu_galaxy "$2" || return 1
+    rm -f "$RUNS/cube-$1-$3.fits" "$RUNS/tessera-$1-$3.json"
+    bounded "$5" "ifu $1 on $3" env -u TESSERA_PLATFORM "$TESSERA" ifu --platform "$3" --devices "$4" \
+      --config "$RUNS/n$2/config.yml" --input "$RUNS/n$2/galaxy.h5" --no-plots --output "$RUNS/cube-$1-$3.fits" \
+      --json "$RUNS/tessera-$1-$3.json" > "$OUT/ifu-$1-$3.txt" 2>&1
+  }
   if step ifu && [ $has_ifu = 1 ]; then
-    mkdir -p "$BUILD_DIR/ifu-runs"
     for run in "1e6 1000000 60" "1e7 10000000 150"; do
       read -r tag particles limit <<< "$run"
       for where in "cuda 8" "cpu 16"; do
         read -r platform devices <<< "$where"
-        bounded "$limit" "ifu $tag on $platform" env -u TESSERA_PLATFORM "$TESSERA" ifu --platform "$platform" \
-          --devices "$devices" --particles "$particles" --no-plots \
-          --output "$BUILD_DIR/ifu-runs/cube-$tag-$platform.fits" > "$OUT/ifu-$tag-$platform.txt" 2>&1
+        ifu_run "$tag" "$particles" "$platform" "$devices" "$limit"
         rc=$?
         if [ $rc -eq 0 ]; then
           log "tessera ifu, $particles particles, $devices $platform devices:$(grep -h -E '^  (time|peak device)' \
@@ -256,6 +283,70 @@ if [ -n "$BUILD_DIR" ]; then
         fi
       done
     done
+  fi
+
+  # Rubix 0.0.5 on JAX on the GPU (JAX's default device), on the galaxies
+  # above, against the cubes of `tessera ifu --platform cuda`: Rubix's first
+  # call (trace, compile, run) and second call, the peak memory JAX held on
+  # the GPU, the speed ratio, and the largest relative difference per
+  # element as bench_ifu.py computes it (scripts/gpu_rubix.py), all in
+  # rubix-gpu.txt. Rubix and what it imports that this machine's Python
+  # lacks come as wheels (scripts/gpu-wheels.sh, carried as build/gpu-wheels).
+  # At most GPU_CHECK_RUBIX_SECONDS (150) in all: 10^6 particles first, then
+  # 10^7 in what is left (Rubix may run out of GPU memory there: recorded).
+  WHEELS="${GPU_WHEELS:-$ROOT/build/gpu-wheels}"
+  PY="${PYTHON:-python3}"
+  if step rubix && [ $has_ifu = 1 ] && ! ls "$WHEELS"/*.whl > /dev/null 2>&1; then
+    log "rubix on the GPU: not run, no wheels in $WHEELS (scripts/gpu-wheels.sh makes them)"
+  elif step rubix && [ $has_ifu = 1 ]; then
+    rubix_end=$(( $(date +%s) + ${GPU_CHECK_RUBIX_SECONDS:-150} ))
+    site="$BUILD_DIR/rubix-site"
+    rm -rf "$site"
+    : > "$OUT/rubix-gpu.txt"
+    if bounded 60 "rubix wheels" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --upgrade --target "$site" "$WHEELS"/*.whl >> "$OUT/rubix-gpu.txt" 2>&1; then
+      for run in "1e6 1000000" "1e7 10000000"; do
+        read -r tag particles <<< "$run"
+        rm -f "$RUNS/rubix-$tag".*
+        if [ $(( rubix_end - $(date +%s) )) -lt 20 ]; then
+          log "rubix on the GPU, $particles particles: not run, the step's time is spent"
+          continue
+        fi
+        # Tessera's side: the timings' above, else (GPU_CHECK_STEPS=rubix) run here.
+        if [ ! -f "$RUNS/tessera-$tag-cuda.json" ]; then
+          if step ifu; then
+            log "rubix on the GPU, $particles particles: not run, tessera ifu on cuda wrote no cube"
+            continue
+          elif ! ifu_run "$tag" "$particles" cuda 8 60; then
+            fail "tessera ifu, $particles particles on cuda (see ifu-$tag-cuda.txt)"
+            continue
+          fi
+        fi
+        left=$(( rubix_end - $(date +%s) ))
+        echo "== Rubix, $particles particles, against $RUNS/cube-$tag-cuda.fits" >> "$OUT/rubix-gpu.txt"
+        bounded "$left" "rubix $tag" env PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MIN_LOG_LEVEL=2 \
+          "$PY" "$ROOT/scripts/gpu_rubix.py" --config "$RUNS/n$particles/config.yml" --expect-platform gpu \
+          --tessera-cube "$RUNS/cube-$tag-cuda.fits" --tessera-json "$RUNS/tessera-$tag-cuda.json" \
+          --tessera-log "$OUT/ifu-$tag-cuda.txt" --repeat 2 --out-cube "$RUNS/rubix-$tag.npy" \
+          --json "$RUNS/rubix-$tag.json" > "$RUNS/rubix-$tag.txt" 2>&1
+        rc=$?
+        cat "$RUNS/rubix-$tag.txt" >> "$OUT/rubix-gpu.txt"
+        result="$(grep -h "^gpu_rubix: .* particles on " "$RUNS/rubix-$tag.txt" | tail -1)"
+        last="$(grep -h "^gpu_rubix: " "$RUNS/rubix-$tag.txt" | tail -1)"
+        if [ -n "$result" ] && [ $rc -eq 0 ]; then
+          log "rubix on the GPU, ${result#gpu_rubix: }"
+        elif [ -n "$result" ]; then
+          fail "rubix on the GPU, ${result#gpu_rubix: } (see rubix-gpu.txt)"
+        elif [ $rc = 124 ] || [ $rc = 3 ] || [ "$tag" = 1e7 ]; then
+          # Rubix too slow or out of memory: a finding about Rubix, not a failed check.
+          log "rubix on the GPU, $particles particles: did not finish ($(why $rc)); ${last#gpu_rubix: }"
+        else
+          fail "rubix on the GPU, $particles particles: did not start ($(why $rc)); ${last#gpu_rubix: }"
+        fi
+      done
+    else
+      fail "installing the wheels of $WHEELS (see rubix-gpu.txt)"
+    fi
   fi
 fi
 
