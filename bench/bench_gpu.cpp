@@ -6,6 +6,8 @@
 //                  4 devices of the GPU               / copy bandwidth
 //   sgemm, dgemm   8192^3, 1 device                   / cuBLAS alone (time ratio)
 //   psum           256 MiB over 4 devices of the GPU  / copy bandwidth
+//   sum, sum axis 0  2^28 f32 whole, and 2^20 x 256 over  / copy bandwidth
+//                  the leading dim, 1 device            (bytes read)
 //   transfers      device_put + to_vector of 1 GiB
 //                  f32, 1 device                      / cudaMemcpy both ways
 //                                                       from page-locked memory
@@ -158,6 +160,20 @@ int main(int argc, char** argv) {
       const double s = tb::median(tb::time_reps(2, reps, [&] { f(x).block_until_ready(); }));
       const double eff = 2.0 * static_cast<double>(n) * 4 / s;
       row("2*sin(x)+1", std::to_string(n) + " f32, jit, 1 device", s, tb::format_seconds(s), eff / bw, "copy bandwidth");
+    }
+    // Sums: a whole array (one long row) and over the leading dim (columns),
+    // which read every byte once.
+    {
+      const std::int64_t n = (std::int64_t(1) << 28) / div;
+      const double bw = copy_bandwidth(static_cast<std::size_t>(n) * 4, reps);
+      const ts::Array x = ts::full({n}, 0.5, ts::DType::f32, ts::NamedSharding(one, ts::P()));
+      const double s = tb::median(tb::time_reps(2, reps, [&] { ts::sum(x).block_until_ready(); }));
+      row("sum", std::to_string(n) + " f32, 1 device", s, tb::format_seconds(s), static_cast<double>(n) * 4 / s / bw,
+          "copy bandwidth");
+      const ts::Array c = ts::full({n / 256, 256}, 0.5, ts::DType::f32, ts::NamedSharding(one, ts::P()));
+      const double sc = tb::median(tb::time_reps(2, reps, [&] { ts::sum(c, {0}).block_until_ready(); }));
+      row("sum axis 0", std::to_string(n / 256) + "x256 f32, 1 device", sc, tb::format_seconds(sc),
+          static_cast<double>(n) * 4 / sc / bw, "copy bandwidth");
     }
     // diff along the sharded axis on 4 devices of the GPU.
     {

@@ -103,15 +103,8 @@ void Array::copy_to_host(void* out, DType as, const char* op) const {
       continue;
     }
     done.push_back(idx);
-    const detail::Buffer& b = a.buffers[pos];
-    if (b.on_host()) {
-      detail::copy_box(b.data(), idx, dst, whole, idx, isz);
-    } else {
-      // A GPU's block: to the host in one copy, then into place.
-      std::vector<unsigned char> block(b.nbytes());
-      detail::read_buffer(b, block.data(), block.size(), op);
-      detail::copy_box(block.data(), idx, dst, whole, idx, isz);
-    }
+    // A GPU's block comes straight into place when it is one run of `dst`.
+    detail::read_box(a.buffers[pos], idx, dst, whole, idx, isz, op);
   }
   for (const auto& idx : missing)
     if (std::find(done.begin(), done.end(), idx) == done.end())
@@ -186,17 +179,18 @@ Array device_put_raw(const void* data, DType dtype, const Shape& shape, const Na
   return detail::make_array(shape, dtype, sharding, [&](int pos, Buffer& b) {
     if (b.nbytes() == 0) return;
     auto idx = sharding.shard_index(shape, pos);
-    // A GPU's block is gathered on the host first, then copied over whole.
-    std::vector<unsigned char> staging(b.on_host() ? 0 : b.nbytes());
-    void* block = b.on_host() ? b.data() : staging.data();
-    detail::copy_box(data, whole, block, idx, idx, isz);
     // Kernels read bool elements as C++ bool, where a byte other than 0 or 1
-    // is undefined: normalise raw host bytes.
+    // is undefined: raw host bytes are normalised on the way (on the host).
     if (dtype == DType::bool_) {
-      auto* p = static_cast<unsigned char*>(block);
+      const detail::Buffer staging = b.on_host() ? b : detail::Buffer::host_staging(b.device_id(), b.nbytes());
+      auto* p = static_cast<unsigned char*>(staging.data());
+      detail::copy_box(data, whole, p, idx, idx, isz);
       for (std::size_t i = 0; i < b.nbytes(); ++i) p[i] = p[i] != 0;
+      if (!b.on_host()) detail::write_buffer(b, p, b.nbytes(), "device_put");
+      return;
     }
-    if (!b.on_host()) detail::write_buffer(b, staging.data(), staging.size(), "device_put");
+    // A GPU's block goes straight from `data` when it is one run of it.
+    detail::write_box(data, whole, b, idx, idx, isz, "device_put");
   });
 }
 

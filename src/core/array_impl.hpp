@@ -58,6 +58,17 @@ void copy_box(const void* src, const std::vector<Slice>& src_box, void* dst, con
 /// GPU port copies each run, then waits once). Host to host is copy_box.
 void copy_box(const Buffer& src, const std::vector<Slice>& src_box, const Buffer& dst,
               const std::vector<Slice>& dst_box, const std::vector<Slice>& box, std::size_t itemsize, const char* op);
+/// copy_box between host memory and a buffer in any memory space: the
+/// sub-box `box` of the host block `src` (covering `src_box`) into `dst`
+/// (covering `dst_box`). On a GPU, a box that is one contiguous run in both
+/// goes over in one copy straight from `src` (staged through page-locked
+/// memory by the GPU port); other boxes are gathered on the host first.
+void write_box(const void* src, const std::vector<Slice>& src_box, const Buffer& dst,
+               const std::vector<Slice>& dst_box, const std::vector<Slice>& box, std::size_t itemsize,
+               const char* op);
+/// The same from a buffer in any memory space into host memory.
+void read_box(const Buffer& src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
+              const std::vector<Slice>& box, std::size_t itemsize, const char* op);
 /// The first `nbytes` of `dst` from host memory, in whatever space `dst`
 /// is; read_buffer the other way.
 void write_buffer(const Buffer& dst, const void* host, std::size_t nbytes, const char* op);

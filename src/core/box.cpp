@@ -1,6 +1,8 @@
 // Box arithmetic and the strided block copy every data movement uses.
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <optional>
 
 #include "core/array_impl.hpp"
 #include "core/checked.hpp"
@@ -145,6 +147,58 @@ void copy_box(const Buffer& src, const std::vector<Slice>& src_box, const Buffer
     gpu_copy(*g, d + dof, s + so, static_cast<std::size_t>(bytes), kind, op, false);
   });
   gpu_wait(*g, op);
+}
+
+namespace {
+// The one run of `box` between blocks covering `a_box` and `b_box`, as
+// (offset in a, offset in b, bytes); nullopt when it takes several.
+std::optional<std::array<std::int64_t, 3>> single_run(const std::vector<Slice>& a_box,
+                                                      const std::vector<Slice>& b_box,
+                                                      const std::vector<Slice>& box, std::size_t itemsize) {
+  std::optional<std::array<std::int64_t, 3>> one;
+  int runs = 0;
+  for_each_run(a_box, b_box, box, itemsize, [&](std::int64_t ao, std::int64_t bo, std::int64_t bytes) {
+    if (++runs == 1) one = std::array<std::int64_t, 3>{ao, bo, bytes};
+  });
+  if (runs != 1) return std::nullopt;
+  return one;
+}
+}  // namespace
+
+void write_box(const void* src, const std::vector<Slice>& src_box, const Buffer& dst,
+               const std::vector<Slice>& dst_box, const std::vector<Slice>& box, std::size_t itemsize,
+               const char* op) {
+  if (dst.on_host()) return copy_box(src, src_box, dst.data(), dst_box, box, itemsize);
+  if (const auto run = single_run(src_box, dst_box, box, itemsize)) {
+    const auto [so, dof, bytes] = *run;
+    if (bytes > 0)
+      write_buffer(dst.view(static_cast<std::size_t>(dof), static_cast<std::size_t>(bytes)),
+                   static_cast<const unsigned char*>(src) + so, static_cast<std::size_t>(bytes), op);
+    return;
+  }
+  // Gathered into page-locked memory, which the GPU reads directly.
+  const std::size_t n = static_cast<std::size_t>(num_elements(box_shape(box))) * itemsize;
+  if (n == 0) return;
+  const Buffer staging = Buffer::host_staging(dst.device_id(), n);
+  copy_box(src, src_box, staging.data(), box, box, itemsize);
+  copy_box(staging, box, dst, dst_box, box, itemsize, op);
+}
+
+void read_box(const Buffer& src, const std::vector<Slice>& src_box, void* dst, const std::vector<Slice>& dst_box,
+              const std::vector<Slice>& box, std::size_t itemsize, const char* op) {
+  if (src.on_host()) return copy_box(src.data(), src_box, dst, dst_box, box, itemsize);
+  if (const auto run = single_run(src_box, dst_box, box, itemsize)) {
+    const auto [so, dof, bytes] = *run;
+    if (bytes > 0)
+      read_buffer(src.view(static_cast<std::size_t>(so), static_cast<std::size_t>(bytes)),
+                  static_cast<unsigned char*>(dst) + dof, static_cast<std::size_t>(bytes), op);
+    return;
+  }
+  const std::size_t n = static_cast<std::size_t>(num_elements(box_shape(box))) * itemsize;
+  if (n == 0) return;
+  const Buffer staging = Buffer::host_staging(src.device_id(), n);
+  copy_box(src, src_box, staging, box, box, itemsize, op);
+  copy_box(staging.data(), box, dst, dst_box, box, itemsize);
 }
 
 void write_buffer(const Buffer& dst, const void* host, std::size_t nbytes, const char* op) {
