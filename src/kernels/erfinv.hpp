@@ -15,11 +15,11 @@
 //
 // __host__ __device__ (kernels/portable.hpp), shared by the CPU's and the
 // GPU's samplers (kernels/random.hpp): the arithmetic is the same source on
-// both, the logarithm the platform's libm (lm::log, as the elementwise log),
-// so the bits agree wherever CUDA's log rounds as the host's does (always on
-// an emulated GPU).
+// both, the logarithm too (kernels/libm.hpp's, as the elementwise log's; f32
+// through f64, rounded once).
 #pragma once
 
+#include "kernels/libm.hpp"
 #include "kernels/portable.hpp"
 
 namespace tessera::detail {
@@ -37,7 +37,8 @@ TESSERA_HD T log1p_xla(T x) {
                               3.0909872225312059774938E2,
                               2.1642788614495947685003E2,
                               6.0118660497603843919306E1};
-  if (!(lm::fabs(x) < static_cast<T>(0.41421356237309504880))) return lm::log(x + T(1));
+  if (!(lm::fabs(x) < static_cast<T>(0.41421356237309504880)))
+    return static_cast<T>(math::log_f64(static_cast<double>(x + T(1))));
   T num = 0, den = 0;
   for (int i = 0; i < 7; ++i) {
     num = lm::fma(num, x, static_cast<T>(kNum[i]));

@@ -10,21 +10,25 @@
 // What keeps the bits the same whatever compiles this and for whichever
 // instruction set: every file that evaluates it is compiled with
 // -ffp-contract=off (and never fast-math), each fused multiply-add the
-// polynomials want is written as fma(), and calls into libm go to the
-// process's one libm.
+// polynomials want is written as fma(), and the functions libm would give
+// are computed here too (kernels/libm.hpp), so a GPU gives the same bits;
+// the exceptions, which call the platform's libm (lm::), are sin/cos of
+// huge arguments and pow.
 //
 // The polynomial kernels are fast on an input range; the `_fast` forms take
 // an `outside` flag they set (never clear) for an element beyond it, and the
 // caller recomputes the elements (eager) or the tile (fused) that set it
-// with libm. Everything here is a template or always inlined: GCC inlines
+// by the slower exact path (f64, kernels/libm.hpp). Everything here is a template or always inlined: GCC inlines
 // nothing into an arch= clone that is not always_inline, and a call per
 // element does not vectorise.
 //
 // Embedded as text: this header may include only standard headers and the
-// two core headers above (whose #include lines the embedding drops).
+// kernel headers above (whose #include lines the embedding drops; the
+// prelude holds their text first).
 #pragma once
 
 #include "kernels/convert.hpp"
+#include "kernels/libm.hpp"
 #include "kernels/portable.hpp"
 #include "kernels/wrapping.hpp"
 
@@ -123,7 +127,7 @@ TESSERA_SCALAR_FN T trig_fast(T x, TESSERA_STD::uint32_t& outside) {
 // exp of f32 without calls: n = round(x / ln 2), r = x - n ln 2 (two-part
 // constant), e^r by the Cephes polynomial, scaled by 2^n through the exponent
 // bits. Relative error below 2e-7 for |x| <= kExpFastLimit; other inputs
-// (overflow, deep underflow, inf, NaN) go to lm::exp.
+// (overflow, deep underflow, inf, NaN) go to exp_f32_slow.
 constexpr float kExpFastLimit = 87.0f;
 
 // The polynomial of exp_f32_one for xc already in [-kExpFastLimit,
@@ -190,7 +194,7 @@ TESSERA_SCALAR_FN float tanh_f32(float x) {
 // log of f32 without calls (the Cephes method): x = m 2^e with m in
 // [sqrt(1/2), sqrt(2)) read from the bits, log(m) by a degree-9 polynomial
 // in m - 1, plus e ln 2 in two parts. Error a couple of ulp for normal
-// positive x; zero, negatives, subnormals, inf and NaN go to lm::log.
+// positive x; zero, negatives, subnormals, inf and NaN go to log_f32_slow.
 TESSERA_SCALAR_FN float log_f32_one(float x) {
   const TESSERA_STD::uint32_t bits = __builtin_bit_cast(TESSERA_STD::uint32_t, x);
   float e = static_cast<float>(static_cast<int>((bits >> 23) & 0xffu) - 126);
@@ -229,16 +233,22 @@ TESSERA_SCALAR_FN float sigmoid_f32_fast(float x, TESSERA_STD::uint32_t& outside
   return sigmoid_of_exp(exp_f32_fast(-1.0f * x, outside));
 }
 
+// The f32 functions beyond the polynomials' ranges, and those with no
+// polynomial: the f64 function rounded once to f32 (below 0.5 ulp + 2^-29).
+TESSERA_SCALAR_FN float exp_f32_slow(float x) { return static_cast<float>(exp_f64(static_cast<double>(x))); }
+TESSERA_SCALAR_FN float log_f32_slow(float x) { return static_cast<float>(log_f64(static_cast<double>(x))); }
+
 // Per element, the values of the CPU's eager kernels
-// (backend/cpu/elementwise.cpp): the polynomial, or libm beyond its range.
+// (backend/cpu/elementwise.cpp): the polynomial, or the slow path beyond
+// its range.
 // For loops that cannot recompute a tile afterwards, as the CPU's do when
 // `outside` is set: the GPU's kernels, eager and fused.
 
 // exp(sign * x) of f32 (sign -1 for sigmoid).
 TESSERA_SCALAR_FN float exp_f32_checked(float x, float sign) {
-  return exp_f32_outside(x) ? lm::exp(sign * x) : exp_f32_one(sign * x);
+  return exp_f32_outside(x) ? exp_f32_slow(sign * x) : exp_f32_one(sign * x);
 }
-TESSERA_SCALAR_FN float log_f32_checked(float x) { return log_f32_outside(x) ? lm::log(x) : log_f32_one(x); }
+TESSERA_SCALAR_FN float log_f32_checked(float x) { return log_f32_outside(x) ? log_f32_slow(x) : log_f32_one(x); }
 TESSERA_SCALAR_FN float sigmoid_f32_checked(float x) { return sigmoid_of_exp(exp_f32_checked(x, -1.0f)); }
 // sin (kPhase 0) or cos (1) of float T; NaN keeps the polynomial's value.
 template <class T, int kPhase>
@@ -299,24 +309,25 @@ TESSERA_SCALAR_FN bool is_finite(T v) {
 template <class T>
 TESSERA_SCALAR_FN bool logical_not(T v) { return v == T(0); }
 
-// The float ops that call libm (f64 everywhere; f32 where no polynomial
-// serves). The front end converts integer inputs of these ops to f32.
+// The float ops by kernels/libm.hpp: f64 directly, f32 (where no
+// polynomial serves) through f64, rounded once. The front end converts
+// integer inputs of these ops to f32.
 template <class T>
-TESSERA_SCALAR_FN T exp(T v) { return lm::exp(v); }
+TESSERA_SCALAR_FN T exp(T v) { return static_cast<T>(exp_f64(static_cast<double>(v))); }
 template <class T>
-TESSERA_SCALAR_FN T log(T v) { return lm::log(v); }
+TESSERA_SCALAR_FN T log(T v) { return static_cast<T>(log_f64(static_cast<double>(v))); }
 template <class T>
-TESSERA_SCALAR_FN T log1p(T v) { return lm::log1p(v); }
+TESSERA_SCALAR_FN T log1p(T v) { return static_cast<T>(log1p_f64(static_cast<double>(v))); }
 template <class T>
-TESSERA_SCALAR_FN T expm1(T v) { return lm::expm1(v); }
+TESSERA_SCALAR_FN T expm1(T v) { return static_cast<T>(expm1_f64(static_cast<double>(v))); }
 template <class T>
 TESSERA_SCALAR_FN T sqrt(T v) { return lm::sqrt(v); }
 template <class T>
 TESSERA_SCALAR_FN T rsqrt(T v) { return T(1) / lm::sqrt(v); }
 template <class T>
-TESSERA_SCALAR_FN T tanh(T v) { return lm::tanh(v); }
+TESSERA_SCALAR_FN T tanh(T v) { return static_cast<T>(tanh_f64(static_cast<double>(v))); }
 template <class T>
-TESSERA_SCALAR_FN T sigmoid(T v) { return T(1) / (T(1) + lm::exp(-v)); }
+TESSERA_SCALAR_FN T sigmoid(T v) { return T(1) / (T(1) + exp(-v)); }
 
 // ----------------------------------------------------------------- binary
 

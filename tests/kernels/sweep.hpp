@@ -5,17 +5,19 @@
 // took a libm path for it.
 //
 // Each probe computes one element the way the CPU's eager kernel does
-// (backend/cpu/elementwise.cpp): the polynomial, then libm for the elements
-// beyond its range. Elements that stay in the shared source (polynomials,
-// IEEE arithmetic, integers, conversions, threefry) must give the same bits
-// on every compiler and on the GPU; those that call libm meet the host's
-// libm on the CPU and CUDA's on the GPU, and are marked so that a GPU
-// comparison can tell the two apart.
+// (backend/cpu/elementwise.cpp): the polynomial, then the slow path for the
+// elements beyond its range. Elements that stay in the shared source
+// (polynomials, kernels/libm.hpp's exp/expm1/log/log1p/tanh, IEEE
+// arithmetic, integers, conversions, threefry) must give the same bits on
+// every compiler and on the GPU; those that still call libm (sin/cos of
+// huge arguments, pow) meet the host's libm on the CPU and CUDA's on the
+// GPU, and are marked so that a GPU comparison can tell the two apart.
 //
 // Inputs are functions of i (edge cases first, then hashed bit patterns in
 // several ranges), so the GPU needs no input arrays.
 #pragma once
 
+#include "kernels/random.hpp"
 #include "kernels/scalar_math.hpp"
 #include "kernels/threefry.hpp"
 
@@ -53,7 +55,7 @@ enum class Kind : int { f32, f64, integer };
   X(f64_to_i32, integer) X(f64_to_u64, integer) X(f32_to_bool, integer) X(i64_to_f32, f32) X(u64_to_f64, f64)   \
   X(f64_to_f32, f32) X(i32_to_f64, f64)                                                                         \
   X(random_bits32, integer) X(random_bits64, integer) X(unit_float, f32) X(unit_double, f64)                    \
-  X(fold_in, integer) X(split, integer)
+  X(fold_in, integer) X(split, integer) X(normal_f32, f32) X(normal_f64, f64)
 
 enum class Probe : int {
 #define TESSERA_SWEEP_ENUM(name, kind) name,
@@ -192,7 +194,7 @@ TESSERA_HD inline Result trig(T x) {
 // exp of f32 times `sign` as exp_f32_checked computes it.
 TESSERA_HD inline Result exp_f32_checked(float x, float sign) {
   namespace m = detail::math;
-  if (m::exp_f32_outside(x)) return with_libm(detail::lm::exp(sign * x));
+  if (m::exp_f32_outside(x)) return exact(m::exp_f32_slow(sign * x));
   return exact(m::exp_f32_one(sign * x));
 }
 
@@ -232,15 +234,15 @@ TESSERA_HD inline Result run_probe(int p, i64 i) {
     case Probe::cos_f32: return trig<float, 1>(x);
     case Probe::exp_f32: return exp_f32_checked(x, 1.0f);
     case Probe::log_f32:
-      if (m::log_f32_outside(x)) return with_libm(lm::log(x));
+      if (m::log_f32_outside(x)) return exact(m::log_f32_slow(x));
       return exact(m::log_f32_one(x));
     case Probe::tanh_f32: return exact(m::tanh_f32(x));
     case Probe::sigmoid_f32: {
       Result e = exp_f32_checked(x, -1.0f);
       return {bits_of(m::sigmoid_of_exp(__builtin_bit_cast(float, static_cast<u32>(e.bits)))), e.libm};
     }
-    case Probe::log1p_f32: return with_libm(m::log1p(x));
-    case Probe::expm1_f32: return with_libm(m::expm1(x));
+    case Probe::log1p_f32: return exact(m::log1p(x));
+    case Probe::expm1_f32: return exact(m::expm1(x));
     case Probe::sqrt_f32: return exact(m::sqrt(x));
     case Probe::rsqrt_f32: return exact(m::rsqrt(x));
     case Probe::floor_f32: return exact(m::floor(x));
@@ -262,12 +264,12 @@ TESSERA_HD inline Result run_probe(int p, i64 i) {
     case Probe::isfinite_f32: return exact(m::is_finite(x));
     case Probe::sin_f64: return trig<double, 0>(xd);
     case Probe::cos_f64: return trig<double, 1>(xd);
-    case Probe::exp_f64: return with_libm(m::exp(xd));
-    case Probe::log_f64: return with_libm(m::log(xd));
-    case Probe::tanh_f64: return with_libm(m::tanh(xd));
-    case Probe::sigmoid_f64: return with_libm(m::sigmoid(xd));
-    case Probe::log1p_f64: return with_libm(m::log1p(xd));
-    case Probe::expm1_f64: return with_libm(m::expm1(xd));
+    case Probe::exp_f64: return exact(m::exp(xd));
+    case Probe::log_f64: return exact(m::log(xd));
+    case Probe::tanh_f64: return exact(m::tanh(xd));
+    case Probe::sigmoid_f64: return exact(m::sigmoid(xd));
+    case Probe::log1p_f64: return exact(m::log1p(xd));
+    case Probe::expm1_f64: return exact(m::expm1(xd));
     case Probe::sqrt_f64: return exact(m::sqrt(xd));
     case Probe::rsqrt_f64: return exact(m::rsqrt(xd));
     case Probe::floor_f64: return exact(m::floor(xd));
@@ -335,6 +337,15 @@ TESSERA_HD inline Result run_probe(int p, i64 i) {
       u32 out[6];
       detail::split_keys(key, 1, 3, out);
       return exact((static_cast<u64>(out[2 * (i % 3)]) << 32) | out[2 * (i % 3) + 1]);
+    }
+    // normal's erfinv takes kernels/libm.hpp's log: bit-exact too.
+    case Probe::normal_f32: {
+      const u64 k = int_at(i);
+      return exact(detail::normal_at<float>(static_cast<u32>(k), static_cast<u32>(k >> 32), int_at(i, 1)));
+    }
+    case Probe::normal_f64: {
+      const u64 k = int_at(i);
+      return exact(detail::normal_at<double>(static_cast<u32>(k), static_cast<u32>(k >> 32), int_at(i, 1)));
     }
     default: return {};
   }

@@ -7,10 +7,16 @@
 // hardware's. The same sweep runs on a GPU in test_shared_math_gpu.
 //
 // The sweep's probes are also checked against the library's own eager ops,
-// so that they compute what the CPU backend computes.
+// so that they compute what the CPU backend computes; and the functions of
+// kernels/libm.hpp are measured against long double (x87's 64-bit
+// significand: its libm's error is near 2^-11 of an f64 ulp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -35,12 +41,22 @@ TEST(SharedMath, EveryProbeHasInputsAndNamesAreUnique) {
     for (int q = p + 1; q < sw::kProbes; ++q) EXPECT_STRNE(sw::kProbeInfo[p].name, sw::kProbeInfo[q].name);
   // The sweep reaches the libm paths and the polynomials' ranges alike.
   const auto& r = host_results();
-  for (sw::Probe p : {sw::Probe::sin_f32, sw::Probe::exp_f32, sw::Probe::log_f32, sw::Probe::sin_f64}) {
+  for (sw::Probe p : {sw::Probe::sin_f32, sw::Probe::sin_f64}) {
     long libm = 0;
     for (sw::i64 i = 0; i < sw::kInputs; ++i) libm += r[static_cast<std::size_t>(static_cast<int>(p) * sw::kInputs + i)].libm;
     EXPECT_GT(libm, 100) << sw::kProbeInfo[static_cast<int>(p)].name;
     EXPECT_LT(libm, sw::kInputs - 1000) << sw::kProbeInfo[static_cast<int>(p)].name;
   }
+  // ... and the f32 polynomials' slow paths (no longer libm: bit-exact).
+  long exp_out = 0, log_out = 0;
+  for (sw::i64 i = 0; i < sw::kInputs; ++i) {
+    exp_out += tessera::detail::math::exp_f32_outside(sw::f32_at(i));
+    log_out += tessera::detail::math::log_f32_outside(sw::f32_at(i));
+  }
+  EXPECT_GT(exp_out, 100);
+  EXPECT_LT(exp_out, sw::kInputs - 1000);
+  EXPECT_GT(log_out, 100);
+  EXPECT_LT(log_out, sw::kInputs - 1000);
 }
 
 #ifdef TESSERA_NVCC_DUMP
@@ -95,4 +111,172 @@ TEST(SharedMath, ProbesAreTheLibrarysEagerResults) {
   check_f64(sw::Probe::sin_f64, static_cast<F>([](const ts::Array& a) { return ts::sin(a); }));
   check_f64(sw::Probe::cos_f64, static_cast<F>([](const ts::Array& a) { return ts::cos(a); }));
   check_f64(sw::Probe::exp_f64, static_cast<F>([](const ts::Array& a) { return ts::exp(a); }));
+  check_f32(sw::Probe::log1p_f32, static_cast<F>([](const ts::Array& a) { return ts::log1p(a); }));
+  check_f32(sw::Probe::expm1_f32, static_cast<F>([](const ts::Array& a) { return ts::expm1(a); }));
+  check_f64(sw::Probe::log_f64, static_cast<F>([](const ts::Array& a) { return ts::log(a); }));
+  check_f64(sw::Probe::log1p_f64, static_cast<F>([](const ts::Array& a) { return ts::log1p(a); }));
+  check_f64(sw::Probe::expm1_f64, static_cast<F>([](const ts::Array& a) { return ts::expm1(a); }));
+  check_f64(sw::Probe::tanh_f64, static_cast<F>([](const ts::Array& a) { return ts::tanh(a); }));
+  check_f64(sw::Probe::sigmoid_f64, static_cast<F>([](const ts::Array& a) { return ts::sigmoid(a); }));
+}
+
+// ------------------------------------------------------------ accuracy
+//
+// kernels/libm.hpp against long double: the error of each result in ulp of
+// the exact value's format (the spacing of doubles or floats at the exact
+// value, subnormal spacing below the normal range), over edges and many
+// random inputs per range (uniform, and log-uniform in magnitude so that
+// tiny and huge arguments are reached).
+
+namespace {
+
+namespace m = tessera::detail::math;
+
+template <class T>
+double ulp_error(T y, long double exact) {
+  constexpr int kDigits = std::numeric_limits<T>::digits;
+  constexpr int kMinExp = std::numeric_limits<T>::min_exponent - kDigits;  // of the smallest subnormal
+  if (std::isnan(exact)) return std::isnan(y) ? 0.0 : 1e9;
+  const long double max = static_cast<long double>(std::numeric_limits<T>::max());
+  // Beyond max + half an ulp the value rounds to inf.
+  if (std::fabs(exact) >= max + std::ldexp(1.0L, std::numeric_limits<T>::max_exponent - kDigits - 1))
+    return std::isinf(y) && (y > 0) == (exact > 0) ? 0.0 : 1e9;
+  if (!std::isfinite(y)) return 1e9;
+  int e = 0;
+  std::frexp(exact, &e);
+  const long double ulp = std::ldexp(1.0L, std::max(e - kDigits, kMinExp));
+  return static_cast<double>(std::fabs(static_cast<long double>(y) - exact) / ulp);
+}
+
+struct Sweep {
+  double max_ulp = 0;
+  double at = 0;
+  long n = 0;
+  template <class T>
+  void add(T x, T y, long double exact) {
+    const double e = ulp_error(y, exact);
+    ++n;
+    if (e > max_ulp) max_ulp = e, at = static_cast<double>(x);
+  }
+};
+
+// f over the inputs: the edges, then `count` uniform inputs in each of
+// `ranges` and as many log-uniform in |x| over [tiny, huge] of both signs
+// (those outside [lo, hi] of the function's domain are skipped).
+template <class T, class F, class R>
+Sweep sweep(F f, R exact, std::initializer_list<std::pair<double, double>> ranges, double lo, double hi, std::initializer_list<double> edges,
+            long count = 200000) {
+  Sweep s;
+  std::mt19937_64 g(7);
+  auto one = [&](T x) {
+    if (!(x >= lo && x <= hi)) return;
+    s.add(x, f(x), exact(static_cast<long double>(x)));
+  };
+  for (double x : edges) one(static_cast<T>(x));
+  for (auto [a, b] : ranges) {
+    std::uniform_real_distribution<double> u(a, b);
+    for (long i = 0; i < count; ++i) one(static_cast<T>(u(g)));
+  }
+  const double tiny = std::is_same_v<T, float> ? 1e-45 : 4.9e-324, huge = static_cast<double>(std::numeric_limits<T>::max());
+  std::uniform_real_distribution<double> le(std::log2(tiny), std::log2(huge));
+  for (long i = 0; i < count; ++i) {
+    const T x = static_cast<T>(std::exp2(le(g)));
+    one(x);
+    one(-x);
+  }
+  return s;
+}
+
+const double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+TEST(SharedMath, F64FunctionsAreWithinOneUlp) {
+  struct Case {
+    const char* name;
+    Sweep s;
+    double bound;  // the measured maximum, with a little room
+  };
+  const Case cases[] = {
+      {"exp", sweep<double>(m::exp_f64, [](long double x) { return std::exp(x); }, {{-1, 1}, {-708.39, 709.8}, {-20, 20}}, -708.39, kInf,
+                            {0, -0.0, 1, -1, 709.78, 709.79, -708.4, -745.13, -745.14, 1e-300, -1e-300, 0x1p-1074}),
+       0.6},
+      // Subnormal results round twice (the significand, then to the subnormal's ulp).
+      {"exp subnormal", sweep<double>(m::exp_f64, [](long double x) { return std::exp(x); }, {{-745.2, -708.4}}, -kInf, -708.39,
+                                      {-745.1332191019411, -745.1332191019412, -708.3964185322641}),
+       0.99},
+      {"expm1", sweep<double>(m::expm1_f64, [](long double x) { return std::expm1(x); }, {{-1, 1}, {-40, 709.8}, {-0.4, 0.4}}, -kInf,
+                              kInf, {0x1p-54, -0x1p-54, 0x1p-53, 0.34657359027997264, -0.34657359027997264, 709.78, 1e-310}),
+       0.6},
+      {"log", sweep<double>(m::log_f64, [](long double x) { return std::log(x); }, {{0.5, 2}, {0.99, 1.01}, {1e-300, 1e300}}, 0, kInf,
+                            {1, 0x1.fffffffffffffp-1, 0x1.0000000000001p0, 0x1p-1074, 2.2250738585072014e-308, 1.7976931348623157e308}),
+       0.6},
+      {"log1p", sweep<double>(m::log1p_f64, [](long double x) { return std::log1p(x); }, {{-1, 1}, {-1e-10, 1e-10}, {-0.3, 0.42}}, -1,
+                              kInf, {-1 + 0x1p-53, 0x1p-53, 0x1.8p-53, -0x1p-54, 1e300, 0x1p-1074}),
+       0.6},
+      {"tanh", sweep<double>(m::tanh_f64, [](long double x) { return std::tanh(x); }, {{-1, 1}, {-20, 20}, {-0.6, 0.6}}, -kInf, kInf,
+                             {0x1p-28, 0x1.0000000000001p-28, 19.06, 19.07, 22, 1e-310}),
+       0.6},
+      {"sigmoid", sweep<double>(m::sigmoid<double>, [](long double x) { return 1.0L / (1.0L + std::exp(-x)); }, {{-40, 40}}, -709, kInf, {0, 1, -1}),
+       // 1 / (1 + exp(-x)): three roundings, 1.5 * 2^-53 relative, up to 3
+       // ulp just above a power of two; below -709, e^-x overflows (and
+       // the result is 0).
+       3.05},
+  };
+  for (const Case& c : cases) {
+    EXPECT_LT(c.s.max_ulp, c.bound) << c.name << " at " << c.s.at;
+    std::printf("  %-14s %8ld inputs, max error %.4f ulp (at %a)\n", c.name, c.s.n, c.s.max_ulp, c.s.at);
+  }
+}
+
+// The f32 functions through f64 (and the polynomials' slow paths) are the
+// f64 value rounded once: within 0.5 ulp of f32 plus a 2^-29 sliver.
+TEST(SharedMath, F32FunctionsThroughF64AreCorrectlyRoundedButForDoubleRounding) {
+  struct Case {
+    const char* name;
+    Sweep s;
+  };
+  const Case cases[] = {
+      {"exp slow", sweep<float>(m::exp_f32_slow, [](long double x) { return std::exp(x); }, {{-104, -87}, {87, 89}}, -kInf, kInf, {})},
+      {"log slow", sweep<float>(m::log_f32_slow, [](long double x) { return std::log(x); }, {{0, 1.2e-38}}, 0, kInf, {0x1p-149f})},
+      {"log1p", sweep<float>(m::log1p<float>, [](long double x) { return std::log1p(x); }, {{-1, 1}}, -1, kInf, {-1 + 0x1p-24f})},
+      {"expm1", sweep<float>(m::expm1<float>, [](long double x) { return std::expm1(x); }, {{-1, 1}, {-20, 89}}, -kInf, kInf, {})},
+      {"tanh", sweep<float>(m::tanh<float>, [](long double x) { return std::tanh(x); }, {{-1, 1}, {-10, 10}}, -kInf, kInf, {})},
+  };
+  for (const Case& c : cases) {
+    EXPECT_LT(c.s.max_ulp, 0.5 + 1e-6) << c.name << " at " << c.s.at;
+    std::printf("  %-14s %8ld inputs, max error %.7f ulp (at %a)\n", c.name, c.s.n, c.s.max_ulp, c.s.at);
+  }
+}
+
+TEST(SharedMath, SpecialValuesAreExact) {
+  const double inf = kInf, nan = std::numeric_limits<double>::quiet_NaN();
+  auto same = [](double a, double b) { return std::isnan(a) ? std::isnan(b) : __builtin_bit_cast(sw::u64, a) == __builtin_bit_cast(sw::u64, b); };
+  struct Case {
+    const char* what;
+    double got, want;
+  };
+  const Case cases[] = {
+      {"exp(0)", m::exp_f64(0.0), 1.0},        {"exp(-0)", m::exp_f64(-0.0), 1.0},       {"exp(inf)", m::exp_f64(inf), inf},
+      {"exp(-inf)", m::exp_f64(-inf), 0.0},    {"exp(nan)", m::exp_f64(nan), nan},       {"exp(710)", m::exp_f64(710.0), inf},
+      {"exp(-746)", m::exp_f64(-746.0), 0.0},  {"expm1(0)", m::expm1_f64(0.0), 0.0},     {"expm1(-0)", m::expm1_f64(-0.0), -0.0},
+      {"expm1(inf)", m::expm1_f64(inf), inf},  {"expm1(-inf)", m::expm1_f64(-inf), -1.0}, {"expm1(nan)", m::expm1_f64(nan), nan},
+      {"expm1(710)", m::expm1_f64(710.0), inf}, {"expm1(tiny)", m::expm1_f64(0x1p-1074), 0x1p-1074},
+      {"log(1)", m::log_f64(1.0), 0.0},        {"log(0)", m::log_f64(0.0), -inf},        {"log(-0)", m::log_f64(-0.0), -inf},
+      {"log(-1)", m::log_f64(-1.0), nan},      {"log(-inf)", m::log_f64(-inf), nan},     {"log(inf)", m::log_f64(inf), inf},
+      {"log(nan)", m::log_f64(nan), nan},      {"log(2)", m::log_f64(2.0), 0x1.62e42fefa39efp-1},
+      {"log1p(0)", m::log1p_f64(0.0), 0.0},    {"log1p(-0)", m::log1p_f64(-0.0), -0.0},  {"log1p(-1)", m::log1p_f64(-1.0), -inf},
+      {"log1p(-2)", m::log1p_f64(-2.0), nan},  {"log1p(inf)", m::log1p_f64(inf), inf},   {"log1p(nan)", m::log1p_f64(nan), nan},
+      {"log1p(tiny)", m::log1p_f64(-0x1p-1074), -0x1p-1074},
+      {"tanh(0)", m::tanh_f64(0.0), 0.0},      {"tanh(-0)", m::tanh_f64(-0.0), -0.0},    {"tanh(inf)", m::tanh_f64(inf), 1.0},
+      {"tanh(-inf)", m::tanh_f64(-inf), -1.0}, {"tanh(nan)", m::tanh_f64(nan), nan},     {"tanh(tiny)", m::tanh_f64(-0x1p-1074), -0x1p-1074},
+      {"tanh(1e-10)", m::tanh_f64(1e-10), 1e-10}, {"tanh(30)", m::tanh_f64(30.0), 1.0},
+  };
+  for (const Case& c : cases) EXPECT_TRUE(same(c.got, c.want)) << c.what << ": " << c.got << ", want " << c.want;
+  // f32 through f64.
+  EXPECT_EQ(m::exp_f32_slow(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(m::exp_f32_slow(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(m::log_f32_slow(0.0f), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(m::log_f32_slow(-1.0f)));
+  EXPECT_TRUE(std::signbit(m::expm1<float>(-0.0f)) && std::signbit(m::log1p<float>(-0.0f)));
 }

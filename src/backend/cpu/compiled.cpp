@@ -187,7 +187,7 @@ void run_fused_loop(const FusedLoop& loop) {
       const cpu::NativeKernel& nk = *loop.native;
       done = nk.fn(nin.data(), nout.data(), nk.f.data(), nk.i.data(), len) == 0;
       // Else some element was beyond a polynomial's range: the tile loop
-      // below recomputes the tile, with libm for those elements.
+      // below recomputes the tile, by the slow exact path for those elements.
       if (!done) cpu::note_tile_redone();
     }
     for (size_t k = 0; k < m && !done; ++k) {

@@ -83,7 +83,7 @@ void exp_f32_checked(const float* x, float* y, std::int64_t n, float sign) {
   exp_f32(x, y, n, sign);
   if (!any_outside(x, n, kExpFastLimit)) return;
   for (std::int64_t i = 0; i < n; ++i)
-    if (exp_f32_outside(x[i])) y[i] = std::exp(sign * x[i]);
+    if (exp_f32_outside(x[i])) y[i] = exp_f32_slow(sign * x[i]);
 }
 
 TESSERA_MATH_CLONES void tanh_f32_loop(const float* __restrict x, float* __restrict y, std::int64_t n) {
@@ -105,7 +105,7 @@ void log_f32_checked(const float* x, float* y, std::int64_t n) {
   log_f32(x, y, n);
   if (!any_not_normal_positive(x, n)) return;
   for (std::int64_t i = 0; i < n; ++i)
-    if (log_f32_outside(x[i])) y[i] = std::log(x[i]);
+    if (log_f32_outside(x[i])) y[i] = log_f32_slow(x[i]);
 }
 
 template <class T, class R, class F>
