@@ -160,6 +160,11 @@ int main(int argc, char** argv) {
       const double s = tb::median(tb::time_reps(2, reps, [&] { f(x).block_until_ready(); }));
       const double eff = 2.0 * static_cast<double>(n) * 4 / s;
       row("2*sin(x)+1", std::to_string(n) + " f32, jit, 1 device", s, tb::format_seconds(s), eff / bw, "copy bandwidth");
+      // The same loop without sin: what the memory path alone gives.
+      auto g = ts::jit([](const ts::Array& v) { return v * 2.0f + 1.0f; });
+      const double s2 = tb::median(tb::time_reps(2, reps, [&] { g(x).block_until_ready(); }));
+      row("2*x+1", std::to_string(n) + " f32, jit, 1 device", s2, tb::format_seconds(s2), 2.0 * static_cast<double>(n) * 4 / s2 / bw,
+          "copy bandwidth");
     }
     // Sums: a whole array (one long row) and over the leading dim (columns),
     // which read every byte once.

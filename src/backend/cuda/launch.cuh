@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "backend/cuda/stream.hpp"
+#include "kernels/portable.hpp"
 
 namespace tessera::cuda {
 
@@ -36,6 +37,21 @@ __global__ void __launch_bounds__(kThreads) for_each_kernel(std::int64_t n, F f)
 }
 
 }  // namespace launch_detail
+
+/// a / b and a % b for a >= 0, b > 0, in 32-bit arithmetic when both fit:
+/// a GPU divides 64-bit integers in software, several times slower, and
+/// kernels that split a flat index into coordinates do it per element.
+struct DivMod {
+  std::int64_t q, r;
+};
+TESSERA_HD inline DivMod divmod(std::int64_t a, std::int64_t b) {
+  if (((a | b) >> 32) == 0) {
+    const auto q = static_cast<std::uint32_t>(a) / static_cast<std::uint32_t>(b);
+    return {q, static_cast<std::int64_t>(static_cast<std::uint32_t>(a) - q * static_cast<std::uint32_t>(b))};
+  }
+  const std::int64_t q = a / b;
+  return {q, a - q * b};
+}
 
 /// Runs f(i) for every i in [0, n) on the calling thread's GPU, in no
 /// particular order (each i must write only its own elements). Raises

@@ -113,8 +113,8 @@ struct DiffWindow {
   int n;
 
   TESSERA_HD void operator()(int64_t idx) const {
-    const int64_t j = idx % inner, t = idx / inner;
-    const int64_t i = t % m, o = t / m;
+    const DivMod jt = divmod(idx, inner), io = divmod(jt.q, m);
+    const int64_t j = jt.r, i = io.r, o = io.q;
     T w[kDiffWindow + 1];
     for (int k = 0; k <= n; ++k) w[k] = rows.template at<T>(o, i + k, j, inner);
     for (int p = 1; p <= n; ++p)
@@ -131,8 +131,8 @@ struct Assemble {
   int64_t nrows, inner;
 
   TESSERA_HD void operator()(int64_t idx) const {
-    const int64_t j = idx % inner, t = idx / inner;
-    dst[idx] = rows.template at<T>(t / nrows, t % nrows, j, inner);
+    const DivMod jt = divmod(idx, inner), ro = divmod(jt.q, nrows);
+    dst[idx] = rows.template at<T>(ro.q, ro.r, jt.r, inner);
   }
 };
 
@@ -145,9 +145,8 @@ struct DiffPass {
   int64_t nout, inner;
 
   TESSERA_HD void operator()(int64_t idx) const {
-    const int64_t j = idx % inner, t = idx / inner;
-    const int64_t r = t % nout, o = t / nout;
-    const T* s = src + (o * (nout + 1) + r) * inner + j;
+    const DivMod jt = divmod(idx, inner), ro = divmod(jt.q, nout);
+    const T* s = src + (ro.q * (nout + 1) + ro.r) * inner + jt.r;
     dst[idx] = sub(s[inner], s[0]);
   }
 };
