@@ -1,4 +1,4 @@
-// exp, expm1, log, log1p and tanh of f64 without libm, for every backend:
+// exp, expm1, log, log1p, tanh (and pow) of f64 without libm, for every backend:
 // the CPU's kernels (and the fused loops jit compiles, whose prelude embeds
 // this text after kernels/portable.hpp), CUDA's kernels and NVRTC's. Only
 // IEEE-exact operations are used (+ - * / rounded once each, fma() where a
@@ -12,7 +12,7 @@
 // (kernels/scalar_math.hpp).
 //
 // Error against the exact value, measured by tests/kernels/test_shared_math
-// against long double: below 0.52 ulp (exp, expm1, log, log1p, tanh), each
+// against long double: below 0.56 ulp (exp, expm1, log, log1p, tanh, pow), each
 // the final rounding (0.5 ulp) of a sum whose low-order part carries its own
 // rounding errors at 2^-56 or below relative to the result; subnormal
 // results add one more rounding (below 1 ulp in all).
@@ -73,12 +73,13 @@ TESSERA_SCALAR_FN double fast_two_sum(double a, double b, double& e) {
 // 2^-66 relative for |r| <= 0.35). small <= 0.008, so its rounding errors
 // stay near 2^-60 of e^r. For |x| below 2^51 ln2 or NaN (n's bits are then
 // meaningless but defined; the callers clamp x and select NaN's result).
-TESSERA_SCALAR_FN double exp_reduce(double x, i64& n, double& rh, double& h2) {
+// xl: a low-order part of the argument (pow's), x + xl the value.
+TESSERA_SCALAR_FN double exp_reduce(double x, double xl, i64& n, double& rh, double& h2) {
   const double kd = fma(x, kInvLn2, kShifter);
   n = static_cast<i64>(as_u64(kd) - as_u64(kShifter));
   const double nd = kd - kShifter;
   const double r1 = fma(-nd, kLn2Hi, x);
-  const double t = nd * kLn2Lo;
+  const double t = fma(nd, kLn2Lo, -xl);
   double rl;
   rh = fast_two_sum(r1, -t, rl);
   double q = 0x1.93974a8c07c9dp-37;  // 1/14!
@@ -111,7 +112,7 @@ TESSERA_SCALAR_FN double pow2(i64 k) { return as_f64(static_cast<u64>(k + 1023) 
 TESSERA_SCALAR_FN double expm1_parts(double x, double& low, double& scale) {
   i64 n;
   double rh, h2;
-  const double small = exp_reduce(x, n, rh, h2);
+  const double small = exp_reduce(x, 0.0, n, rh, h2);
   const i64 big = n > 1023 ? 1 : 0;
   scale = big ? 2.0 : 1.0;
   const double p = pow2(n - big);
@@ -175,6 +176,77 @@ TESSERA_SCALAR_FN double log_core(double x, double k0, double add_h, double add_
   return big + fma(s, t, rest);
 }
 
+// e^(x + xl) for x in [-746, 710] (or NaN: a NaN), |xl| <= 2^-40 |x| or so.
+TESSERA_SCALAR_FN double exp_clamped(double x, double xl) {
+  i64 n;
+  double rh, h2;
+  const double small = exp_reduce(x, xl, n, rh, h2);
+  double lo1, lo2;
+  const double hi = two_sum(fast_two_sum(1.0, rh, lo1), h2, lo2);
+  const double p = hi + (small + (lo1 + lo2));
+  // 2^n in two factors (n in [-1077, 1024]): p 2^n1 is exact, and the
+  // second product rounds once, to inf, a subnormal or 0 where due.
+  const i64 n1 = static_cast<i64>(static_cast<u64>(n + 2048) >> 1) - 1024;
+  return (p * pow2(n1)) * pow2(n - n1);
+}
+
+// log(x) = hi + lo for pow, x positive and normal, k0 as log_core's: the
+// same reduction, with R's two leading terms 2z/3 + 2z^2/5 in
+// double-double too (z = s^2 from s + sl), and s (f^2/2 + R) as a
+// double-double product, so that the errors left are z^3's (|z^3 q| <
+// 1e-5, times s: below 2^-70) and smaller.
+TESSERA_SCALAR_FN double log_dd(double x, double k0, double& lo) {
+  const u64 ix = as_u64(x);
+  const u64 tmp = ix - 0x3fe6a09e667f3bcdull + (u64(1) << 63);
+  const i64 k = static_cast<i64>(tmp >> 52) - 2048;
+  const double m = as_f64(ix - (static_cast<u64>(k) << 52));
+  const double kd = i64_to_f64(k) + k0;
+  const double f = m - 1.0;
+  double d2l;
+  const double d2 = two_sum(2.0, f, d2l);
+  const double s = f / d2;
+  const double sl = (fma(-s, d2, f) - s * d2l) / d2;
+  const double zh = s * s;
+  const double zl = fma(s, s, -zh) + 2.0 * s * sl;
+  double q = 0x1.47ae147ae147bp-4;  // 2/25
+  q = fma(q, zh, 0x1.642c8590b2164p-4);
+  q = fma(q, zh, 0x1.8618618618618p-4);
+  q = fma(q, zh, 0x1.af286bca1af28p-4);
+  q = fma(q, zh, 0x1.e1e1e1e1e1e1ep-4);
+  q = fma(q, zh, 0x1.1111111111111p-3);
+  q = fma(q, zh, 0x1.3b13b13b13b14p-3);
+  q = fma(q, zh, 0x1.745d1745d1746p-3);
+  q = fma(q, zh, 0x1.c71c71c71c71cp-3);
+  q = fma(q, zh, 0x1.2492492492492p-2);
+  // R = z (2/3) + z^2 (2/5 + z q): both leading products as double-doubles
+  // (2/3 = c1h + c1l, 2/5 = c2h + c2l).
+  constexpr double c1h = 0x1.5555555555555p-1, c1l = 0x1.5555555555555p-55;
+  constexpr double c2h = 0x1.999999999999ap-2, c2l = -0x1.999999999999ap-56;
+  const double p1h = c1h * zh;
+  const double p1l = fma(c1h, zh, -p1h) + (c1h * zl + c1l * zh);
+  const double z2h = zh * zh;
+  const double z2l = fma(zh, zh, -z2h) + 2.0 * zh * zl;
+  const double uh = fma(zh, q, c2h);
+  const double p2h = z2h * uh;
+  const double p2l = fma(z2h, uh, -p2h) + (z2h * c2l + z2l * uh);
+  double rl;
+  const double rh = fast_two_sum(p1h, p2h, rl);
+  rl += p1l + p2l;
+  const double hf = 0.5 * f;
+  const double hfsq = hf * f;
+  const double hfsq_l = fma(hf, f, -hfsq);
+  double te;
+  const double th = two_sum(hfsq, rh, te);
+  const double tl = te + (hfsq_l + rl);
+  const double sth = s * th;
+  const double stl = fma(s, th, -sth) + (s * tl + sl * th);
+  double de, se, e2;
+  const double d = two_sum(f, -hfsq, de);
+  const double big = two_sum(two_sum(kd * kLn2Hi32, d, se), sth, e2);
+  const double low = ((e2 + se) + (de - hfsq_l)) + fma(kd, kLn2Lo32, stl);
+  return fast_two_sum(big, low, lo);
+}
+
 }  // namespace libm_detail
 
 /// e^x in f64 (see the header comment for the error).
@@ -183,16 +255,7 @@ TESSERA_SCALAR_FN double exp_f64(double x) {
   // Beyond 710, e^x overflows (n = 1024 below); below -746 it rounds to 0.
   double xc = x > 710.0 ? 710.0 : x;
   xc = xc < -746.0 ? -746.0 : xc;
-  i64 n;
-  double rh, h2;
-  const double small = exp_reduce(xc, n, rh, h2);
-  double lo1, lo2;
-  const double hi = two_sum(fast_two_sum(1.0, rh, lo1), h2, lo2);
-  const double p = hi + (small + (lo1 + lo2));
-  // 2^n in two factors (n in [-1077, 1024]): p 2^n1 is exact, and the
-  // second product rounds once, to inf, a subnormal or 0 where due.
-  const i64 n1 = static_cast<i64>(static_cast<u64>(n + 2048) >> 1) - 1024;
-  const double y = (p * pow2(n1)) * pow2(n - n1);
+  const double y = exp_clamped(xc, 0.0);
   return lm::isnan(x) ? x + x : y;
 }
 
@@ -261,6 +324,41 @@ TESSERA_SCALAR_FN double tanh_f64(double x) {
   const double t = q0 + rem / dh;
   const double y = lm::copysign(t, x);
   return a < 0x1p-28 || lm::isnan(x) ? x + x * 0.0 : y;
+}
+
+/// x^y in f64 (tested; the kernels still take libm's pow: the CPU's binary
+/// loops would run it without FMA instructions on AVX2 machines, one call
+/// per fma): e^(y log|x|) with log|x| a double-double (log_dd) and y
+/// log|x| formed exactly as one (fma), so the exponent's error is near
+/// 2^-64 relative: below 0.25 ulp of the result even where |y log x|
+/// nears 745. IEEE pow's special cases (C99 Annex F) by selects: x^0 = 1
+/// and 1^y = 1 (NaN included), (-1)^+-inf = 1, a negative x with a
+/// non-integer y is NaN, with an odd integer y the sign of x; zeros and
+/// infinities follow from log|x| = -inf / inf.
+TESSERA_SCALAR_FN double pow_f64(double x, double y) {
+  using namespace libm_detail;
+  const double inf = TESSERA_STD::numeric_limits<double>::infinity();
+  const double ax = lm::fabs(x);
+  const bool sub = ax < 0x1p-1022;
+  double ll;
+  double lh = log_dd(sub ? ax * 0x1p54 : ax, sub ? -54.0 : 0.0, ll);
+  lh = ax == inf ? inf : lh;
+  lh = ax == 0.0 ? -inf : lh;
+  ll = ax == inf || ax == 0.0 ? 0.0 : ll;
+  double ph = y * lh;
+  double pl = fma(y, lh, -ph) + y * ll;
+  // Beyond [-746, 710] the result is 0 or inf: clamped (pl dropped; it is
+  // NaN when ph is infinite). NaN passes and gives NaN.
+  pl = lm::fabs(ph) <= 746.0 ? pl : 0.0;
+  ph = ph > 710.0 ? 710.0 : ph;
+  ph = ph < -746.0 ? -746.0 : ph;
+  double r = exp_clamped(ph, pl);
+  const bool yint = lm::floor(y) == y;  // inf counts: neither odd nor NaN-making
+  const bool yodd = yint && lm::fabs(y) < 0x1p53 && lm::floor(0.5 * y) != 0.5 * y;
+  r = yodd && lm::copysign(1.0, x) < 0.0 ? -r : r;
+  r = x < 0.0 && lm::isfinite(x) && !yint ? TESSERA_STD::numeric_limits<double>::quiet_NaN() : r;
+  r = lm::isnan(x) || lm::isnan(y) ? x + y : r;
+  return y == 0.0 || x == 1.0 || (x == -1.0 && ax == 1.0 && lm::fabs(y) == inf) ? 1.0 : r;
 }
 
 }  // namespace tessera::detail::math

@@ -388,6 +388,8 @@ struct Ops {
     }
   }
   static TESSERA_SCALAR_FN T pow(T a, T b) {
+    // libm's: kernels/libm.hpp's pow_f64 waits for loops that give its fma()s
+    // the FMA instructions (the binary loops' avx2 clones lack them).
     if constexpr (kFloat<T>) return lm::pow(a, b);
     else if constexpr (kBool<T>) return a || !b;
     else {

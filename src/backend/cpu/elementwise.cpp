@@ -108,6 +108,21 @@ void log_f32_checked(const float* x, float* y, std::int64_t n) {
     if (log_f32_outside(x[i])) y[i] = log_f32_slow(x[i]);
 }
 
+// The functions of kernels/libm.hpp (f64, and f32 through f64), in the
+// math clones: their fma()s want the FMA instructions, which the "avx2"
+// target clone lacks (each would be a call).
+template <class T, UnaryOp kOp>
+TESSERA_MATH_CLONES void libm_loop(const T* __restrict x, T* __restrict y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    if constexpr (kOp == UnaryOp::Exp) y[i] = math::exp(x[i]);
+    else if constexpr (kOp == UnaryOp::Log) y[i] = math::log(x[i]);
+    else if constexpr (kOp == UnaryOp::Log1p) y[i] = math::log1p(x[i]);
+    else if constexpr (kOp == UnaryOp::Expm1) y[i] = math::expm1(x[i]);
+    else if constexpr (kOp == UnaryOp::Tanh) y[i] = math::tanh(x[i]);
+    else y[i] = math::sigmoid(x[i]);
+  }
+}
+
 template <class T, class R, class F>
 TESSERA_TARGET_CLONES void unary_loop(const T* x, R* y, std::int64_t n, F f) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
@@ -150,28 +165,28 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
     switch (op) {
       case UnaryOp::Exp:
         if constexpr (f32) exp_f32_checked(x, y, n, 1.0f);
-        else unary_loop(x, y, n, [](T v) { return math::exp(v); });
+        else libm_loop<T, UnaryOp::Exp>(x, y, n);
         return;
       case UnaryOp::Log:
         if constexpr (f32) log_f32_checked(x, y, n);
-        else unary_loop(x, y, n, [](T v) { return math::log(v); });
+        else libm_loop<T, UnaryOp::Log>(x, y, n);
         return;
-      case UnaryOp::Log1p: unary_loop(x, y, n, [](T v) { return math::log1p(v); }); return;
-      case UnaryOp::Expm1: unary_loop(x, y, n, [](T v) { return math::expm1(v); }); return;
+      case UnaryOp::Log1p: libm_loop<T, UnaryOp::Log1p>(x, y, n); return;
+      case UnaryOp::Expm1: libm_loop<T, UnaryOp::Expm1>(x, y, n); return;
       case UnaryOp::Sqrt: unary_loop(x, y, n, [](T v) { return math::sqrt(v); }); return;
       case UnaryOp::Rsqrt: unary_loop(x, y, n, [](T v) { return math::rsqrt(v); }); return;
       case UnaryOp::Sin: trig_checked<T, false>(x, y, n); return;
       case UnaryOp::Cos: trig_checked<T, true>(x, y, n); return;
       case UnaryOp::Tanh:
         if constexpr (f32) tanh_f32_loop(x, y, n);
-        else unary_loop(x, y, n, [](T v) { return math::tanh(v); });
+        else libm_loop<T, UnaryOp::Tanh>(x, y, n);
         return;
       case UnaryOp::Sigmoid:
         if constexpr (f32) {
           exp_f32_checked(x, y, n, -1.0f);
           for (std::int64_t i = 0; i < n; ++i) y[i] = sigmoid_of_exp(y[i]);
         } else {
-          unary_loop(x, y, n, [](T v) { return sigmoid(v); });
+          libm_loop<T, UnaryOp::Sigmoid>(x, y, n);
         }
         return;
       default: break;
