@@ -516,6 +516,16 @@ TEST(ReduceJit, CombineStepsAndRecords) {
   EXPECT_EQ(ex_eager.records.size(), 2u) << ex_eager.str();
 }
 
+// n floats of magnitudes 2^-30 to 2^31 and either sign: every other order
+// of the additions gives other bits.
+static std::vector<float> far_apart(std::int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  std::uniform_int_distribution<int> ex(-30, 30);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = static_cast<float>(std::ldexp(mant(rng), ex(rng)) * (rng() & 1 ? 1 : -1));
+  return x;
+}
+
 // A sum along a row longer than kSumPiece elements is its pieces' sums in
 // order: each piece in eight lanes merged into the running value, then the
 // piece's tail. The order is written out here in plain loops (f32 summed in
@@ -525,11 +535,8 @@ TEST(ReduceKernel, LongRowsAreSummedPieceByPiece) {
   namespace cpu = ts::detail::cpu;
   constexpr std::int64_t kPiece = ts::detail::kSumPiece;
   std::mt19937 rng(12);
-  std::uniform_real_distribution<double> mant(1.0, 2.0);
-  std::uniform_int_distribution<int> ex(-30, 30);
   for (const std::int64_t len : {kPiece - 1, kPiece, kPiece + 1, kPiece + 8, 2 * kPiece + 13, 5 * kPiece + 7}) {
-    std::vector<float> x(static_cast<size_t>(2 * len));
-    for (float& v : x) v = static_cast<float>(std::ldexp(mant(rng), ex(rng)) * (rng() & 1 ? 1 : -1));
+    const std::vector<float> x = far_apart(2 * len, rng);
     std::vector<float> want(2);
     for (int row = 0; row < 2; ++row) {
       const float* r = x.data() + row * len;
@@ -569,15 +576,12 @@ TEST(ReduceKernel, ColumnsAreSummedInPiecesOfRows) {
   namespace cpu = ts::detail::cpu;
   constexpr std::int64_t kRows = ts::detail::kRowPiece;
   std::mt19937 rng(13);
-  std::uniform_real_distribution<double> mant(1.0, 2.0);
-  std::uniform_int_distribution<int> ex(-30, 30);
   for (const std::int64_t n : {kRows - 1, kRows, kRows + 1, 3 * kRows + 5}) {
     for (const int split : {1, 2}) {  // reduce dim 0 of (n, 3) or dims 0, 1 of (split, n / split + ..., 3)
       const ts::Shape shape = split == 1 ? ts::Shape{n, 3} : ts::Shape{2, n, 3};
       const std::vector<bool> reduced = split == 1 ? std::vector<bool>{true, false} : std::vector<bool>{true, true, false};
       const std::int64_t rows = split == 1 ? n : 2 * n;
-      std::vector<float> x(static_cast<size_t>(rows * 3));
-      for (float& v : x) v = static_cast<float>(std::ldexp(mant(rng), ex(rng)) * (rng() & 1 ? 1 : -1));
+      const std::vector<float> x = far_apart(rows * 3, rng);
       std::vector<float> want(3);
       for (int c = 0; c < 3; ++c) {
         double acc = 0, part = 0;
