@@ -93,10 +93,48 @@ template <ReduceOp r, class T>
 inline constexpr bool kPiecesExact = r == ReduceOp::Sum || r == ReduceOp::Max || r == ReduceOp::Min ||
                                      r == ReduceOp::Any || r == ReduceOp::All || !std::is_floating_point_v<T>;
 
-// Thread per (row, piece) of a block whose last dim is reduced: the piece's
-// value into merged[row * pieces + piece]. For sums the lane merge (the
-// tail stays for the second kernel), for the other kinds the whole piece
-// combined from the identity.
+// Thread per (row, piece, lane) of a block whose last dim is summed: lane q
+// of the piece (its elements j = q mod 8 of the full groups, from zero),
+// into lanes[(row * pieces + piece) * 8 + q]. The eight threads of a piece
+// are neighbours, so a warp reads four pieces' 32-byte runs per step, where
+// a thread per piece would read 32 scattered ones.
+template <class T>
+struct LaneKernel {
+  const T* in;
+  ReduceAcc<T>* lanes;
+  int64_t inner, pieces;
+  TESSERA_HD void operator()(int64_t i) const {
+    using A = ReduceAcc<T>;
+    const int64_t piece = i >> 3, q = i & 7;
+    const int64_t row = piece / pieces, p = piece - row * pieces;
+    const int64_t start = p * detail::kSumPiece;
+    const int64_t len = inner - start < detail::kSumPiece ? inner - start : detail::kSumPiece;
+    const T* x = in + row * inner + start;
+    A v = A{};
+    for (int64_t j = q; j < len / 8 * 8; j += 8) v = combine1<ReduceOp::Sum, A>(v, static_cast<A>(x[j]));
+    lanes[i] = v;
+  }
+};
+
+// Thread per piece: its eight lanes merged as piece_merge merges them.
+template <class T>
+struct MergeKernel {
+  const ReduceAcc<T>* lanes;
+  ReduceAcc<T>* merged;
+  TESSERA_HD void operator()(int64_t i) const {
+    using A = ReduceAcc<T>;
+    constexpr ReduceOp r = ReduceOp::Sum;
+    const A* l = lanes + i * 8;
+    const A l01 = combine1<r, A>(l[0], l[1]), l23 = combine1<r, A>(l[2], l[3]);
+    const A l45 = combine1<r, A>(l[4], l[5]), l67 = combine1<r, A>(l[6], l[7]);
+    merged[i] = combine1<r, A>(combine1<r, A>(l01, l23), combine1<r, A>(l45, l67));
+  }
+};
+
+// Thread per (row, piece) of a block whose last dim is reduced by one of
+// the exact kinds other than sums: the whole piece combined from the
+// identity into merged[row * pieces + piece]. (Lanes would change which of
+// two equal values max and min keep, -0 or +0.)
 template <ReduceOp r, class T>
 struct PieceKernel {
   const T* in;
@@ -108,13 +146,9 @@ struct PieceKernel {
     const int64_t start = p * detail::kSumPiece;
     const int64_t len = inner - start < detail::kSumPiece ? inner - start : detail::kSumPiece;
     const T* x = in + row * inner + start;
-    if constexpr (r == ReduceOp::Sum) {
-      merged[i] = piece_merge<r, T>(x, len / 8 * 8);
-    } else {
-      ReduceAcc<T> v = init;
-      for (int64_t j = 0; j < len; ++j) v = combine1<r, ReduceAcc<T>>(v, static_cast<ReduceAcc<T>>(x[j]));
-      merged[i] = v;
-    }
+    ReduceAcc<T> v = init;
+    for (int64_t j = 0; j < len; ++j) v = combine1<r, ReduceAcc<T>>(v, static_cast<ReduceAcc<T>>(x[j]));
+    merged[i] = v;
   }
 };
 
@@ -238,14 +272,16 @@ struct ReduceKernel {
 
 // Thread per (output, piece of kRowPiece rows) of a reduction over leading
 // dims: the piece into merged[output * pieces + piece].
+// Neighbouring threads take neighbouring outputs, whose elements are
+// neighbours in memory: a warp reads whole runs of a row.
 template <ReduceOp r, class T>
 struct KeptPieceKernel {
   ReduceKernel<r, T> k;
   ReduceAcc<T>* merged;
-  int64_t pieces;
+  int64_t pieces, nout;
   TESSERA_HD void operator()(int64_t i) const {
-    const int64_t o = i / pieces;
-    merged[i] = k.kept_piece(o, i - o * pieces);
+    const int64_t p = i / nout, o = i - p * nout;
+    merged[o * pieces + p] = k.kept_piece(o, p);
   }
 };
 
@@ -364,6 +400,8 @@ std::size_t reduce_scratch(ReduceOp op, DType t, const std::vector<int64_t>& sha
   const PiecePlan s = piece_plan(op, t, shape, reduced);
   if (!s.pieces_pay) return 0;
   const std::size_t acc = t == DType::f32 ? sizeof(double) : itemsize(t);  // ReduceAcc's size
+  // Sums of a last dim keep each piece's eight lanes too.
+  if (op == ReduceOp::Sum && s.fold) return static_cast<std::size_t>(s.owners * s.pieces) * 9 * acc;
   return static_cast<std::size_t>(s.owners * s.pieces) * acc;
 }
 
@@ -414,10 +452,18 @@ void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& sh
           }
         }
         if constexpr (kPiecesExact<r, T>) {
-          if (merged != nullptr && plan.fold)
-            for_each(name, plan.owners * plan.pieces, PieceKernel<r, T>{k.in, merged, k.inner, plan.pieces, k.init});
-          else if (merged != nullptr)
-            for_each(name, plan.owners * plan.pieces, KeptPieceKernel<r, T>{k, merged, plan.pieces});
+          const int64_t count = plan.owners * plan.pieces;
+          if (merged != nullptr && plan.fold) {
+            if constexpr (r == ReduceOp::Sum) {
+              ReduceAcc<T>* lanes = merged + count;
+              for_each(name, count * 8, LaneKernel<T>{k.in, lanes, k.inner, plan.pieces});
+              for_each(name, count, MergeKernel<T>{lanes, merged});
+            } else {
+              for_each(name, count, PieceKernel<r, T>{k.in, merged, k.inner, plan.pieces, k.init});
+            }
+          } else if (merged != nullptr) {
+            for_each(name, count, KeptPieceKernel<r, T>{k, merged, plan.pieces, nout});
+          }
           k.merged = merged;
         }
         for_each(name, nout, k);
