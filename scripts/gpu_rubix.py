@@ -106,7 +106,6 @@ def main():
         t0 = time.perf_counter()
         import jax
         import numpy as np
-        import yaml
         import rubix
         from rubix.core.pipeline import RubixPipeline
         from rubix.paths import TEMPLATE_PATH
@@ -120,12 +119,7 @@ def main():
             raise SystemExit(f"JAX's default device is {devices[0]} ({devices[0].platform}), "
                              f"expected a {args.expect_platform} device")
 
-        with open(args.config) as f:
-            cfg = yaml.safe_load(f)
-        galaxy = os.path.join(cfg["output_path"], "rubix_galaxy.h5")
-        if not os.path.isfile(galaxy):
-            raise SystemExit(f"{galaxy} does not exist (output_path of {args.config}); "
-                             f"Rubix would try to download and convert a galaxy instead")
+        cfg, _ = rubix_run.load_config(args.config)
         ssp = os.path.join(TEMPLATE_PATH, rubix.config["ssp"]["templates"][cfg["ssp"]["template"]["name"]]["file_name"])
         res["ssp_template"], res["ssp_sha256"] = ssp, rubix_run.sha256(ssp)
         # Both programs must read the same BC03 file (bench_ifu.py hands Tessera Rubix's).

@@ -31,6 +31,19 @@ import time
 import warnings
 
 
+
+def load_config(path):
+    """The Rubix config at `path` and its galaxy file; refuses (SystemExit) a
+    run that would make Rubix convert or download a galaxy."""
+    import yaml
+    with open(path) as f:
+        cfg = yaml.safe_load(f)
+    galaxy = os.path.join(cfg["output_path"], "rubix_galaxy.h5")
+    if not os.path.isfile(galaxy):
+        raise SystemExit(f"{galaxy} does not exist (output_path of {path}); "
+                         f"Rubix would try to download and convert a galaxy instead")
+    return cfg, galaxy
+
 def set_device_count(n):
     """Asks XLA for n host devices, keeping any other XLA flags of the caller."""
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
@@ -116,7 +129,6 @@ def main():
     t_import = time.perf_counter()
     import jax
     import numpy as np
-    import yaml
     from rubix.core.pipeline import RubixPipeline
     from rubix.paths import TEMPLATE_PATH
     import_s = time.perf_counter() - t_import
@@ -124,13 +136,7 @@ def main():
     if len(jax.devices()) != args.devices:
         raise SystemExit(f"rubix_run.py: asked JAX for {args.devices} CPU devices, got {len(jax.devices())} "
                          f"({jax.devices()}); XLA_FLAGS={os.environ.get('XLA_FLAGS')!r}")
-    # Refuse to start a run that would make Rubix convert or download a galaxy.
-    with open(args.config) as f:
-        cfg = yaml.safe_load(f)
-    galaxy = os.path.join(cfg["output_path"], "rubix_galaxy.h5")
-    if not os.path.isfile(galaxy):
-        raise SystemExit(f"rubix_run.py: {galaxy} does not exist (output_path of {args.config}); "
-                         f"Rubix would try to download and convert a galaxy instead")
+    cfg, _ = load_config(args.config)
     ssp_name = cfg["ssp"]["template"]["name"]
     import rubix
     ssp_file = os.path.join(TEMPLATE_PATH, rubix.config["ssp"]["templates"][ssp_name]["file_name"])

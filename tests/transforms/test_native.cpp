@@ -4,9 +4,13 @@
 // beyond the polynomials' ranges, whose tiles the tile loop redoes); the
 // disk cache serves a later request without compiling; without a compiler
 // jit runs the tile loop with the same results.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -219,6 +223,136 @@ TEST(NativeMode, OffAndSmallBlocksInAutoUseTheTileLoop) {
     EXPECT_EQ(after.compiled + after.loaded + after.reused, before.compiled + before.loaded + before.reused);
   }
   cpu::set_native_mode(cpu::NativeMode::Auto);
+}
+
+// The CUDA target's loop, run on the host: its source compiled by the host
+// compiler with stand-ins for CUDA's built-in variables, and launched as a
+// loop over the threads of a grid. Its grid-stride steps (kGpuStep elements
+// a grid stride apart, then the rest one by one) must write every element
+// once and nothing beyond, with the CPU loop's bits, for every size against
+// every grid.
+namespace {
+
+// CUDA's names for the host compiler: the built-in variables, __global__,
+// and libcu++'s namespace.
+const char* const kCudaOnHost = R"(
+struct tessera_dim3 { unsigned x = 1, y = 1, z = 1; };
+static tessera_dim3 blockIdx, threadIdx, gridDim, blockDim;
+#define __global__
+namespace cuda { namespace std { using namespace ::std; } }
+)";
+
+const char* const kGridDriver = R"(
+extern "C" __attribute__((visibility("default"))) void tessera_grid(const void* args, long long n, unsigned blocks,
+                                                                      unsigned threads) {
+  gridDim.x = blocks;
+  blockDim.x = threads;
+  for (unsigned b = 0; b < blocks; ++b)
+    for (unsigned t = 0; t < threads; ++t) {
+      blockIdx.x = b;
+      threadIdx.x = t;
+      tessera_fused(*static_cast<const tessera_fused_args*>(args), n);
+    }
+}
+)";
+
+}  // namespace
+
+TEST(NativeCuda, TheGridStrideLoopWritesEveryElementOnceWithTheCpuBits) {
+  using E = tessera::detail::ElementExpr;
+  using K = E::Kind;
+  using tessera::detail::BinaryOp;
+  using tessera::detail::UnaryOp;
+  // out0 = sin(a0) * 2.5, out1 = out0 + a1 (f32): two inputs, two outputs,
+  // one scalar.
+  cpu::NativeGroup g;
+  g.inputs = {ts::f32, ts::f32};
+  auto member = [&](E e, std::vector<cpu::NativeGroup::Arg> args, int output) {
+    cpu::NativeGroup::Member m;
+    m.expr = e;
+    m.args = std::move(args);
+    m.output = output;
+    g.members.push_back(m);
+  };
+  E e;
+  e.t = e.result = ts::f32;
+  e.kind = K::Unary;
+  e.unary = UnaryOp::Sin;
+  member(e, {{-1, 0}}, -1);
+  e.kind = K::BinaryScalar;
+  e.binary = BinaryOp::Mul;
+  e.scalar.is_scalar = true;
+  e.scalar.f = 2.5;
+  member(e, {{0, -1}}, 0);
+  e.kind = K::Binary;
+  e.binary = BinaryOp::Add;
+  member(e, {{1, -1}, {-1, 1}}, 1);
+  g.num_outputs = 2;
+
+  std::vector<double> f;
+  std::vector<std::int64_t> i;
+  const std::string src = cpu::native_source(g, cpu::NativeTarget::Cuda, &f, &i);
+  ASSERT_FALSE(src.empty());
+  char dir[] = "/tmp/tessera-cuda-on-host-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string cpp = std::string(dir) + "/loop.cpp", so = std::string(dir) + "/loop.so";
+  std::ofstream(cpp) << kCudaOnHost << src << kGridDriver;
+  const char* cxx = std::getenv("TESSERA_CXX");
+  const std::string cmd = std::string(cxx && *cxx ? cxx : "c++") +
+                          " -std=c++20 -O1 -ffp-contract=off -fPIC -shared -w -o " + so + " " + cpp;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  void* lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  using Grid = void (*)(const void*, long long, unsigned, unsigned);
+  auto grid = reinterpret_cast<Grid>(dlsym(lib, "tessera_grid"));
+  ASSERT_NE(grid, nullptr);
+  const auto cpu_loop = cpu::native_kernel(g);
+  ASSERT_NE(cpu_loop, nullptr);
+  ASSERT_EQ(cpu_loop->f, f);
+
+  const float sentinel = -12345.0f;
+  for (const auto& [blocks, threads] : std::vector<std::pair<unsigned, unsigned>>{{1, 1}, {3, 4}, {2, 32}, {5, 7}})
+    for (long long n : {0LL, 1LL, 3LL, 11LL, 12LL, 47LL, 48LL, 49LL, 95LL, 96LL, 97LL, 1001LL}) {
+      const std::vector<double> va = ts::testing::uniform_doubles(n + 1, 3, -100, 100),
+                                vb = ts::testing::uniform_doubles(n + 1, 4, -1, 1);
+      std::vector<float> a(va.begin(), va.begin() + n), b(vb.begin(), vb.begin() + n);
+      const int guard = 8;  // past the end: must stay untouched
+      std::vector<float> o0(n + guard, sentinel), o1(n + guard, sentinel), w0(n + 1), w1(n + 1);
+      // The argument struct's words (cpu::cuda_args_layout): inputs,
+      // outputs, float scalars, integer scalars.
+      std::vector<std::uint64_t> words;
+      auto put = [&](const void* p) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, &p, sizeof p);
+        words.push_back(w);
+      };
+      put(a.data());
+      put(b.data());
+      put(o0.data());
+      put(o1.data());
+      for (double x : f) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, &x, sizeof w);
+        words.push_back(w);
+      }
+      if (f.empty()) words.push_back(0);
+      for (std::int64_t x : i) words.push_back(static_cast<std::uint64_t>(x));
+      if (i.empty()) words.push_back(0);
+      grid(words.data(), n, blocks, threads);
+      const void* in[] = {a.data(), b.data()};
+      void* out[] = {w0.data(), w1.data()};
+      ASSERT_EQ(cpu_loop->fn(in, out, f.data(), i.data(), n), 0u);  // no input beyond the polynomial's range
+      const std::string at = "n " + std::to_string(n) + ", grid " + std::to_string(blocks) + "x" + std::to_string(threads);
+      for (long long k = 0; k < n; ++k) {
+        ASSERT_EQ(std::memcmp(&o0[k], &w0[k], 4), 0) << at << ", out0[" << k << "] " << o0[k] << " vs " << w0[k];
+        ASSERT_EQ(std::memcmp(&o1[k], &w1[k], 4), 0) << at << ", out1[" << k << "] " << o1[k] << " vs " << w1[k];
+      }
+      for (long long k = n; k < n + guard; ++k) ASSERT_TRUE(o0[k] == sentinel && o1[k] == sentinel) << at;
+    }
+  dlclose(lib);
+  std::remove(so.c_str());
+  std::remove(cpp.c_str());
+  rmdir(dir);
 }
 
 #ifdef TESSERA_TEST_NVRTC

@@ -104,8 +104,11 @@ Rows<In> rows_of(const char* op, const std::vector<Segment>& segs) {
 
 // Output element (o, i, j) from its window of rows i .. i + n, n passes in
 // registers: pass p turns the n + 2 - p values into n + 1 - p differences,
-// value k of pass p being the CPU pass p's difference at row i + k.
-template <class T>
+// value k of pass p being the CPU pass p's difference at row i + k. kN is n
+// when it is known at compile time (the loops unroll and the window stays
+// in registers; a window indexed by a run-time n lives in local memory), 0
+// for any n up to kDiffWindow.
+template <class T, int kN = 0>
 struct DiffWindow {
   Rows<T> rows;
   T* out;
@@ -115,10 +118,11 @@ struct DiffWindow {
   TESSERA_HD void operator()(int64_t idx) const {
     const DivMod jt = divmod(idx, inner), io = divmod(jt.q, m);
     const int64_t j = jt.r, i = io.r, o = io.q;
-    T w[kDiffWindow + 1];
-    for (int k = 0; k <= n; ++k) w[k] = rows.template at<T>(o, i + k, j, inner);
-    for (int p = 1; p <= n; ++p)
-      for (int k = 0; k <= n - p; ++k) w[k] = sub(w[k + 1], w[k]);
+    const int len = kN ? kN : n;
+    T w[(kN ? kN : kDiffWindow) + 1];
+    for (int k = 0; k <= len; ++k) w[k] = rows.template at<T>(o, i + k, j, inner);
+    for (int p = 1; p <= len; ++p)
+      for (int k = 0; k <= len - p; ++k) w[k] = sub(w[k + 1], w[k]);
     out[idx] = w[0];
   }
 };
@@ -331,10 +335,10 @@ void diff(DType t, const std::vector<Segment>& segs, void* out, const Lines& ol,
   dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     const Rows<T> rows = rows_of<T>("diff", segs);
-    if (n <= kDiffWindow) {
-      for_each("diff", total, DiffWindow<T>{rows, static_cast<T*>(out), m, inner, n});
-      return;
-    }
+    T* o = static_cast<T*>(out);
+    if (n == 1) return for_each("diff", total, DiffWindow<T, 1>{rows, o, m, inner, n});
+    if (n == 2) return for_each("diff", total, DiffWindow<T, 2>{rows, o, m, inner, n});
+    if (n <= kDiffWindow) return for_each("diff", total, DiffWindow<T>{rows, o, m, inner, n});
     if (!scratch) throw Error("[diff] internal: the CUDA kernel of an n > 16 difference needs scratch memory");
     const int64_t block = ol.outer * (m + n) * inner;
     T* a = static_cast<T*>(scratch);
