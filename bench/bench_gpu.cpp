@@ -10,7 +10,8 @@
 //                  the leading dim, 1 device            (bytes read)
 //   transfers      device_put + to_vector of 1 GiB
 //                  f32, 1 device                      / cudaMemcpy both ways
-//                                                       from page-locked memory
+//                                                       from page-locked memory,
+//                                                       and from vectors
 //                                                       (time ratio)
 //
 // Bandwidths count each byte read and each byte written once (a copy of S
@@ -108,6 +109,23 @@ double pinned_round_trip_seconds(std::size_t bytes, int reps) {
   });
   cudaFree(dev);
   cudaFreeHost(host);
+  return tb::median(t);
+}
+
+// The same round trip from and to pageable memory, as a program that
+// calls cudaMemcpy on a vector gets it (the driver stages the bytes): a
+// fresh result vector each time, as to_vector makes one.
+double pageable_round_trip_seconds(const std::vector<float>& host, int reps) {
+  void* dev = nullptr;
+  const std::size_t bytes = host.size() * sizeof(float);
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_ok(cudaMalloc(&dev, bytes), "cudaMalloc");
+  const auto t = tb::time_reps(1, reps, [&] {
+    cuda_ok(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    std::vector<float> back(host.size());
+    cuda_ok(cudaMemcpy(back.data(), dev, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  });
+  cudaFree(dev);
   return tb::median(t);
 }
 
@@ -230,6 +248,9 @@ int main(int argc, char** argv) {
       }));
       row("transfers", std::to_string(n) + " f32 to GPU and back, 1 dev", s, tb::format_seconds(ref) + " pinned",
           ref / s, "cudaMemcpy, page-locked");
+      const double pageable = pageable_round_trip_seconds(host, reps);
+      row("transfers", std::to_string(n) + " f32 to GPU and back, 1 dev", s,
+          tb::format_seconds(pageable) + " pageable", pageable / s, "cudaMemcpy, pageable vectors");
     }
   } catch (const std::exception& e) {
     std::cerr << "bench_gpu: " << e.what() << "\n";

@@ -62,7 +62,10 @@ void for_each(const char* op, std::int64_t n, F f) {
   if (n <= 0) return;
   const Current& c = current(op);
   if (c.emulated) {
-    for (std::int64_t i = 0; i < n; ++i) f(i);
+    // Last element first: a GPU runs the elements in no particular order,
+    // so a kernel that reads what an earlier element wrote is wrong, and
+    // the ascending order is the one that would hide it.
+    for (std::int64_t i = n - 1; i >= 0; --i) f(i);
     return;
   }
   using launch_detail::kMaxBlocks;
