@@ -197,6 +197,11 @@ struct Generator {
   // Element u of a step: neighbours on the CPU (vectors), a grid stride
   // (s_) apart on a GPU.
   const char* step_index() const { return target == NativeTarget::Cuda ? "[e + u * s_]" : "[e + u]"; }
+  // An input's element u in a step: on a GPU from the step's loads, made
+  // first (aK_[u] = aK[e + u * s_]), so that they are all in flight
+  // before any element's math, whose branches (a polynomial's range) would
+  // otherwise keep the compiler from moving later loads up.
+  const char* step_input() const { return target == NativeTarget::Cuda ? "_[u]" : "[e + u]"; }
 
   // An expression with its operands written $vK$ (member K's value) and
   // $aK$ (input K's element), for the blocked loop or the element loop.
@@ -210,7 +215,7 @@ struct Generator {
       const size_t end = t.find('$', p + 1);
       const std::string name = t.substr(p + 1, end - p - 1);
       out += name;
-      out += name[0] == 'v' ? (blocked ? "[u]" : "") : (blocked ? step_index() : "[e]");
+      out += name[0] == 'v' ? (blocked ? "[u]" : "") : (blocked ? step_input() : "[e]");
       p = end;
     }
     return out;
@@ -315,7 +320,13 @@ struct Generator {
       src += "  constexpr int kStep = " + std::to_string(kGpuStep) + ";\n";
       src += "  const long long s_ = static_cast<long long>(gridDim.x) * blockDim.x;\n";
       src += "  long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;\n";
-      src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + unrolled + "  }\n";
+      std::string loads;
+      for (size_t k = 0; k < g.inputs.size(); ++k) {
+        const std::string a = var('a', k);
+        loads += "    " + ctype(g.inputs[k]) + " " + a + "_[kStep];\n#pragma unroll\n    for (int u = 0; u < kStep; ++u) " + a +
+                 "_[u] = " + a + "[e + u * s_];\n";
+      }
+      src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + unrolled + "  }\n";
       src += "  for (; e < n; e += s_) {\n" + body + "  }\n}\n";
       return src;
     }
