@@ -172,6 +172,9 @@ struct ReduceKernel {
   // Each row piece's lane merge (row * pieces + piece), when the piece
   // kernel computed them; else this kernel does.
   const A* merged = nullptr;
+  // Outputs (a kept last dim's merged pieces are piece-major: piece p of
+  // output o at p * nout + o).
+  int64_t nout = 0;
 
   // v combined with the row x[0, inner), row number `row_index` of the
   // block, as the CPU's fold does it.
@@ -209,6 +212,15 @@ struct ReduceKernel {
   // fastest) from `base`, combined into v one element each (a kept last
   // dim).
   TESSERA_HD A walk(A v, int64_t base, int64_t s0, int64_t s1) const {
+    if (nred == 1) {
+      // One reduced dim (a column of a matrix): a stride, without the
+      // odometer, whose run-time-indexed digits would live in local memory
+      // and be read and written at every element.
+      const int64_t st = rstride[0];
+      for (int64_t s = s0, off = base + s0 * st; s < s1; ++s, off += st)
+        v = combine1<r, A>(v, static_cast<A>(in[off]));
+      return v;
+    }
     int64_t idx[kMaxRank] = {};
     int64_t off = base;
     for (int64_t i = s0, d = nred - 1; d >= 0; --d) {
@@ -245,7 +257,7 @@ struct ReduceKernel {
       // the exact kinds may too, when the piece kernel ran.
       const int64_t np = (steps + detail::kRowPiece - 1) / detail::kRowPiece;
       if (merged) {
-        for (int64_t p = 0; p < np; ++p) v = combine1<r, A>(v, merged[o * np + p]);
+        for (int64_t p = 0; p < np; ++p) v = combine1<r, A>(v, merged[p * nout + o]);
       } else if constexpr (r == ReduceOp::Sum) {
         for (int64_t p = 0; p < np; ++p) v = combine1<r, A>(v, kept_piece(o, p));
       } else {
@@ -271,17 +283,18 @@ struct ReduceKernel {
 };
 
 // Thread per (output, piece of kRowPiece rows) of a reduction over leading
-// dims: the piece into merged[output * pieces + piece].
+// dims: the piece into merged[piece * nout + output], so that the threads
+// of a warp write neighbours and the final pass's threads read them.
 // Neighbouring threads take neighbouring outputs, whose elements are
 // neighbours in memory: a warp reads whole runs of a row.
 template <ReduceOp r, class T>
 struct KeptPieceKernel {
   ReduceKernel<r, T> k;
   ReduceAcc<T>* merged;
-  int64_t pieces, nout;
+  int64_t nout;
   TESSERA_HD void operator()(int64_t i) const {
-    const int64_t p = i / nout, o = i - p * nout;
-    merged[o * pieces + p] = k.kept_piece(o, p);
+    const DivMod po = divmod(i, nout);  // i = p * nout + o
+    merged[i] = k.kept_piece(po.r, po.q);
   }
 };
 
@@ -462,10 +475,11 @@ void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& sh
               for_each(name, count, PieceKernel<r, T>{k.in, merged, k.inner, plan.pieces, k.init});
             }
           } else if (merged != nullptr) {
-            for_each(name, count, KeptPieceKernel<r, T>{k, merged, plan.pieces, nout});
+            for_each(name, count, KeptPieceKernel<r, T>{k, merged, nout});
           }
           k.merged = merged;
         }
+        k.nout = nout;
         for_each(name, nout, k);
       }
     });
