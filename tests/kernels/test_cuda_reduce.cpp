@@ -153,6 +153,9 @@ TEST_F(CudaReduce, LongRowsAndManyRows) {
   // Rows around and over the sums' piece length, alone and many.
   for (const Shape& shape : std::vector<Shape>{{8191}, {8192}, {8193}, {2, 16397}, {3, 2, 8200}, {700, 9}, {5000, 2}})
     check_reduce(shape, runs);
+  // More pieces than the GPU's ordered walk loads at once (16), and not a
+  // multiple of them.
+  for (const Shape& shape : std::vector<Shape>{{17 * 8192 + 5}, {17 * 1024 + 3, 2}}) check_reduce(shape, runs);
   // Columns around and over the leading dims' piece of rows.
   for (const Shape& shape : std::vector<Shape>{{1023, 2}, {1024, 3}, {1025, 1}, {3000, 3}, {2, 1100, 2}, {5, 450, 1, 2}})
     check_reduce(shape, runs);

@@ -176,23 +176,44 @@ struct ReduceKernel {
   // output o at p * nout + o).
   int64_t nout = 0;
 
+  // v combined with m[0], m[step], ... (count of them) in order. One
+  // thread walks a long row's merged pieces (32768 of a 2^28 sum): its
+  // loads go out kBatch at a time, all in flight together, and only the
+  // combining is a chain.
+  static constexpr int kBatch = 16;
+  TESSERA_HD static A in_order(A v, const A* m, int64_t count, int64_t step = 1) {
+    int64_t p = 0;
+    for (; p + kBatch <= count; p += kBatch) {
+      A b[kBatch];
+      for (int k = 0; k < kBatch; ++k) b[k] = m[(p + k) * step];
+      for (int k = 0; k < kBatch; ++k) v = combine1<r, A>(v, b[k]);
+    }
+    for (; p < count; ++p) v = combine1<r, A>(v, m[p * step]);
+    return v;
+  }
+
   // v combined with the row x[0, inner), row number `row_index` of the
   // block, as the CPU's fold does it.
   TESSERA_HD A row(A v, const T* x, int64_t row_index) const {
     if constexpr (r == ReduceOp::Sum) {
+      if (merged) {
+        // Every piece but the last is whole (kSumPiece is a multiple of 8):
+        // the merges in order, then the last piece's tail.
+        v = in_order(v, merged + row_index * pieces, pieces);
+        const int64_t start = (pieces - 1) * detail::kSumPiece;
+        for (int64_t j = start + (inner - start) / 8 * 8; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
+        return v;
+      }
       for (int64_t p = 0; p < pieces; ++p) {
         const int64_t start = p * detail::kSumPiece;
         const int64_t len = inner - start < detail::kSumPiece ? inner - start : detail::kSumPiece;
         const int64_t full8 = len / 8 * 8;
-        v = combine1<r, A>(v, merged ? merged[row_index * pieces + p] : piece_merge<r, T>(x + start, full8));
+        v = combine1<r, A>(v, piece_merge<r, T>(x + start, full8));
         for (int64_t j = start + full8; j < start + len; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
       }
       return v;
     }
-    if (merged) {
-      for (int64_t p = 0; p < pieces; ++p) v = combine1<r, A>(v, merged[row_index * pieces + p]);
-      return v;
-    }
+    if (merged) return in_order(v, merged + row_index * pieces, pieces);
     for (int64_t j = 0; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
     return v;
   }
@@ -257,7 +278,7 @@ struct ReduceKernel {
       // the exact kinds may too, when the piece kernel ran.
       const int64_t np = (steps + detail::kRowPiece - 1) / detail::kRowPiece;
       if (merged) {
-        for (int64_t p = 0; p < np; ++p) v = combine1<r, A>(v, merged[p * nout + o]);
+        v = in_order(v, merged + o, np, nout);
       } else if constexpr (r == ReduceOp::Sum) {
         for (int64_t p = 0; p < np; ++p) v = combine1<r, A>(v, kept_piece(o, p));
       } else {
