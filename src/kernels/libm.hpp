@@ -541,9 +541,7 @@ TESSERA_SCALAR_FN double tanh_f64(double x) {
   return a < 0x1p-28 || lm::isnan(x) ? x + x * 0.0 : y;
 }
 
-/// x^y in f64 (tested; the kernels still take libm's pow: the CPU's binary
-/// loops would run it without FMA instructions on AVX2 machines, one call
-/// per fma): e^(y log|x|) with log|x| a double-double (log_dd) and y
+/// x^y in f64 (the kernels' pow: f64, and f32 through f64): e^(y log|x|) with log|x| a double-double (log_dd) and y
 /// log|x| formed exactly as one (fma), so the exponent's error is near
 /// 2^-64 relative: below 0.25 ulp of the result even where |y log x|
 /// nears 745. IEEE pow's special cases (C99 Annex F) by selects: x^0 = 1

@@ -387,10 +387,12 @@ struct Ops {
       return static_cast<T>(a % b);
     }
   }
+  // Floats: kernels/libm.hpp's pow_f64, f32 through f64 rounded once (as
+  // the other f32 functions without a polynomial: below 0.5 ulp + 2^-29,
+  // the double rounding deterministic like all else here). Its fma()s want
+  // FMA instructions: the CPU's loops for it are the math clones.
   static TESSERA_SCALAR_FN T pow(T a, T b) {
-    // libm's: kernels/libm.hpp's pow_f64 waits for loops that give its fma()s
-    // the FMA instructions (the binary loops' avx2 clones lack them).
-    if constexpr (kFloat<T>) return lm::pow(a, b);
+    if constexpr (kFloat<T>) return static_cast<T>(pow_f64(static_cast<double>(a), static_cast<double>(b)));
     else if constexpr (kBool<T>) return a || !b;
     else {
       if constexpr (kSignedInt<T>)

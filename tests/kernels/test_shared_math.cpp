@@ -118,6 +118,27 @@ TEST(SharedMath, ProbesAreTheLibrarysEagerResults) {
   check_f64(sw::Probe::expm1_f64, static_cast<F>([](const ts::Array& a) { return ts::expm1(a); }));
   check_f64(sw::Probe::tanh_f64, static_cast<F>([](const ts::Array& a) { return ts::tanh(a); }));
   check_f64(sw::Probe::sigmoid_f64, static_cast<F>([](const ts::Array& a) { return ts::sigmoid(a); }));
+  // pow: the eager binary loops (the math clones) give the probe's bits.
+  const ts::NamedSharding sharded(ts::make_mesh({8}, {"x"}), ts::P("x"));
+  auto check_pow = [&](sw::Probe p, auto zero) {
+    using T = decltype(zero);
+    constexpr sw::Kind kind = std::is_same_v<T, float> ? sw::Kind::f32 : sw::Kind::f64;
+    std::vector<T> x(static_cast<std::size_t>(sw::kInputs)), y(x.size());
+    for (sw::i64 i = 0; i < sw::kInputs; ++i) {
+      if constexpr (std::is_same_v<T, float>) x[static_cast<std::size_t>(i)] = sw::f32_at(i), y[static_cast<std::size_t>(i)] = sw::f32_at(i, 1);
+      else x[static_cast<std::size_t>(i)] = sw::f64_at(i), y[static_cast<std::size_t>(i)] = sw::f64_at(i, 1);
+    }
+    const std::vector<T> z = ts::pow(ts::device_put(x, {sw::kInputs}, sharded), ts::device_put(y, {sw::kInputs}, sharded)).template to_vector<T>();
+    long bad = 0;
+    for (sw::i64 i = 0; i < sw::kInputs; ++i) {
+      const sw::u64 want = r[static_cast<std::size_t>(static_cast<int>(p) * sw::kInputs + i)].bits;
+      const sw::u64 got = sw::bits_of(z[static_cast<std::size_t>(i)]);
+      if (want != got && !(std::isnan(z[static_cast<std::size_t>(i)]) && sw::is_nan(kind, want))) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << sw::kProbeInfo[static_cast<int>(p)].name;
+  };
+  check_pow(sw::Probe::pow_f32, 0.0f);
+  check_pow(sw::Probe::pow_f64, 0.0);
 }
 
 // ------------------------------------------------------------ accuracy
