@@ -65,13 +65,33 @@ TESSERA_MATH_CLONES bool trig_fast_loop(const T* __restrict x, T* __restrict y, 
   return out != 0;
 }
 
-// The fast loop, then libm for the elements beyond its range.
+// The elements beyond the polynomial's range (not NaN) by the exact slow
+// path (kernels/libm.hpp's sin_f64 / cos_f64: integer arithmetic and a
+// chain of fma()s, so in the math clones too). Branch-free, it vectorises
+// (f64 beyond 1e5: 13 ns an element against 33 scalar, AVX-512 clone): a
+// block of 64 elements with one beyond the range computes the slow path
+// for all of them and keeps it where due.
+template <class T, int kPhase>
+TESSERA_MATH_CLONES void trig_slow_loop(const T* x, T* y, std::int64_t n) {
+  constexpr T limit = std::is_same_v<T, float> ? T(kTrigFastLimit) : T(kTrigFastLimitF64);
+  constexpr std::int64_t kBlock = 64;
+  for (std::int64_t b = 0; b < n; b += kBlock) {
+    const std::int64_t end = n - b < kBlock ? n : b + kBlock;
+    std::uint32_t any = 0;
+    for (std::int64_t i = b; i < end; ++i) any |= detail::lm::fabs(x[i]) > limit ? 1u : 0u;
+    if (any == 0) continue;
+    for (std::int64_t i = b; i < end; ++i) {
+      const T v = trig_slow<T, kPhase>(x[i]);
+      // NaN keeps the polynomial's value (its compare is false).
+      y[i] = detail::lm::fabs(x[i]) > limit ? v : y[i];
+    }
+  }
+}
+
+// The fast loop, then the slow path for the elements beyond its range.
 template <class T, bool kCos>
 void trig_checked(const T* x, T* y, std::int64_t n) {
-  if (!trig_fast_loop<T, kCos ? 1 : 0>(x, y, n)) return;
-  const T limit = std::is_same_v<T, float> ? T(kTrigFastLimit) : T(kTrigFastLimitF64);
-  for (std::int64_t i = 0; i < n; ++i)
-    if (!(std::fabs(x[i]) <= limit) && !std::isnan(x[i])) y[i] = kCos ? std::cos(x[i]) : std::sin(x[i]);
+  if (trig_fast_loop<T, kCos ? 1 : 0>(x, y, n)) trig_slow_loop<T, kCos ? 1 : 0>(x, y, n);
 }
 
 TESSERA_MATH_CLONES void exp_f32(const float* __restrict x, float* __restrict y,
