@@ -67,19 +67,25 @@ TESSERA_MATH_CLONES bool trig_fast_loop(const T* __restrict x, T* __restrict y, 
 
 // The elements beyond the polynomial's range (not NaN) by the exact slow
 // path (kernels/libm.hpp's sin_f64 / cos_f64: integer arithmetic and a
-// chain of fma()s, so in the math clones too). Branch-free, it vectorises
-// (f64 beyond 1e5: 13 ns an element against 33 scalar, AVX-512 clone): a
-// block of 64 elements with one beyond the range computes the slow path
-// for all of them and keeps it where due.
+// chain of fma()s, so in the math clones too), by blocks of 64 elements.
+// Branch-free, it vectorises: a block with many such elements computes
+// the slow path for all of them and keeps it where due (f64: 13 ns an
+// element, AVX-512 clone); one with a few computes those alone (30 ns
+// each, scalar).
 template <class T, int kPhase>
 TESSERA_MATH_CLONES void trig_slow_loop(const T* x, T* y, std::int64_t n) {
   constexpr T limit = std::is_same_v<T, float> ? T(kTrigFastLimit) : T(kTrigFastLimitF64);
-  constexpr std::int64_t kBlock = 64;
+  constexpr std::int64_t kBlock = 64, kFew = 16;
   for (std::int64_t b = 0; b < n; b += kBlock) {
     const std::int64_t end = n - b < kBlock ? n : b + kBlock;
-    std::uint32_t any = 0;
-    for (std::int64_t i = b; i < end; ++i) any |= detail::lm::fabs(x[i]) > limit ? 1u : 0u;
-    if (any == 0) continue;
+    std::int64_t count = 0;
+    for (std::int64_t i = b; i < end; ++i) count += detail::lm::fabs(x[i]) > limit ? 1 : 0;
+    if (count == 0) continue;
+    if (count <= kFew) {
+      for (std::int64_t i = b; i < end; ++i)
+        if (detail::lm::fabs(x[i]) > limit) y[i] = trig_slow<T, kPhase>(x[i]);
+      continue;
+    }
     for (std::int64_t i = b; i < end; ++i) {
       const T v = trig_slow<T, kPhase>(x[i]);
       // NaN keeps the polynomial's value (its compare is false).
