@@ -1,8 +1,9 @@
-// exp, expm1, log, log1p, tanh (and pow) of f64 without libm, for every backend:
-// the CPU's kernels (and the fused loops jit compiles, whose prelude embeds
-// this text after kernels/portable.hpp), CUDA's kernels and NVRTC's. Only
-// IEEE-exact operations are used (+ - * / rounded once each, fma() where a
-// fused step is meant, bit manipulation, selects), and every file that
+// exp, expm1, log, log1p, tanh, pow, sin and cos of f64 without libm, for
+// every backend: the CPU's kernels (and the fused loops jit compiles, whose
+// prelude embeds this text after kernels/portable.hpp), CUDA's kernels and
+// NVRTC's. Only IEEE-exact operations are used (+ - * / rounded once each,
+// fma() where a fused step is meant, bit manipulation, integer arithmetic,
+// selects, lookups in function-local constant tables), and every file that
 // compiles this does so with -ffp-contract=off (nvcc: --fmad=false), so a
 // GPU computes the host's bits. Branch-free (special inputs are selected
 // after the fact) and always inlined, so the CPU's loops vectorise.
@@ -12,10 +13,12 @@
 // (kernels/scalar_math.hpp).
 //
 // Error against the exact value, measured by tests/kernels/test_shared_math
-// against long double: below 0.56 ulp (exp, expm1, log, log1p, tanh, pow), each
-// the final rounding (0.5 ulp) of a sum whose low-order part carries its own
-// rounding errors at 2^-56 or below relative to the result; subnormal
-// results add one more rounding (below 1 ulp in all).
+// against long double: below 0.56 ulp (exp, expm1, log, log1p, tanh, pow,
+// sin, cos), each the final rounding (0.5 ulp) of a sum whose low-order part
+// carries its own rounding errors at 2^-56 or below relative to the result;
+// subnormal results add one more rounding (below 1 ulp in all). sin and cos
+// hold for every double: their reduction by pi/2 is exact (Payne-Hanek,
+// reduce_pio2).
 //
 // Embedded as text: this header may include only standard headers and
 // kernels/portable.hpp (whose #include line the embedding drops).
@@ -247,6 +250,218 @@ TESSERA_SCALAR_FN double log_dd(double x, double k0, double& lo) {
   return fast_two_sum(big, low, lo);
 }
 
+// ---- sin and cos of any argument: an exact reduction by pi/2.
+//
+// For |x| > pi/4: x (2/pi) = 4N + k + f with k in 0..3 and |f| <= 1/2, so
+// that sin(x) and cos(x) are +-sin(r) or +-cos(r) of r = f pi/2, |r| <= pi/4
+// (Payne and Hanek's method). x = m 2^E with m an integer of 53 bits, so x
+// (2/pi) = m 2^E sum_j c_j 2^(-32 (j+1)), c_j the 32-bit words of 2/pi's
+// fraction; a word's term is m c_j 2^(E - 32 (j+1)), a multiple of 4 (whole
+// turns: they change neither k nor f) once E - 32 (j+1) >= 2. So only seven
+// words from the first word j0 whose term is not a multiple of 4 matter: the
+// words before contribute multiples of 4, and those after at most
+// m 2^(E - 32 (j0+7)) < 2^-138 in all (below). Their product with m is
+// formed exactly in integers (32-bit limbs, 64-bit products: no rounding at
+// all), and its bits from 2^1 down to 2^-158 are k and f. |f| is at least
+// 2^-62 for every double (no double comes closer to a multiple of pi/2
+// than about 2^-61: 0x1.6ac5b262ca1ffp+849, whose cos is -0x1.14ae7p-61,
+// comes that close): so f is known to a relative 2^-75 or better, and r = f
+// pi/2 formed as a double-double is good to about 2^-100 relative, far
+// below what the final rounding needs.
+//
+// The table starts with two zero words, so that with E' = E + 64 the first
+// word used is j0 = floor((E' - 2) / 32) >= 0 for every |x| >= 2^-10, and
+// s = E' - 32 j0 in [2, 34) is fixed up to a shift of m by s - 2 < 32 bits:
+// the product m 2^(s-2) C (C the seven words as one 224-bit integer) has
+// its bit for 2^0 of x (2/pi) mod 4 at bit 222, always, and only its low 224
+// bits are needed (7 limbs; higher ones are multiples of 4). The largest
+// finite double (E = 971) takes words up to j0 + 6 = 38.
+
+// lo += the low 32 bits of a b, hi += the high 32 bits (a, b < 2^32).
+TESSERA_SCALAR_FN void mul_add(u64 a, u64 b, u64& lo, u64& hi) {
+  const u64 p = a * b;
+  lo += p & 0xffffffffull;
+  hi += p >> 32;
+}
+
+// k (the quadrant, x (2/pi) rounded to the nearest integer, mod 4) and r =
+// rh + rl = x - k pi/2 (mod 2 pi), for x >= pi/4 finite. Other x give
+// defined values (the table index stays in range), which the callers
+// replace.
+TESSERA_SCALAR_FN u64 reduce_pio2(double x, double& rh, double& rl) {
+  // 2^64 (2/pi) in 32-bit words, most significant first: 0, 0, then the
+  // fraction's first 1184 bits. Held in 64-bit elements, so that GCC
+  // vectorises the lookups (as gathers of 64-bit elements by 64-bit
+  // indices).
+  static constexpr u64 kTwoOverPi[39] = {
+      0x00000000, 0x00000000, 0xa2f9836e, 0x4e441529, 0xfc2757d1, 0xf534ddc0, 0xdb629599, 0x3c439041,
+      0xfe5163ab, 0xdebbc561, 0xb7246e3a, 0x424dd2e0, 0x06492eea, 0x09d1921c, 0xfe1deb1c, 0xb129a73e,
+      0xe88235f5, 0x2ebb4484, 0xe99c7026, 0xb45f7e41, 0x3991d639, 0x835339f4, 0x9c845f8b, 0xbdf9283b,
+      0x1ff897ff, 0xde05980f, 0xef2f118b, 0x5a0a6d1f, 0x6d367ecf, 0x27cb09b7, 0x4f463f66, 0x9e5fea2d,
+      0x7527bac7, 0xebe5f17b, 0x3d0739f7, 0x8a5292ea, 0x6bfb5fb1, 0x1f8d5d08, 0x56033046};
+  constexpr u64 kLow32 = 0xffffffffull;
+  const u64 ix = as_u64(x);
+  const u64 m = (ix & ((u64(1) << 52) - 1)) | (u64(1) << 52);
+  // E' = E + 64 = biased exponent - 1011, at least 2 (smaller x are not
+  // reduced here).
+  const u64 be = ix >> 52;
+  const u64 ep = be > 1013 ? be - 1011 : 2;
+  const u64 j0 = (ep - 2) >> 5;
+  const u64 sh = ep - 2 - (j0 << 5);  // s - 2, in [0, 32)
+  // m 2^sh in three limbs (85 bits at most). (m >> 1) >> (63 - sh) is
+  // m >> (64 - sh) without a shift by 64 where sh = 0.
+  const u64 ml = m << sh;
+  // (The masks and the casts below change no value: they show the
+  // compiler that every factor has 32 bits, so that a vectorised product
+  // is one 32x32-bit multiply.)
+  const u64 a0 = ml & kLow32, a1 = ml >> 32, a2 = ((m >> 1) >> (63 - sh)) & kLow32;
+  // C's limbs, least significant first.
+  using u32 = TESSERA_STD::uint32_t;
+  const u64 w0 = u32(kTwoOverPi[j0 + 6]), w1 = u32(kTwoOverPi[j0 + 5]), w2 = u32(kTwoOverPi[j0 + 4]);
+  const u64 w3 = u32(kTwoOverPi[j0 + 3]), w4 = u32(kTwoOverPi[j0 + 2]), w5 = u32(kTwoOverPi[j0 + 1]);
+  const u64 w6 = u32(kTwoOverPi[j0]);
+  // The low 224 bits of the product: column sums of the 32-bit halves of
+  // the partial products a_i w_t (exact: both factors below 2^32; column t
+  // gets the low halves of i + t = t and the high halves of i + t = t - 1,
+  // below 2^35 in all), then one carry pass. Written out, not as loops: so
+  // that the compilers keep it all in registers (GCC vectorises a loop of
+  // these only so).
+  u64 c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0;
+  mul_add(a0, w0, c0, c1);
+  mul_add(a0, w1, c1, c2);
+  mul_add(a0, w2, c2, c3);
+  mul_add(a0, w3, c3, c4);
+  mul_add(a0, w4, c4, c5);
+  mul_add(a0, w5, c5, c6);
+  c6 += (a0 * w6) & kLow32;
+  mul_add(a1, w0, c1, c2);
+  mul_add(a1, w1, c2, c3);
+  mul_add(a1, w2, c3, c4);
+  mul_add(a1, w3, c4, c5);
+  mul_add(a1, w4, c5, c6);
+  c6 += (a1 * w5) & kLow32;
+  mul_add(a2, w0, c2, c3);
+  mul_add(a2, w1, c3, c4);
+  mul_add(a2, w2, c4, c5);
+  mul_add(a2, w3, c5, c6);
+  c6 += (a2 * w4) & kLow32;
+  c1 += c0 >> 32;
+  c2 += c1 >> 32;
+  c3 += c2 >> 32;
+  c4 += c3 >> 32;
+  c5 += c4 >> 32;
+  c6 += c5 >> 32;
+  // The limbs are the low 32 bits of c0..c6; c0 and c1 hold bits below
+  // 2^-158 of x (2/pi): only their carries count.
+  // The 224 bits are x (2/pi) mod 4 with 222 fraction bits. Adding 1/2
+  // (bit 221) makes the two top bits round(x (2/pi)) mod 4 = k, and leaves
+  // bit 221 clear exactly where f = x (2/pi) - k is negative; then f's
+  // magnitude is the complement of the 221 bits below (the ones'
+  // complement: off by 2^-222, nothing next to 2^-138).
+  const u64 g6 = (c6 + (u64(1) << 29)) & kLow32;
+  const u64 k = g6 >> 30;
+  const u64 neg = ((g6 >> 29) & 1) ^ 1;
+  const u64 flip = neg ? kLow32 : 0;
+  // |f| from its five top limbs, each exact in a double (scaled by a power
+  // of two), summed from the smallest: all are nonnegative, so the
+  // double-double sum keeps about 2^-104 of |f| however many lead with
+  // zeros.
+  const double f6 = i64_to_f64(static_cast<i64>((g6 ^ flip) & ((u64(1) << 29) - 1))) * 0x1p-30;
+  const double f5 = i64_to_f64(static_cast<i64>((c5 ^ flip) & kLow32)) * 0x1p-62;
+  const double f4 = i64_to_f64(static_cast<i64>((c4 ^ flip) & kLow32)) * 0x1p-94;
+  const double f3 = i64_to_f64(static_cast<i64>((c3 ^ flip) & kLow32)) * 0x1p-126;
+  const double f2 = i64_to_f64(static_cast<i64>((c2 ^ flip) & kLow32)) * 0x1p-158;
+  double e1, e2, e3;
+  const double u = two_sum(f4, f3 + f2, e1);
+  const double v = two_sum(f5, u, e2);
+  const double hi = two_sum(f6, v, e3);
+  double fl;
+  const double fh = fast_two_sum(hi, e3 + (e2 + e1), fl);
+  // r = f pi/2, pi/2 = kPio2Hi + kPio2Lo.
+  constexpr double kPio2Hi = 0x1.921fb54442d18p+0, kPio2Lo = 0x1.1a62633145c07p-54;
+  const double ph = fh * kPio2Hi;
+  const double pl = fma(fh, kPio2Hi, -ph) + fma(fh, kPio2Lo, fl * kPio2Hi);
+  const double sign = neg ? -1.0 : 1.0;
+  rh = sign * ph;
+  rl = sign * pl;
+  return k;
+}
+
+// sin(r) and cos(r) for r = rh + rl, |r| <= pi/4 (or a little beyond),
+// |rl| <= 2^-52 |rh|: Taylor series (truncated below 2^-67 relative on
+// that range), the leading terms exact. sin: rh - rh^3/6 as a two-sum of
+// rh and a double-double rh^3/6 (from the exact square), the rest (r^5
+// S(r^2) <= 0.0025 |r|, and rl cos(rh) ~ rl (1 - rh^2/2)) added in one
+// double whose rounding errors lie near 2^-60 of the result. cos: 1 -
+// rh^2/2 exactly by a two-sum, the rest (r^4 C(r^2) <= 0.016, the
+// square's low part, -rl sin(rh) ~ -rl rh) likewise. So the final
+// rounding (0.5 ulp) is nearly all of the error.
+TESSERA_SCALAR_FN double sin_poly(double rh, double rl) {
+  const double z = rh * rh;
+  const double ze = fma(rh, rh, -z);
+  const double r3 = z * rh;
+  const double r3e = fma(z, rh, -r3) + ze * rh;
+  constexpr double c3h = 0x1.5555555555555p-3, c3l = 0x1.5555555555555p-57;  // 1/6
+  const double th = r3 * c3h;
+  const double te = fma(r3, c3h, -th) + fma(r3e, c3h, r3 * c3l);
+  // S(z) = 1/5! - z/7! + z^2/9! - ... - z^7/19!
+  double s = -0x1.2f49b46814157p-57;
+  s = fma(s, z, 0x1.952c77030ad4ap-49);
+  s = fma(s, z, -0x1.ae7f3e733b81fp-41);
+  s = fma(s, z, 0x1.6124613a86d09p-33);
+  s = fma(s, z, -0x1.ae64567f544e4p-26);
+  s = fma(s, z, 0x1.71de3a556c734p-19);
+  s = fma(s, z, -0x1.a01a01a01a01ap-13);
+  s = fma(s, z, 0x1.1111111111111p-7);
+  double ae;
+  const double a = two_sum(rh, -th, ae);
+  const double rest = fma(z * rh, z * s, fma(-0.5 * z, rl, rl));
+  return a + ((ae - te) + rest);
+}
+TESSERA_SCALAR_FN double cos_poly(double rh, double rl) {
+  const double z = rh * rh;
+  const double ze = fma(rh, rh, -z);
+  // C(z) = 1/4! - z/6! + z^2/8! - ... - z^7/18!
+  double c = -0x1.6827863b97d97p-53;
+  c = fma(c, z, 0x1.ae7f3e733b81fp-45);
+  c = fma(c, z, -0x1.93974a8c07c9dp-37);
+  c = fma(c, z, 0x1.1eed8eff8d898p-29);
+  c = fma(c, z, -0x1.27e4fb7789f5cp-22);
+  c = fma(c, z, 0x1.a01a01a01a01ap-16);
+  c = fma(c, z, -0x1.6c16c16c16c17p-10);
+  c = fma(c, z, 0x1.5555555555555p-5);
+  double be;
+  const double b = fast_two_sum(1.0, -0.5 * z, be);
+  // z^2 C + (z + ze)^2 / 24 - z^2 / 24 (the square's low part in r^4/24)
+  // - rl sin(rh) (sin(rh) to r^3/6) - ze / 2.
+  const double small = fma(z * ze, 0x1.5555555555555p-4, -0.5 * ze);
+  const double rest = fma(z * z, c, fma(-rl, rh * fma(z, -0x1.5555555555555p-3, 1.0), small));
+  return b + (be + rest);
+}
+
+// sin (kPhase 0) or cos (1) of x, any double: x = +-(k pi/2 + r) reduced
+// exactly (reduce_pio2; |x| <= pi/4 is r itself, k = 0), then with q = k +
+// kPhase, +-sin(r) for even q and +-cos(r) for odd, negative for q = 2, 3
+// (mod 4), sin odd in x. inf gives NaN, NaN itself.
+template <int kPhase>
+TESSERA_SCALAR_FN double sincos_exact(double x) {
+  const double ax = lm::fabs(x);
+  double rh, rl;
+  u64 k = reduce_pio2(ax, rh, rl);
+  const bool small = ax <= 0x1.921fb54442d18p-1;  // pi/4 rounded down
+  rh = small ? ax : rh;
+  rl = small ? 0.0 : rl;
+  k = small ? 0 : k;
+  const u64 q = k + kPhase;
+  const double s = sin_poly(rh, rl);
+  const double c = cos_poly(rh, rl);
+  u64 flip = ((q >> 1) & 1) << 63;
+  if constexpr (kPhase == 0) flip ^= as_u64(x) & (u64(1) << 63);
+  const double y = as_f64(as_u64((q & 1) ? c : s) ^ flip);
+  const double nan = TESSERA_STD::numeric_limits<double>::quiet_NaN();
+  return lm::isfinite(x) ? y : (lm::isnan(x) ? x + x : nan);
+}
+
 }  // namespace libm_detail
 
 /// e^x in f64 (see the header comment for the error).
@@ -326,9 +541,7 @@ TESSERA_SCALAR_FN double tanh_f64(double x) {
   return a < 0x1p-28 || lm::isnan(x) ? x + x * 0.0 : y;
 }
 
-/// x^y in f64 (tested; the kernels still take libm's pow: the CPU's binary
-/// loops would run it without FMA instructions on AVX2 machines, one call
-/// per fma): e^(y log|x|) with log|x| a double-double (log_dd) and y
+/// x^y in f64 (the kernels' pow: f64, and f32 through f64): e^(y log|x|) with log|x| a double-double (log_dd) and y
 /// log|x| formed exactly as one (fma), so the exponent's error is near
 /// 2^-64 relative: below 0.25 ulp of the result even where |y log x|
 /// nears 745. IEEE pow's special cases (C99 Annex F) by selects: x^0 = 1
@@ -360,5 +573,12 @@ TESSERA_SCALAR_FN double pow_f64(double x, double y) {
   r = lm::isnan(x) || lm::isnan(y) ? x + y : r;
   return y == 0.0 || x == 1.0 || (x == -1.0 && ax == 1.0 && lm::fabs(y) == inf) ? 1.0 : r;
 }
+
+
+/// sin(x) in f64, any x (sincos_exact). The kernels take their polynomial
+/// (kernels/scalar_math.hpp) up to kTrigFastLimitF64 and this beyond it.
+TESSERA_SCALAR_FN double sin_f64(double x) { return libm_detail::sincos_exact<0>(x); }
+/// cos(x) in f64.
+TESSERA_SCALAR_FN double cos_f64(double x) { return libm_detail::sincos_exact<1>(x); }
 
 }  // namespace tessera::detail::math

@@ -7,7 +7,10 @@
 // CUDA's device functions in device code and the host's libm (through the
 // GCC builtins the host kernels always used) in host code, nvcc's host pass
 // included: a .cu file's host code gives the CPU's bits, signalling NaNs
-// and all (tests/kernels/test_shared_math.cpp checks it).
+// and all (tests/kernels/test_shared_math.cpp checks it). Only functions
+// that every libm computes exactly are here (fma, sqrt, fmod, rounding to
+// integers, sign and class tests): the transcendental ones are
+// kernels/libm.hpp's, computed the same way by every compiler.
 //
 // Embedded as text in the generated loops' prelude (cmake/embed_prelude.cmake),
 // first: it may include only standard headers.
@@ -75,16 +78,8 @@ TESSERA_SCALAR_FN bool isfinite(T x) { return std::isfinite(x); }
 TESSERA_LM_1(floor, floorf, floor)
 TESSERA_LM_1(ceil, ceilf, ceil)
 TESSERA_LM_1(trunc, truncf, trunc)
-TESSERA_LM_1(exp, expf, exp)
-TESSERA_LM_1(log, logf, log)
-TESSERA_LM_1(log1p, log1pf, log1p)
-TESSERA_LM_1(expm1, expm1f, expm1)
 TESSERA_LM_1(sqrt, sqrtf, sqrt)
-TESSERA_LM_1(tanh, tanhf, tanh)
-TESSERA_LM_1(sin, sinf, sin)
-TESSERA_LM_1(cos, cosf, cos)
 TESSERA_LM_2(fmod, fmodf, fmod)
-TESSERA_LM_2(pow, powf, pow)
 #undef TESSERA_LM_1
 #undef TESSERA_LM_2
 

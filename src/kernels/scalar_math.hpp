@@ -11,9 +11,10 @@
 // instruction set: every file that evaluates it is compiled with
 // -ffp-contract=off (and never fast-math), each fused multiply-add the
 // polynomials want is written as fma(), and the functions libm would give
-// are computed here too (kernels/libm.hpp), so a GPU gives the same bits;
-// the exceptions, which call the platform's libm (lm::), are sin/cos of
-// huge arguments and pow.
+// are computed here too (kernels/libm.hpp), so a GPU gives the same bits.
+// Nothing calls the platform's libm for a transcendental function: lm::
+// gives only operations every libm computes exactly (fma, rounding to an
+// integer, fabs, fmod, sqrt, ...).
 //
 // The polynomial kernels are fast on an input range; the `_fast` forms take
 // an `outside` flag they set (never clear) for an element beyond it, and the
@@ -56,7 +57,7 @@ using lm::fma;
 // One odd polynomial then serves both: r + r^3 P(r^2) on [-pi/2, pi/2], P
 // of degree 4 fitted for least maximum error (2e-11 in exact arithmetic).
 // Absolute error below 1.3e-7 against the exact value for
-// |x| <= kTrigFastLimit; larger |x| (and inf) go to std::sin.
+// |x| <= kTrigFastLimit; larger |x| (and inf) go to trig_slow.
 constexpr float kTrigFastLimit = 8192.0f;
 
 template <int kPhase>  // 0: sin, 1: cos
@@ -84,7 +85,7 @@ TESSERA_SCALAR_FN float sincos_f32(float x) {
 // rounds once, so r carries an absolute error near 1 ulp of pi/2), then the
 // odd Taylor polynomial of degree 23 on [-pi/2, pi/2] (truncation error
 // below 6e-21). Error within a few ulp of 1 for |x| <= kTrigFastLimitF64;
-// larger |x|, inf and NaN go to std::sin / std::cos.
+// larger |x| and inf go to trig_slow.
 constexpr double kTrigFastLimitF64 = 1e5;
 
 template <int kPhase>  // 0: sin, 1: cos
@@ -111,7 +112,8 @@ TESSERA_SCALAR_FN double sincos_f64(double x) {
 }
 
 // sin (kPhase 0) or cos (1) by the polynomial; `outside` set when |x| is
-// beyond its range (or x is NaN), where std::sin / std::cos give the value.
+// beyond its range (or x is NaN), where trig_slow gives the value (NaN
+// keeps the polynomial's).
 template <class T, int kPhase>
 TESSERA_SCALAR_FN T trig_fast(T x, TESSERA_STD::uint32_t& outside) {
   constexpr bool f32 = TESSERA_STD::is_same_v<T, float>;
@@ -237,6 +239,13 @@ TESSERA_SCALAR_FN float sigmoid_f32_fast(float x, TESSERA_STD::uint32_t& outside
 // polynomial: the f64 function rounded once to f32 (below 0.5 ulp + 2^-29).
 TESSERA_SCALAR_FN float exp_f32_slow(float x) { return static_cast<float>(exp_f64(static_cast<double>(x))); }
 TESSERA_SCALAR_FN float log_f32_slow(float x) { return static_cast<float>(log_f64(static_cast<double>(x))); }
+// sin (kPhase 0) or cos (1) beyond the polynomials' ranges: kernels/libm.hpp's
+// (exact reduction by pi/2, below 0.54 ulp for any double), f32 through f64.
+template <class T, int kPhase>
+TESSERA_SCALAR_FN T trig_slow(T x) {
+  const double d = static_cast<double>(x);
+  return static_cast<T>(kPhase == 1 ? cos_f64(d) : sin_f64(d));
+}
 
 // Per element, the values of the CPU's eager kernels
 // (backend/cpu/elementwise.cpp): the polynomial, or the slow path beyond
@@ -256,7 +265,7 @@ TESSERA_SCALAR_FN T trig_checked(T x) {
   TESSERA_STD::uint32_t outside = 0;
   const T y = trig_fast<T, kPhase>(x, outside);
   constexpr T limit = sizeof(T) == 4 ? T(kTrigFastLimit) : T(kTrigFastLimitF64);
-  if (!(lm::fabs(x) <= limit) && !lm::isnan(x)) return kPhase == 1 ? lm::cos(x) : lm::sin(x);
+  if (!(lm::fabs(x) <= limit) && !lm::isnan(x)) return trig_slow<T, kPhase>(x);
   return y;
 }
 
@@ -387,10 +396,12 @@ struct Ops {
       return static_cast<T>(a % b);
     }
   }
+  // Floats: kernels/libm.hpp's pow_f64, f32 through f64 rounded once (as
+  // the other f32 functions without a polynomial: below 0.5 ulp + 2^-29,
+  // the double rounding deterministic like all else here). Its fma()s want
+  // FMA instructions: the CPU's loops for it are the math clones.
   static TESSERA_SCALAR_FN T pow(T a, T b) {
-    // libm's: kernels/libm.hpp's pow_f64 waits for loops that give its fma()s
-    // the FMA instructions (the binary loops' avx2 clones lack them).
-    if constexpr (kFloat<T>) return lm::pow(a, b);
+    if constexpr (kFloat<T>) return static_cast<T>(pow_f64(static_cast<double>(a), static_cast<double>(b)));
     else if constexpr (kBool<T>) return a || !b;
     else {
       if constexpr (kSignedInt<T>)

@@ -27,7 +27,7 @@ inline bool save(const std::string& path, const std::vector<Result>& r) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return false;
   bool ok = true;
-  for (const Result& e : r) ok = ok && std::fwrite(&e.bits, 8, 1, f) == 1 && std::fwrite(&e.libm, 4, 1, f) == 1;
+  for (const Result& e : r) ok = ok && std::fwrite(&e.bits, 8, 1, f) == 1 && std::fwrite(&e.slow, 4, 1, f) == 1;
   return std::fclose(f) == 0 && ok;
 }
 
@@ -36,7 +36,7 @@ inline bool load(const std::string& path, std::vector<Result>& r) {
   if (!f) return false;
   r.assign(static_cast<std::size_t>(kProbes * kInputs), Result{});
   bool ok = true;
-  for (Result& e : r) ok = ok && std::fread(&e.bits, 8, 1, f) == 1 && std::fread(&e.libm, 4, 1, f) == 1;
+  for (Result& e : r) ok = ok && std::fread(&e.bits, 8, 1, f) == 1 && std::fread(&e.slow, 4, 1, f) == 1;
   std::fclose(f);
   return ok;
 }
@@ -62,8 +62,8 @@ inline u64 ulps(Kind k, u64 a, u64 b) {
 /// How two runs of one probe compare.
 struct ProbeDiff {
   i64 differ = 0;       // elements whose bits differ (NaNs aside where allowed)
-  i64 libm_differ = 0;  // of those, elements the CPU computes with libm
-  u64 max_ulps = 0;     // the largest distance among the libm ones
+  i64 slow_differ = 0;  // of those, elements on a polynomial's slow path
+  u64 max_ulps = 0;     // the largest distance among the float ones
   i64 first = -1;       // the first differing element
   u64 first_a = 0, first_b = 0;
 };
@@ -79,13 +79,11 @@ inline std::vector<ProbeDiff> compare(const std::vector<Result>& a, const std::v
     for (i64 i = 0; i < kInputs; ++i) {
       const Result& x = a[static_cast<std::size_t>(p * kInputs + i)];
       const Result& y = b[static_cast<std::size_t>(p * kInputs + i)];
-      if (x.bits == y.bits && x.libm == y.libm) continue;
-      if (any_nan && x.libm == y.libm && is_nan(k, x.bits) && is_nan(k, y.bits)) continue;
+      if (x.bits == y.bits && x.slow == y.slow) continue;
+      if (any_nan && x.slow == y.slow && is_nan(k, x.bits) && is_nan(k, y.bits)) continue;
       ++d.differ;
-      if (x.libm) {
-        ++d.libm_differ;
-        if (k != Kind::integer) d.max_ulps = std::max(d.max_ulps, ulps(k, x.bits, y.bits));
-      }
+      if (x.slow) ++d.slow_differ;
+      if (k != Kind::integer) d.max_ulps = std::max(d.max_ulps, ulps(k, x.bits, y.bits));
       if (d.first < 0) {
         d.first = i;
         d.first_a = x.bits;
@@ -104,10 +102,10 @@ inline std::string report(const std::vector<ProbeDiff>& diffs) {
     const ProbeDiff& d = diffs[p];
     if (d.differ == 0) continue;
     std::snprintf(line, sizeof line,
-                  "  %-14s %lld of %lld differ (%lld on libm paths, max %llu ulp); first at input %lld: %016llx vs "
+                  "  %-14s %lld of %lld differ (%lld on slow paths, max %llu ulp); first at input %lld: %016llx vs "
                   "%016llx\n",
                   kProbeInfo[p].name, static_cast<long long>(d.differ), static_cast<long long>(kInputs),
-                  static_cast<long long>(d.libm_differ), static_cast<unsigned long long>(d.max_ulps),
+                  static_cast<long long>(d.slow_differ), static_cast<unsigned long long>(d.max_ulps),
                   static_cast<long long>(d.first), static_cast<unsigned long long>(d.first_a),
                   static_cast<unsigned long long>(d.first_b));
     s += line;

@@ -2,16 +2,16 @@
 // once as __host__ __device__ code so that every compiler of it evaluates the
 // same thing: the host compiler (the CPU library's kernels), nvcc's host pass
 // and the GPU. Probe p at input i gives the result's bits and whether the CPU
-// took a libm path for it.
+// took a polynomial's slow path for it.
 //
 // Each probe computes one element the way the CPU's eager kernel does
 // (backend/cpu/elementwise.cpp): the polynomial, then the slow path for the
-// elements beyond its range. Elements that stay in the shared source
-// (polynomials, kernels/libm.hpp's exp/expm1/log/log1p/tanh, IEEE
-// arithmetic, integers, conversions, threefry) must give the same bits on
-// every compiler and on the GPU; those that still call libm (sin/cos of
-// huge arguments, pow) meet the host's libm on the CPU and CUDA's on the
-// GPU, and are marked so that a GPU comparison can tell the two apart.
+// elements beyond its range. Every element stays in the shared source
+// (polynomials, kernels/libm.hpp's exp/expm1/log/log1p/tanh/pow/sin/cos,
+// IEEE arithmetic, integers, conversions, threefry), so each must give the
+// same bits on every compiler and on the GPU. The slow-path mark only shows
+// that the sweep reaches those paths (huge sin/cos arguments, exp/log of f32
+// beyond their polynomials).
 //
 // Inputs are functions of i (edge cases first, then hashed bit patterns in
 // several ranges), so the GPU needs no input arrays.
@@ -76,10 +76,11 @@ inline constexpr ProbeInfo kProbeInfo[] = {
 };
 
 /// One element's result: its bits (a float's bit pattern, or an integer
-/// zero-extended) and whether the CPU computes it with libm.
+/// zero-extended) and whether the CPU computes it by a polynomial's slow
+/// path (kernels/libm.hpp beyond the polynomial's range).
 struct Result {
   u64 bits = 0;
-  u32 libm = 0;
+  u32 slow = 0;
 };
 
 // SplitMix64: well-mixed bits of i, integers only.
@@ -125,13 +126,20 @@ TESSERA_HD inline float f32_at(i64 i, int s = 0) {
 
 /// The f64 input i of stream s.
 TESSERA_HD inline double f64_at(i64 i, int s = 0) {
+  // Edge cases as f32_at's (sin/cos 1e5, exp's overflow and underflow),
+  // then huge arguments of sin/cos that come closest to multiples of pi/2
+  // (0x1.6ac5b262ca1ffp+849 the closest of all doubles) and their
+  // neighbours, and 1e22.
   constexpr u64 kEdges[] = {0x0000000000000000ull, 0x8000000000000000ull, 0x3ff0000000000000ull,
                             0xbff0000000000000ull, 0x0000000000000001ull, 0x800fffffffffffffull,
                             0x0010000000000000ull, 0x7fefffffffffffffull, 0xffefffffffffffffull,
                             0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8000000000000ull,
                             0xfff8000000000000ull, 0x400921fb54442d18ull, 0x40f86a0000000000ull,
                             0x40f869ffffffffffull, 0x40f86a0000000001ull, 0x40862e42fefa39efull,
-                            0xc0874385446d71c3ull, 0x43e0000000000000ull, 0x4330000000000000ull};
+                            0xc0874385446d71c3ull, 0x43e0000000000000ull, 0x4330000000000000ull,
+                            0x7506ac5b262ca1ffull, 0xf506ac5b262ca1ffull, 0x7506ac5b262ca1feull,
+                            0x7506ac5b262ca200ull, 0x3ff921fb54442d18ull, 0x3fe921fb54442d18ull,
+                            0x3fe921fb54442d19ull, 0x4480f0cf064dd592ull, 0x5fe0000000000000ull};
   constexpr i64 kNumEdges = sizeof(kEdges) / sizeof(kEdges[0]);
   if (s == 0 && i < kNumEdges) return __builtin_bit_cast(double, kEdges[i]);
   const u64 h = mix(static_cast<u64>(i) * 2 + static_cast<u64>(s) + 0x5bd1e995u);
@@ -142,7 +150,9 @@ TESSERA_HD inline double f64_at(i64 i, int s = 0) {
     case 3: return f64_in(h, -750.0, 750.0);
     case 4: return __builtin_bit_cast(double, (h >> 12) | ((h & 8) ? 0x8000000000000000ull : 0ull));  // tiny
     case 5: return static_cast<double>(static_cast<i32>(h >> 40) - 8388608) * 0.5;
-    case 6: return f64_in(h, 0.0, 1.0e12);
+    case 6:  // beyond the trig limit: up to 1e12, or any exponent from 2^16 up (inf and NaN included)
+      if (h & 8) return f64_in(h, 0.0, 1.0e12);
+      return __builtin_bit_cast(double, (mix(h) >> 1) | 0x40f0000000000000ull | ((h & 16) ? 0x8000000000000000ull : 0ull));
     default: return static_cast<double>(static_cast<i32>(h >> 56) - 128) * 1.5707963267948966;
   }
 }
@@ -174,27 +184,26 @@ TESSERA_HD inline Result exact(T v) {
   return {bits_of(v), 0u};
 }
 template <class T>
-TESSERA_HD inline Result with_libm(T v) {
+TESSERA_HD inline Result slow(T v) {
   return {bits_of(v), 1u};
 }
 
 // sin (kPhase 0) or cos (1) as the eager kernel computes it: the polynomial,
-// and libm beyond its range (NaN keeps the polynomial's NaN).
+// and the slow path beyond its range (NaN keeps the polynomial's NaN).
 template <class T, int kPhase>
 TESSERA_HD inline Result trig(T x) {
   namespace m = detail::math;
   u32 outside = 0;
   const T y = m::trig_fast<T, kPhase>(x, outside);
   const T limit = TESSERA_STD::is_same_v<T, float> ? T(m::kTrigFastLimit) : T(m::kTrigFastLimitF64);
-  if (!(detail::lm::fabs(x) <= limit) && !detail::lm::isnan(x))
-    return with_libm(kPhase ? detail::lm::cos(x) : detail::lm::sin(x));
+  if (!(detail::lm::fabs(x) <= limit) && !detail::lm::isnan(x)) return slow(m::trig_slow<T, kPhase>(x));
   return exact(y);
 }
 
 // exp of f32 times `sign` as exp_f32_checked computes it.
 TESSERA_HD inline Result exp_f32_checked(float x, float sign) {
   namespace m = detail::math;
-  if (m::exp_f32_outside(x)) return exact(m::exp_f32_slow(sign * x));
+  if (m::exp_f32_outside(x)) return slow(m::exp_f32_slow(sign * x));
   return exact(m::exp_f32_one(sign * x));
 }
 
@@ -210,7 +219,7 @@ TESSERA_HD inline Result binary(int op, T a, T b) {
     case 5: return exact(O::floordiv(a, b));
     case 6: return exact(O::max(a, b));
     case 7: return exact(O::min(a, b));
-    default: return exact(O::pow(a, b));  // integers: exact; floats: the caller marks libm
+    default: return exact(O::pow(a, b));
   }
 }
 
@@ -234,12 +243,12 @@ TESSERA_HD inline Result run_probe(int p, i64 i) {
     case Probe::cos_f32: return trig<float, 1>(x);
     case Probe::exp_f32: return exp_f32_checked(x, 1.0f);
     case Probe::log_f32:
-      if (m::log_f32_outside(x)) return exact(m::log_f32_slow(x));
+      if (m::log_f32_outside(x)) return slow(m::log_f32_slow(x));
       return exact(m::log_f32_one(x));
     case Probe::tanh_f32: return exact(m::tanh_f32(x));
     case Probe::sigmoid_f32: {
       Result e = exp_f32_checked(x, -1.0f);
-      return {bits_of(m::sigmoid_of_exp(__builtin_bit_cast(float, static_cast<u32>(e.bits)))), e.libm};
+      return {bits_of(m::sigmoid_of_exp(__builtin_bit_cast(float, static_cast<u32>(e.bits)))), e.slow};
     }
     case Probe::log1p_f32: return exact(m::log1p(x));
     case Probe::expm1_f32: return exact(m::expm1(x));
@@ -259,7 +268,7 @@ TESSERA_HD inline Result run_probe(int p, i64 i) {
     case Probe::floordiv_f32: return binary<float>(5, x, y);
     case Probe::max_f32: return binary<float>(6, x, y);
     case Probe::min_f32: return binary<float>(7, x, y);
-    case Probe::pow_f32: return with_libm(m::Ops<float>::pow(x, y));
+    case Probe::pow_f32: return binary<float>(8, x, y);
     case Probe::lt_f32: return exact(m::Ops<float>::lt(x, y));
     case Probe::isfinite_f32: return exact(m::is_finite(x));
     case Probe::sin_f64: return trig<double, 0>(xd);
@@ -279,7 +288,7 @@ TESSERA_HD inline Result run_probe(int p, i64 i) {
     case Probe::div_f64: return binary<double>(3, xd, yd);
     case Probe::mod_f64: return binary<double>(4, xd, yd);
     case Probe::max_f64: return binary<double>(6, xd, yd);
-    case Probe::pow_f64: return with_libm(m::Ops<double>::pow(xd, yd));
+    case Probe::pow_f64: return binary<double>(8, xd, yd);
     case Probe::add_i32: return int_binary<i32>(0, i);
     case Probe::sub_i32: return int_binary<i32>(1, i);
     case Probe::mul_i32: return int_binary<i32>(2, i);

@@ -155,7 +155,7 @@ TEST_F(CudaKernels, UnaryEveryOpAndDtype) {
 }
 
 // In place (y == x) each element is still computed from its input. (The
-// CPU's f32 exp, log, sin, cos and sigmoid loops are not: their libm pass
+// CPU's f32 exp, log, sin, cos and sigmoid loops are not: their slow pass
 // reads x after the polynomial pass wrote y, so the reference here is the
 // CPU's out of place.)
 TEST_F(CudaKernels, UnaryInPlace) {

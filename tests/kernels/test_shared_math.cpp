@@ -39,24 +39,20 @@ TEST(SharedMath, EveryProbeHasInputsAndNamesAreUnique) {
   ASSERT_GT(sw::kProbes, 80);
   for (int p = 0; p < sw::kProbes; ++p)
     for (int q = p + 1; q < sw::kProbes; ++q) EXPECT_STRNE(sw::kProbeInfo[p].name, sw::kProbeInfo[q].name);
-  // The sweep reaches the libm paths and the polynomials' ranges alike.
+  // The sweep reaches the polynomials' slow paths and their ranges alike:
+  // sin/cos of huge arguments (f64 ones far beyond 2^64 too, where the
+  // reduction takes the later words of 2/pi), and f32 exp and log.
   const auto& r = host_results();
-  for (sw::Probe p : {sw::Probe::sin_f32, sw::Probe::sin_f64}) {
-    long libm = 0;
-    for (sw::i64 i = 0; i < sw::kInputs; ++i) libm += r[static_cast<std::size_t>(static_cast<int>(p) * sw::kInputs + i)].libm;
-    EXPECT_GT(libm, 100) << sw::kProbeInfo[static_cast<int>(p)].name;
-    EXPECT_LT(libm, sw::kInputs - 1000) << sw::kProbeInfo[static_cast<int>(p)].name;
+  for (sw::Probe p : {sw::Probe::sin_f32, sw::Probe::cos_f32, sw::Probe::sin_f64, sw::Probe::cos_f64, sw::Probe::exp_f32,
+                      sw::Probe::log_f32}) {
+    long slow = 0;
+    for (sw::i64 i = 0; i < sw::kInputs; ++i) slow += r[static_cast<std::size_t>(static_cast<int>(p) * sw::kInputs + i)].slow;
+    EXPECT_GT(slow, 1000) << sw::kProbeInfo[static_cast<int>(p)].name;
+    EXPECT_LT(slow, sw::kInputs - 1000) << sw::kProbeInfo[static_cast<int>(p)].name;
   }
-  // ... and the f32 polynomials' slow paths (no longer libm: bit-exact).
-  long exp_out = 0, log_out = 0;
-  for (sw::i64 i = 0; i < sw::kInputs; ++i) {
-    exp_out += tessera::detail::math::exp_f32_outside(sw::f32_at(i));
-    log_out += tessera::detail::math::log_f32_outside(sw::f32_at(i));
-  }
-  EXPECT_GT(exp_out, 100);
-  EXPECT_LT(exp_out, sw::kInputs - 1000);
-  EXPECT_GT(log_out, 100);
-  EXPECT_LT(log_out, sw::kInputs - 1000);
+  long beyond_2_64 = 0;
+  for (sw::i64 i = 0; i < sw::kInputs; ++i) beyond_2_64 += std::isfinite(sw::f64_at(i)) && std::fabs(sw::f64_at(i)) > 0x1p64;
+  EXPECT_GT(beyond_2_64, 1000);
 }
 
 #ifdef TESSERA_NVCC_DUMP
@@ -118,6 +114,27 @@ TEST(SharedMath, ProbesAreTheLibrarysEagerResults) {
   check_f64(sw::Probe::expm1_f64, static_cast<F>([](const ts::Array& a) { return ts::expm1(a); }));
   check_f64(sw::Probe::tanh_f64, static_cast<F>([](const ts::Array& a) { return ts::tanh(a); }));
   check_f64(sw::Probe::sigmoid_f64, static_cast<F>([](const ts::Array& a) { return ts::sigmoid(a); }));
+  // pow: the eager binary loops (the math clones) give the probe's bits.
+  const ts::NamedSharding sharded(ts::make_mesh({8}, {"x"}), ts::P("x"));
+  auto check_pow = [&](sw::Probe p, auto zero) {
+    using T = decltype(zero);
+    constexpr sw::Kind kind = std::is_same_v<T, float> ? sw::Kind::f32 : sw::Kind::f64;
+    std::vector<T> x(static_cast<std::size_t>(sw::kInputs)), y(x.size());
+    for (sw::i64 i = 0; i < sw::kInputs; ++i) {
+      if constexpr (std::is_same_v<T, float>) x[static_cast<std::size_t>(i)] = sw::f32_at(i), y[static_cast<std::size_t>(i)] = sw::f32_at(i, 1);
+      else x[static_cast<std::size_t>(i)] = sw::f64_at(i), y[static_cast<std::size_t>(i)] = sw::f64_at(i, 1);
+    }
+    const std::vector<T> z = ts::pow(ts::device_put(x, {sw::kInputs}, sharded), ts::device_put(y, {sw::kInputs}, sharded)).template to_vector<T>();
+    long bad = 0;
+    for (sw::i64 i = 0; i < sw::kInputs; ++i) {
+      const sw::u64 want = r[static_cast<std::size_t>(static_cast<int>(p) * sw::kInputs + i)].bits;
+      const sw::u64 got = sw::bits_of(z[static_cast<std::size_t>(i)]);
+      if (want != got && !(std::isnan(z[static_cast<std::size_t>(i)]) && sw::is_nan(kind, want))) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << sw::kProbeInfo[static_cast<int>(p)].name;
+  };
+  check_pow(sw::Probe::pow_f32, 0.0f);
+  check_pow(sw::Probe::pow_f64, 0.0);
 }
 
 // ------------------------------------------------------------ accuracy
@@ -242,11 +259,77 @@ TEST(SharedMath, F32FunctionsThroughF64AreCorrectlyRoundedButForDoubleRounding) 
       {"log1p", sweep<float>(m::log1p<float>, [](long double x) { return std::log1p(x); }, {{-1, 1}}, -1, kInf, {-1 + 0x1p-24f})},
       {"expm1", sweep<float>(m::expm1<float>, [](long double x) { return std::expm1(x); }, {{-1, 1}, {-20, 89}}, -kInf, kInf, {})},
       {"tanh", sweep<float>(m::tanh<float>, [](long double x) { return std::tanh(x); }, {{-1, 1}, {-10, 10}}, -kInf, kInf, {})},
+      {"sin slow", sweep<float>(m::trig_slow<float, 0>, [](long double x) { return std::sin(x); }, {{8192, 1e6}, {-1e12, 1e12}}, -kInf, kInf,
+                                {8192.0f, 8192.0009765625f, 3.4028234663852886e38f, 0x1.921fb6p+0f})},
+      {"cos slow", sweep<float>(m::trig_slow<float, 1>, [](long double x) { return std::cos(x); }, {{8192, 1e6}, {-1e12, 1e12}}, -kInf, kInf,
+                                {8192.0f, 8192.0009765625f, 3.4028234663852886e38f, 0x1.921fb6p+0f})},
   };
   for (const Case& c : cases) {
     EXPECT_LT(c.s.max_ulp, 0.5 + 1e-6) << c.name << " at " << c.s.at;
     std::printf("  %-14s %8ld inputs, max error %.7f ulp (at %a)\n", c.name, c.s.n, c.s.max_ulp, c.s.at);
   }
+}
+
+// sin and cos of f64 (kernels/libm.hpp's sin_f64 / cos_f64: the kernels'
+// values beyond kTrigFastLimitF64, their reduction by pi/2 exact for every
+// double) against long double (glibc's sinl / cosl reduce exactly too):
+// huge arguments, log-uniform over every finite double, and the doubles
+// that come closest to multiples of pi/2, where the reduction cancels
+// most: those found for each exponent by continued fractions of 2^E 2/pi
+// (0x1.6ac5b262ca1ffp+849 the closest of all: 2^-61.5 of pi/2), with
+// their neighbours.
+TEST(SharedMath, SinCosAreWithinOneUlpForEveryDouble) {
+  std::vector<double> edges = {0.0, -0.0, 0x1p-1074, 1e-300, 0x1p-27, 0x1.921fb54442d18p-1, 0x1.921fb54442d19p-1, 0x1.921fb54442d18p+0,
+                               0x1.921fb54442d18p+1, 1e5, 0x1.86a0000000001p+16, 1e22, 0x1p1023, 1.7976931348623157e308};
+  const double hard[] = {0x1.6ac5b262ca1ffp+849, 0x1.6c6cbc45dc8dep+5,  0x1.b951f1572eba5p+23, 0x1.504cac51f1eafp+131,
+                         0x1.e009c53148be1p+991, 0x1.4c96c11134d36p+577, 0x1.cfe482285f8edp+860, 0x1.db41f3cb71d7bp+680,
+                         0x1.e7e44a78ac18cp+197, 0x1.c45cd11154dfdp+295, 0x1.83009e2e9e2ebp+614, 0x1.b2196364d750bp+253,
+                         0x1.69eab0985179bp+246, 0x1.782b7a20df6d4p+67,  0x1.66bd5424e5655p+90,  0x1.4117573397d42p+939,
+                         0x1.61a3db8c8d129p+1021, 0x1.8b28676cdcc5bp+555, 0x1.5ad5a62cb1cc9p+143, 0x1.dfa8d18f2b3eep+689};
+  for (double h : hard)
+    for (int e = 0; e <= 40; e += 4) {  // 2^e h is near a multiple too (2^e times farther)
+      const double x = std::ldexp(h, e);
+      if (!std::isfinite(x)) continue;
+      double below = x, above = x;
+      for (int j = 0; j < 3; ++j, below = std::nextafter(below, 0.0), above = std::nextafter(above, kInf)) {
+        edges.push_back(below);
+        edges.push_back(above);
+      }
+    }
+  // Near k pi/2 for k up to 2^50 (k pi/2 in long double, rounded: within
+  // an ulp of x of a multiple).
+  std::mt19937_64 g(13);
+  for (int i = 0; i < 200000; ++i) {
+    const long double k = static_cast<long double>(g() >> (14 + g() % 48));
+    const double x = static_cast<double>(k * 1.5707963267948966192313216916397514L);
+    edges.push_back(x);
+    edges.push_back(std::nextafter(x, kInf));
+  }
+  struct Case {
+    const char* name;
+    Sweep s;
+  };
+  const auto ranges = {std::pair{1e5, 1e6}, std::pair{-1e12, 1e12}, std::pair{1e15, 1e22}, std::pair{-4.0, 4.0}};
+  auto run = [&](double (*f)(double), long double (*exact)(long double)) {
+    Sweep s = sweep<double>(f, exact, ranges, -kInf, kInf, {}, 300000);
+    for (double x : edges) {
+      s.add(x, f(x), exact(static_cast<long double>(x)));
+      s.add(-x, f(-x), exact(-static_cast<long double>(x)));
+    }
+    return s;
+  };
+  const Case cases[] = {
+      {"sin", run(m::sin_f64, [](long double x) { return std::sin(x); })},
+      {"cos", run(m::cos_f64, [](long double x) { return std::cos(x); })},
+  };
+  for (const Case& c : cases) {
+    EXPECT_LT(c.s.max_ulp, 0.55) << c.name << " at " << c.s.at;
+    std::printf("  %-14s %8ld inputs, max error %.4f ulp (at %a)\n", c.name, c.s.n, c.s.max_ulp, c.s.at);
+  }
+  // The hardest case's values, exactly (sin rounds to 1; cos, 2^-61 or so,
+  // is all cancellation).
+  EXPECT_EQ(m::sin_f64(0x1.6ac5b262ca1ffp+849), 1.0);
+  EXPECT_EQ(m::cos_f64(0x1.6ac5b262ca1ffp+849), -0x1.14ae72e6ba22fp-61);
 }
 
 // pow over (x, y) pairs in several regimes, against powl; results in the
@@ -331,4 +414,14 @@ TEST(SharedMath, SpecialValuesAreExact) {
   EXPECT_EQ(m::log_f32_slow(0.0f), -std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(m::log_f32_slow(-1.0f)));
   EXPECT_TRUE(std::signbit(m::expm1<float>(-0.0f)) && std::signbit(m::log1p<float>(-0.0f)));
+  // sin and cos: zeros keep their sign in sin, inf gives NaN.
+  const Case trig[] = {
+      {"sin(0)", m::sin_f64(0.0), 0.0},        {"sin(-0)", m::sin_f64(-0.0), -0.0},     {"cos(0)", m::cos_f64(0.0), 1.0},
+      {"cos(-0)", m::cos_f64(-0.0), 1.0},      {"sin(inf)", m::sin_f64(inf), nan},      {"sin(-inf)", m::sin_f64(-inf), nan},
+      {"cos(inf)", m::cos_f64(inf), nan},      {"cos(-inf)", m::cos_f64(-inf), nan},    {"sin(nan)", m::sin_f64(nan), nan},
+      {"cos(nan)", m::cos_f64(nan), nan},      {"sin(tiny)", m::sin_f64(-0x1p-1074), -0x1p-1074},
+      {"cos(tiny)", m::cos_f64(0x1p-1074), 1.0}, {"sin(1e-10)", m::sin_f64(1e-10), 1e-10},
+  };
+  for (const Case& c : trig) EXPECT_TRUE(same(c.got, c.want)) << c.what << ": " << c.got << ", want " << c.want;
+  EXPECT_TRUE(std::isnan(m::trig_slow<float, 0>(std::numeric_limits<float>::infinity())));
 }

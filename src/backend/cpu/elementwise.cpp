@@ -65,13 +65,39 @@ TESSERA_MATH_CLONES bool trig_fast_loop(const T* __restrict x, T* __restrict y, 
   return out != 0;
 }
 
-// The fast loop, then libm for the elements beyond its range.
+// The elements beyond the polynomial's range (not NaN) by the exact slow
+// path (kernels/libm.hpp's sin_f64 / cos_f64: integer arithmetic and a
+// chain of fma()s, so in the math clones too), by blocks of 64 elements.
+// Branch-free, it vectorises: a block with many such elements computes
+// the slow path for all of them and keeps it where due (f64: 13 ns an
+// element, AVX-512 clone); one with a few computes those alone (30 ns
+// each, scalar).
+template <class T, int kPhase>
+TESSERA_MATH_CLONES void trig_slow_loop(const T* x, T* y, std::int64_t n) {
+  constexpr T limit = std::is_same_v<T, float> ? T(kTrigFastLimit) : T(kTrigFastLimitF64);
+  constexpr std::int64_t kBlock = 64, kFew = 16;
+  for (std::int64_t b = 0; b < n; b += kBlock) {
+    const std::int64_t end = n - b < kBlock ? n : b + kBlock;
+    std::int64_t count = 0;
+    for (std::int64_t i = b; i < end; ++i) count += detail::lm::fabs(x[i]) > limit ? 1 : 0;
+    if (count == 0) continue;
+    if (count <= kFew) {
+      for (std::int64_t i = b; i < end; ++i)
+        if (detail::lm::fabs(x[i]) > limit) y[i] = trig_slow<T, kPhase>(x[i]);
+      continue;
+    }
+    for (std::int64_t i = b; i < end; ++i) {
+      const T v = trig_slow<T, kPhase>(x[i]);
+      // NaN keeps the polynomial's value (its compare is false).
+      y[i] = detail::lm::fabs(x[i]) > limit ? v : y[i];
+    }
+  }
+}
+
+// The fast loop, then the slow path for the elements beyond its range.
 template <class T, bool kCos>
 void trig_checked(const T* x, T* y, std::int64_t n) {
-  if (!trig_fast_loop<T, kCos ? 1 : 0>(x, y, n)) return;
-  const T limit = std::is_same_v<T, float> ? T(kTrigFastLimit) : T(kTrigFastLimitF64);
-  for (std::int64_t i = 0; i < n; ++i)
-    if (!(std::fabs(x[i]) <= limit) && !std::isnan(x[i])) y[i] = kCos ? std::cos(x[i]) : std::sin(x[i]);
+  if (trig_fast_loop<T, kCos ? 1 : 0>(x, y, n)) trig_slow_loop<T, kCos ? 1 : 0>(x, y, n);
 }
 
 TESSERA_MATH_CLONES void exp_f32(const float* __restrict x, float* __restrict y,
@@ -197,8 +223,22 @@ void unary_typed(UnaryOp op, const T* x, void* out, std::int64_t n) {
 
 // ----------------------------------------------------------------- binary
 
+// pow of floats as a functor of its own: kernels/libm.hpp's pow_f64 is a
+// chain of fma()s, which the "avx2" target clone (no FMA instructions)
+// would run as calls, so its loops are the math clones (kMathOp). An
+// always_inline call operator: GCC inlines nothing else into an arch= clone.
+template <class T>
+struct PowOp {
+  TESSERA_SCALAR_FN T operator()(T u, T v) const { return Ops<T>::pow(u, v); }
+};
+template <class F>
+constexpr bool kMathOp = false;
+template <class T>
+constexpr bool kMathOp<PowOp<T>> = true;
+
 // The contiguous cases, the hot loops of elementwise ops and of fused tiles:
-// cloned per instruction set like the math loops above.
+// cloned per instruction set like the math loops above (the math clones
+// for kMathOp functors, the _math forms).
 template <class T, class R, class F>
 TESSERA_TARGET_CLONES void loop_vv(const T* a, const T* b, R* out, std::int64_t n, F f) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
@@ -210,6 +250,24 @@ TESSERA_TARGET_CLONES void loop_vs(const T* a, T b, R* out, std::int64_t n, F f)
 template <class T, class R, class F>
 TESSERA_TARGET_CLONES void loop_sv(T a, const T* b, R* out, std::int64_t n, F f) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = f(a, b[i]);
+}
+template <class T, class R, class F>
+TESSERA_MATH_CLONES void loop_vv_math(const T* a, const T* b, R* out, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+}
+template <class T, class R, class F>
+TESSERA_MATH_CLONES void loop_vs_math(const T* a, T b, R* out, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f(a[i], b);
+}
+template <class T, class R, class F>
+TESSERA_MATH_CLONES void loop_sv_math(T a, const T* b, R* out, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f(a, b[i]);
+}
+// The broadcast cases' inner loop: strided runs (stride 0 for a scalar).
+template <class T, class R, class F>
+TESSERA_MATH_CLONES void loop_strided_math(const T* a, std::int64_t as, const T* b, std::int64_t bs, R* out,
+                                           std::int64_t n, F f) {
+  for (std::int64_t j = 0; j < n; ++j) out[j] = f(a[j * as], b[j * bs]);
 }
 
 template <class T>
@@ -225,9 +283,15 @@ void flat_loop(const Operand& a, const Operand& b, R* out, std::int64_t n, F f) 
   if (n == 0) return;
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
-  if (a.is_scalar) return loop_sv<T>(scalar_of<T>(a), pb, out, n, f);
-  if (b.is_scalar) return loop_vs<T>(pa, scalar_of<T>(b), out, n, f);
-  loop_vv<T>(pa, pb, out, n, f);
+  if constexpr (kMathOp<F>) {
+    if (a.is_scalar) return loop_sv_math<T>(scalar_of<T>(a), pb, out, n, f);
+    if (b.is_scalar) return loop_vs_math<T>(pa, scalar_of<T>(b), out, n, f);
+    loop_vv_math<T>(pa, pb, out, n, f);
+  } else {
+    if (a.is_scalar) return loop_sv<T>(scalar_of<T>(a), pb, out, n, f);
+    if (b.is_scalar) return loop_vs<T>(pa, scalar_of<T>(b), out, n, f);
+    loop_vv<T>(pa, pb, out, n, f);
+  }
 }
 
 template <class T, class R, class F>
@@ -261,8 +325,13 @@ void binary_loop(const Operand& a, const Operand& b, R* out, std::span<const std
   std::int64_t o = 0;
   for (detail::NdIndex it(detail::first_dims(dims, r - 1), ast, bst); !it.done(); it.next(), o += inner) {
     const std::int64_t ao = it.offset(0), bo = it.offset(1);
-    for (std::int64_t j = 0; j < inner; ++j)
-      out[o + j] = f(a.is_scalar ? sa : pa[ao + j * as], b.is_scalar ? sb : pb[bo + j * bs]);
+    if constexpr (kMathOp<F>) {
+      loop_strided_math<T>(a.is_scalar ? &sa : pa + ao, a.is_scalar ? 0 : as, b.is_scalar ? &sb : pb + bo,
+                           b.is_scalar ? 0 : bs, out + o, inner, f);
+    } else {
+      for (std::int64_t j = 0; j < inner; ++j)
+        out[o + j] = f(a.is_scalar ? sa : pa[ao + j * as], b.is_scalar ? sb : pb[bo + j * bs]);
+    }
   }
 }
 
@@ -280,7 +349,9 @@ void binary_typed(BinaryOp op, void* out, Run run) {
     case BinaryOp::Div: return run(y, [](T u, T v) { return O::div(u, v); });
     case BinaryOp::FloorDiv: return run(y, [](T u, T v) { return O::floordiv(u, v); });
     case BinaryOp::Mod: return run(y, [](T u, T v) { return O::mod(u, v); });
-    case BinaryOp::Pow: return run(y, [](T u, T v) { return O::pow(u, v); });
+    case BinaryOp::Pow:
+      if constexpr (kFloat<T>) return run(y, PowOp<T>{});
+      else return run(y, [](T u, T v) { return O::pow(u, v); });
     case BinaryOp::Max: return run(y, [](T u, T v) { return O::max(u, v); });
     case BinaryOp::Min: return run(y, [](T u, T v) { return O::min(u, v); });
     case BinaryOp::Eq: return run(yb, [](T u, T v) { return O::eq(u, v); });

@@ -70,7 +70,8 @@ bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
 // (backend/cpu/elementwise.cpp) computes it; "" when there is none. The
 // CPU's loop takes the polynomials and flags an element beyond their range
 // (its tile is then recomputed); a GPU kernel cannot go back, so it takes
-// libm for that element at once (the *_checked functions).
+// the slow path (kernels/libm.hpp) for that element at once (the *_checked
+// functions).
 std::string unary_call(UnaryOp op, DType t, const std::string& x, NativeTarget target) {
   const bool gpu = target == NativeTarget::Cuda;
   const std::string T = t == DType::f32 ? "float" : "double";  // (used by the float ops only)
@@ -291,8 +292,9 @@ struct Generator {
     if (target == NativeTarget::Cuda) {
       // One element per thread, grid-stride. The operands come by value in
       // one struct (kernel parameters: no arrays of pointers to upload per
-      // launch); each element takes libm at once where a polynomial's
-      // range ends (unary_call), so nothing is recomputed afterwards.
+      // launch); each element takes the slow path at once where a
+      // polynomial's range ends (unary_call), so nothing is recomputed
+      // afterwards.
       const CudaArgsLayout lay = cuda_args_layout(g.inputs.size(), static_cast<std::size_t>(g.num_outputs), f.size(),
                                                   i.size());
       if (lay.words * 8 > kCudaMaxArgBytes) return "";

@@ -19,7 +19,7 @@
 // compiled with the same rules (-ffp-contract=off, no fast-math), so each
 // element gets the eager bits. The polynomial kernels set a flag for an
 // element beyond their range; a tile with such an element is recomputed
-// by the tile loop (per-op kernels, libm for those elements).
+// by the tile loop (per-op kernels, the slow paths for those elements).
 //
 // When no compiler is found or it fails, nothing changes but speed: jit
 // runs the tile loop (backend/cpu/compiled.hpp), as it does for groups

@@ -3,8 +3,9 @@
 // detail::convert), on device buffers, giving the CPU kernels' bits element
 // for element. The per-element math is kernels/scalar_math.hpp's, the same
 // source the CPU's loops call; f32 exp, log, sin, cos and sigmoid take the
-// polynomial and, for an element beyond its range, the C library's value,
-// as the CPU does (CUDA's libm on a GPU, the host's on an emulated one).
+// polynomial and, for an element beyond its range, the slow path of
+// kernels/libm.hpp, as the CPU does (the same bits on a GPU and an emulated
+// one).
 //
 // Each function runs on the calling thread's GPU (cuda::current), queues
 // its kernel on that GPU's stream and returns without waiting: the caller
