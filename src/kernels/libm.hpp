@@ -103,8 +103,10 @@ TESSERA_SCALAR_FN double exp_reduce(double x, double xl, i64& n, double& rh, dou
   return fma(r2 * rh, q, fma(0.5, r2l, fma(rl, rh + h2, rl)));
 }
 
-// 2^k for k in [-1022, 1023], by the exponent bits.
-TESSERA_SCALAR_FN double pow2(i64 k) { return as_f64(static_cast<u64>(k + 1023) << 52); }
+// 2^k for k in [-1022, 1023], by the exponent bits. (Other k, such as a
+// NaN's meaningless n, give meaningless bits: the arithmetic wraps, in
+// unsigned integers, where signed overflow would be undefined.)
+TESSERA_SCALAR_FN double pow2(i64 k) { return as_f64((static_cast<u64>(k) + 1023) << 52); }
 
 // e^x - 1 = (h + low) * scale for x in [-40, 710] (clamped by the caller;
 // not NaN): e^x - 1 = P (1 + rh + tail) - 1 with P = 2^n, summed exactly
@@ -189,8 +191,9 @@ TESSERA_SCALAR_FN double exp_clamped(double x, double xl) {
   const double p = hi + (small + (lo1 + lo2));
   // 2^n in two factors (n in [-1077, 1024]): p 2^n1 is exact, and the
   // second product rounds once, to inf, a subnormal or 0 where due.
-  const i64 n1 = static_cast<i64>(static_cast<u64>(n + 2048) >> 1) - 1024;
-  return (p * pow2(n1)) * pow2(n - n1);
+  // (Unsigned arithmetic: a NaN's n is meaningless and may be huge.)
+  const i64 n1 = static_cast<i64>((static_cast<u64>(n) + 2048) >> 1) - 1024;
+  return (p * pow2(n1)) * pow2(static_cast<i64>(static_cast<u64>(n) - static_cast<u64>(n1)));
 }
 
 // log(x) = hi + lo for pow, x positive and normal, k0 as log_core's: the
