@@ -203,6 +203,12 @@ struct Generator {
   // before any element's math, whose branches (a polynomial's range) would
   // otherwise keep the compiler from moving later loads up.
   const char* step_input() const { return target == NativeTarget::Cuda ? "_[u]" : "[e + u]"; }
+  // Before a step's loop over u: on a GPU it is unrolled, so that the
+  // step's values stay in registers.
+  const char* step_loop() const {
+    return target == NativeTarget::Cuda ? "#pragma unroll\n    for (int u = 0; u < kStep; ++u)"
+                                        : "    for (int u = 0; u < kStep; ++u)";
+  }
 
   // An expression with its operands written $vK$ (member K's value) and
   // $aK$ (input K's element), for the blocked loop or the element loop.
@@ -277,7 +283,7 @@ struct Generator {
       if (value.empty()) return "";
       const std::string R = ctype(e.result), v = var('v', m);
       body += "    const " + R + " " + v + " = " + expand(value, false) + ";\n";
-      blocked += "    " + R + " " + v + "[kStep];\n    for (int u = 0; u < kStep; ++u) {\n      " + v + "[u] = " +
+      blocked += "    " + R + " " + v + "[kStep];\n" + step_loop() + " {\n      " + v + "[u] = " +
                  expand(value, true) + ";\n";
       if (mem.output >= 0) {
         const std::string o = var('o', mem.output);
@@ -306,29 +312,18 @@ struct Generator {
              "  const double* f_ = args_.f;\n  const long long* i_ = args_.i;\n";
       for (size_t k = 0; k < params.size(); ++k) src += "  " + params[k] + " = " + args[k] + ";\n";
       src += "  (void)in_; (void)out_; (void)f_; (void)i_;\n";
-      // kGpuStep elements a grid stride apart per step (the step's loops
-      // unrolled: its values stay in registers), then the rest one by one.
-      std::string unrolled;
-      for (size_t p = 0; p < blocked.size();) {
-        const size_t q = blocked.find("    for (int u", p);
-        if (q == std::string::npos) {
-          unrolled += blocked.substr(p);
-          break;
-        }
-        unrolled += blocked.substr(p, q - p) + "#pragma unroll\n";
-        unrolled += blocked.substr(q, 4);
-        p = q + 4;
-      }
+      // kGpuStep elements a grid stride apart per step (its loads first),
+      // then the rest one by one.
       src += "  constexpr int kStep = " + std::to_string(kGpuStep) + ";\n";
       src += "  const long long s_ = static_cast<long long>(gridDim.x) * blockDim.x;\n";
       src += "  long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;\n";
       std::string loads;
       for (size_t k = 0; k < g.inputs.size(); ++k) {
         const std::string a = var('a', k);
-        loads += "    " + ctype(g.inputs[k]) + " " + a + "_[kStep];\n#pragma unroll\n    for (int u = 0; u < kStep; ++u) " + a +
-                 "_[u] = " + a + "[e + u * s_];\n";
+        loads += "    " + ctype(g.inputs[k]) + " " + a + "_[kStep];\n" + step_loop() + " " + a + "_[u] = " + a +
+                 "[e + u * s_];\n";
       }
-      src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + unrolled + "  }\n";
+      src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + blocked + "  }\n";
       src += "  for (; e < n; e += s_) {\n" + body + "  }\n}\n";
       return src;
     }
