@@ -87,6 +87,9 @@ def main():
     ap.add_argument("--tolerance", type=float, default=1e-5, help="max relative error per cube element")
     ap.add_argument("--out-cube", required=True, help="where to write Rubix's last cube (.npy)")
     ap.add_argument("--json", required=True, help="where to write the results")
+    ap.add_argument("--matmul-precision", default="highest",
+                    help="JAX's jax_default_matmul_precision for Rubix (default highest: true float32; JAX's own "
+                         "default lets a GPU's f32 dots and convolutions round their inputs to TF32)")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error(f"--repeat must be at least 1, got {args.repeat}")
@@ -105,6 +108,15 @@ def main():
     try:
         t0 = time.perf_counter()
         import jax
+        # JAX rounds f32 dot and convolution inputs to TF32 on NVIDIA GPUs by
+        # default (on CPUs it computes in float32). Rubix rotates the
+        # particles with a dot and convolves the spectra, so under TF32 a
+        # particle near a spaxel edge can change spaxel and spectra move by
+        # ~1e-3. Tessera computes in float32 on every device, and its cube is
+        # compared with Rubix's CPU cube in `make bench-ifu`, so the GPU
+        # comparison asks JAX for float32 too.
+        jax.config.update("jax_default_matmul_precision", args.matmul_precision)
+        res["matmul_precision"] = args.matmul_precision
         import numpy as np
         import rubix
         from rubix.core.pipeline import RubixPipeline
@@ -114,7 +126,8 @@ def main():
         devices = jax.devices()
         res.update({"rubix": rubix.__version__, "jax": jax.__version__, "jax_devices": [str(d) for d in devices],
                     "platform": devices[0].platform})
-        say(f"rubix {rubix.__version__}, jax {jax.__version__}, jax.devices() = {devices}")
+        say(f"rubix {rubix.__version__}, jax {jax.__version__}, jax.devices() = {devices}, "
+            f"jax_default_matmul_precision = {args.matmul_precision}")
         if args.expect_platform and devices[0].platform != args.expect_platform:
             raise SystemExit(f"JAX's default device is {devices[0]} ({devices[0].platform}), "
                              f"expected a {args.expect_platform} device")
