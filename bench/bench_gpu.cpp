@@ -3,7 +3,8 @@
 //
 //   2*sin(x)+1     2^28 f32 under jit, 1 device       / device-to-device copy bandwidth
 //   diff           16384^2 f64 along the sharded axis,
-//                  4 devices of the GPU               / copy bandwidth
+//                  4 devices of the GPU, and along     / copy bandwidth
+//                  axis 0 on 1 device
 //   sgemm, dgemm   8192^3, 1 device                   / cuBLAS alone (time ratio)
 //   psum           256 MiB over 4 devices of the GPU  / copy bandwidth
 //   sum, sum axis 0  2^28 f32 whole, and 2^20 x 256 over  / copy bandwidth
@@ -210,6 +211,12 @@ int main(int argc, char** argv) {
       const double eff = 2.0 * static_cast<double>(bytes) / s;
       row("diff", std::to_string(n) + "^2 f64, axis 0 sharded, 4 dev", s, tb::format_seconds(s), eff / bw,
           "copy bandwidth");
+      // The same on one device: the kernel alone, without the halo exchange
+      // and the four devices' launches.
+      const ts::Array x1 = ts::full({n, n}, 1.0, ts::DType::f64, ts::NamedSharding(one, ts::P()));
+      const double s1 = tb::median(tb::time_reps(1, reps, [&] { ts::diff(x1, 1, 0).block_until_ready(); }));
+      row("diff", std::to_string(n) + "^2 f64, axis 0, 1 device", s1, tb::format_seconds(s1),
+          2.0 * static_cast<double>(bytes) / s1 / bw, "copy bandwidth");
     }
     // GEMMs against cuBLAS alone.
     for (bool f64 : {false, true}) {

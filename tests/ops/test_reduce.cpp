@@ -647,3 +647,40 @@ TEST(ReduceKernel, AnySplitGivesTheSameBits) {
     }
   }
 }
+
+// Rows of hundreds of kSumPiece pieces reduced on a device (a GPU's warp
+// walks their merges there) give the CPU kernel's bits: whole tiles of
+// merges, a tile and a tail, one row and several, sums in f32 (f64 lanes),
+// f64 and i32 (wrapping), and max.
+TEST(ReduceKernel, LongRowsOnADeviceHaveTheCpuKernelsBits) {
+  namespace cpu = ts::detail::cpu;
+  constexpr std::int64_t kPiece = ts::detail::kSumPiece;
+  const ts::Mesh one(std::vector<ts::Device>{ts::devices()[0]}, {1}, {"x"});
+  const ts::NamedSharding on_one(one, ts::P());
+  std::mt19937 rng(17);
+  auto check = [&](auto tag, const std::vector<decltype(tag)>& x, std::int64_t rows, std::int64_t len) {
+    using T = decltype(tag);
+    const ts::DType t = ts::dtype_of<T>();
+    const ts::Array a = ts::device_put(x, {rows, len}, on_one);
+    for (auto op : {ts::detail::ReduceOp::Sum, ts::detail::ReduceOp::Max}) {
+      std::vector<T> want(static_cast<size_t>(rows));
+      cpu::reduce(op, t, x.data(), {rows, len}, {false, true}, want.data());
+      const ts::Array y = op == ts::detail::ReduceOp::Sum ? ts::sum(a, {1}) : ts::max(a, {1});
+      const std::vector<T> got = y.to_vector<T>();
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(T)), 0)
+          << (op == ts::detail::ReduceOp::Sum ? "sum" : "max") << " of " << rows << " rows of " << len << " "
+          << ts::dtype_name(t);
+    }
+  };
+  for (const std::int64_t len : {128 * kPiece, 300 * kPiece + 13}) {
+    for (const std::int64_t rows : {std::int64_t(1), std::int64_t(3)}) {
+      check(float{}, far_apart(rows * len, rng), rows, len);
+      const std::vector<float> f = far_apart(rows * len, rng);
+      check(double{}, std::vector<double>(f.begin(), f.end()), rows, len);
+      std::vector<std::int32_t> i(f.size());
+      for (std::size_t k = 0; k < i.size(); ++k) i[k] = static_cast<std::int32_t>(rng());
+      check(std::int32_t{}, i, rows, len);
+    }
+  }
+}

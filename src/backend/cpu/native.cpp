@@ -158,8 +158,15 @@ constexpr int kStep = 64;
 // together, before any result is computed. One element at a time, a thread
 // has one load in flight, and an H100/H200 SM's 2048 threads then hold too
 // few bytes in flight to cover memory latency at full bandwidth, the more
-// so when each element computes longer (sin).
-constexpr int kGpuStep = 4;
+// so when each element computes longer (sin: more registers, so fewer
+// threads per SM). Eight elements of 4 bytes or less (32 bytes per input per
+// thread: `2*sin(x)+1` in f32 takes 48 registers, 1280 threads per SM), four
+// of 8 bytes (f64 sin: 64 registers).
+int gpu_step(const NativeGroup& g) {
+  for (DType t : g.inputs)
+    if (itemsize(t) > 4) return 4;
+  return 8;
+}
 
 // Builds the loop's source; scalar operands are read from f[]/i[] (not
 // written into the source), so groups that differ only in their scalars
@@ -312,9 +319,9 @@ struct Generator {
              "  const double* f_ = args_.f;\n  const long long* i_ = args_.i;\n";
       for (size_t k = 0; k < params.size(); ++k) src += "  " + params[k] + " = " + args[k] + ";\n";
       src += "  (void)in_; (void)out_; (void)f_; (void)i_;\n";
-      // kGpuStep elements a grid stride apart per step (its loads first),
+      // gpu_step elements a grid stride apart per step (its loads first),
       // then the rest one by one.
-      src += "  constexpr int kStep = " + std::to_string(kGpuStep) + ";\n";
+      src += "  constexpr int kStep = " + std::to_string(gpu_step(g)) + ";\n";
       src += "  const long long s_ = static_cast<long long>(gridDim.x) * blockDim.x;\n";
       src += "  long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;\n";
       std::string loads;

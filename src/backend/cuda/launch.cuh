@@ -36,6 +36,29 @@ __global__ void __launch_bounds__(kThreads) for_each_kernel(std::int64_t n, F f)
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
 }
 
+/// Elements a thread of for_each_batched takes per step of its
+/// grid-stride loop, a grid stride apart, all loaded before any is stored.
+inline constexpr int kBatch = 4;
+
+template <class F>
+__global__ void __launch_bounds__(kThreads) for_each_batched_kernel(std::int64_t n, F f) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + (kBatch - 1) * stride < n; i += kBatch * stride) {
+    decltype(f.load(i)) v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) v[u] = f.load(i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) f.store(i + u * stride, v[u]);
+  }
+  for (; i < n; i += stride) f.store(i, f.load(i));
+}
+
+inline unsigned blocks_for(std::int64_t n) {
+  const std::int64_t wanted = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks);
+}
+
 }  // namespace launch_detail
 
 /// a / b and a % b for a >= 0, b > 0, in 32-bit arithmetic when both fit:
@@ -68,11 +91,29 @@ void for_each(const char* op, std::int64_t n, F f) {
     for (std::int64_t i = n - 1; i >= 0; --i) f(i);
     return;
   }
-  using launch_detail::kMaxBlocks;
-  using launch_detail::kThreads;
-  const std::int64_t wanted = (n + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks);
-  launch_detail::for_each_kernel<F><<<blocks, kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(n, f);
+  launch_detail::for_each_kernel<F>
+      <<<launch_detail::blocks_for(n), launch_detail::kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(n, f);
+  check(static_cast<int>(cudaGetLastError()), op, "a kernel launch");
+}
+
+/// for_each for memory-bound bodies split in two: f.load(i) reads what
+/// element i needs (and returns it by value), f.store(i, v) computes from it
+/// and writes element i. A thread issues the loads of kBatch elements
+/// before its first store: in one f(i), the compiler may not move the next
+/// element's loads above this one's store (they might alias), so a thread
+/// would have one element's loads in flight, too few bytes per SM to cover
+/// memory latency at full bandwidth. f.load must not read what any
+/// f.store writes.
+template <class F>
+void for_each_batched(const char* op, std::int64_t n, F f) {
+  if (n <= 0) return;
+  const Current& c = current(op);
+  if (c.emulated) {
+    for (std::int64_t i = n - 1; i >= 0; --i) f.store(i, f.load(i));  // last first, as for_each
+    return;
+  }
+  launch_detail::for_each_batched_kernel<F>
+      <<<launch_detail::blocks_for(n), launch_detail::kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(n, f);
   check(static_cast<int>(cudaGetLastError()), op, "a kernel launch");
 }
 

@@ -152,6 +152,25 @@ struct PieceKernel {
   }
 };
 
+// v of lane k of the calling warp, for every accumulator type (1, 4 or 8
+// bytes; __shfl_sync takes 32- and 64-bit words). Device code only.
+template <class A>
+TESSERA_HD A shuffle(A v, int k) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(A) == 8) {
+    return __builtin_bit_cast(A, __shfl_sync(0xffffffffu, __builtin_bit_cast(long long, v), k));
+  } else if constexpr (sizeof(A) == 4) {
+    return __builtin_bit_cast(A, __shfl_sync(0xffffffffu, __builtin_bit_cast(int, v), k));
+  } else {
+    static_assert(sizeof(A) == 1, "shuffle: an accumulator of 1, 4 or 8 bytes");
+    return static_cast<A>(__shfl_sync(0xffffffffu, static_cast<unsigned>(v), k));
+  }
+#else
+  (void)k;
+  return v;
+#endif
+}
+
 template <ReduceOp r, class T>
 struct ReduceKernel {
   using A = ReduceAcc<T>;
@@ -192,14 +211,56 @@ struct ReduceKernel {
     return v;
   }
 
+  // in_order(v, m, count) by the 32 threads of a warp, each `lane`: they
+  // load a tile of kWarpTile merges at once (coalesced, the next tile in
+  // flight while this one is combined) and pass them round by shuffles;
+  // every lane combines all of them in order, so each ends with the one
+  // thread's value. A single long row (a whole-array sum: 32768 merges of
+  // a 2^28 sum) is then a chain of additions fed from registers rather
+  // than one thread waiting on its loads. Device code only.
+  static constexpr int kWarpLoads = 4, kWarpTile = 32 * kWarpLoads;
+  TESSERA_HD static A in_order_warp(A v, const A* m, int64_t count, int lane) {
+#ifdef __CUDA_ARCH__
+    A cur[kWarpLoads], next[kWarpLoads];
+    auto load = [&](A* t, int64_t at) {
+      for (int u = 0; u < kWarpLoads; ++u) {
+        const int64_t i = at + u * 32 + lane;
+        t[u] = i < count ? m[i] : A{};
+      }
+    };
+    int64_t p = 0;
+    load(cur, 0);
+    for (; p + kWarpTile <= count; p += kWarpTile) {
+      load(next, p + kWarpTile);
+#pragma unroll
+      for (int u = 0; u < kWarpLoads; ++u)
+#pragma unroll
+        for (int k = 0; k < 32; ++k) v = combine1<r, A>(v, shuffle(cur[u], k));
+      for (int u = 0; u < kWarpLoads; ++u) cur[u] = next[u];
+    }
+    for (; p < count; ++p) v = combine1<r, A>(v, m[p]);
+    return v;
+#else
+    (void)lane;
+    return in_order(v, m, count);
+#endif
+  }
+
+  // The merges of a row's pieces combined into v in order: by one thread,
+  // or by the warp of `lane` (>= 0).
+  TESSERA_HD A row_merges(A v, int64_t row_index, int lane) const {
+    const A* m = merged + row_index * pieces;
+    return lane < 0 ? in_order(v, m, pieces) : in_order_warp(v, m, pieces, lane);
+  }
+
   // v combined with the row x[0, inner), row number `row_index` of the
-  // block, as the CPU's fold does it.
-  TESSERA_HD A row(A v, const T* x, int64_t row_index) const {
+  // block, as the CPU's fold does it (lane: as row_merges).
+  TESSERA_HD A row(A v, const T* x, int64_t row_index, int lane) const {
     if constexpr (r == ReduceOp::Sum) {
       if (merged) {
         // Every piece but the last is whole (kSumPiece is a multiple of 8):
         // the merges in order, then the last piece's tail.
-        v = in_order(v, merged + row_index * pieces, pieces);
+        v = row_merges(v, row_index, lane);
         const int64_t start = (pieces - 1) * detail::kSumPiece;
         for (int64_t j = start + (inner - start) / 8 * 8; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
         return v;
@@ -213,7 +274,7 @@ struct ReduceKernel {
       }
       return v;
     }
-    if (merged) return in_order(v, merged + row_index * pieces, pieces);
+    if (merged) return row_merges(v, row_index, lane);
     for (int64_t j = 0; j < inner; ++j) v = combine1<r, A>(v, static_cast<A>(x[j]));
     return v;
   }
@@ -287,10 +348,17 @@ struct ReduceKernel {
       out[o] = static_cast<T>(v);
       return;
     }
+    out[o] = static_cast<T>(fold_rows(v, base, -1));
+  }
+
+  // A folding reduction's output from its first input element `base`: its
+  // rows in the odometer's order (the last reduced dim fastest), each
+  // combined into v by row (lane: as row_merges).
+  TESSERA_HD A fold_rows(A v, int64_t base, int lane) const {
     int64_t idx[kMaxRank] = {};
     int64_t off = base;
     for (int64_t s = 0; s < steps; ++s) {
-      v = row(v, in + off, off / inner);
+      v = row(v, in + off, off / inner, lane);
       // Next combination: the last reduced dim fastest.
       for (int d = nred - 1; d >= 0; --d) {
         off += rstride[d];
@@ -299,9 +367,22 @@ struct ReduceKernel {
         idx[d] = 0;
       }
     }
-    out[o] = static_cast<T>(v);
+    return v;
   }
 };
+
+#ifdef __CUDACC__
+// A warp per output of a folding reduction whose pieces' merges are
+// computed (ReduceKernel::in_order_warp); lane 0 writes the output.
+template <ReduceOp r, class T>
+__global__ void __launch_bounds__(256) fold_by_warps(ReduceKernel<r, T> k) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t o = t >> 5;  // the same for a whole warp: all of it returns, or none
+  if (o >= k.nout) return;
+  const ReduceAcc<T> v = k.fold_rows(k.init, k.base_of(o), static_cast<int>(t & 31));
+  if ((t & 31) == 0) k.out[o] = static_cast<T>(v);
+}
+#endif
 
 // Thread per (output, piece of kRowPiece rows) of a reduction over leading
 // dims: the piece into merged[piece * nout + output], so that the threads
@@ -501,6 +582,16 @@ void reduce(ReduceOp op, DType t, const void* in, const std::vector<int64_t>& sh
           k.merged = merged;
         }
         k.nout = nout;
+        // Rows of many pieces: a warp per output walks their merges.
+        if (k.merged != nullptr && k.fold && k.pieces >= ReduceKernel<r, T>::kWarpTile) {
+          if (const Current& c = current(name); !c.emulated) {
+            const int64_t threads = nout * 32;
+            fold_by_warps<r, T><<<static_cast<unsigned>((threads + 255) / 256), 256, 0,
+                                  static_cast<cudaStream_t>(c.stream)>>>(k);
+            check(static_cast<int>(cudaGetLastError()), name, "a kernel launch");
+            return;
+          }
+        }
         for_each(name, nout, k);
       }
     });

@@ -102,30 +102,93 @@ Rows<In> rows_of(const char* op, const std::vector<Segment>& segs) {
 
 // ----------------------------------------------------------------- diff
 
-// Output element (o, i, j) from its window of rows i .. i + n, n passes in
-// registers: pass p turns the n + 2 - p values into n + 1 - p differences,
-// value k of pass p being the CPU pass p's difference at row i + k. kN is n
-// when it is known at compile time (the loops unroll and the window stays
-// in registers; a window indexed by a run-time n lives in local memory), 0
-// for any n up to kDiffWindow.
+// The n passes over a window of rows w[0 .. len]: pass p turns the
+// len + 2 - p values into len + 1 - p differences, value k of pass p being
+// the CPU pass p's difference at row i + k; w[0] ends as the element.
+template <class T>
+TESSERA_HD void diff_passes(T* w, int len) {
+  for (int p = 1; p <= len; ++p)
+    for (int k = 0; k <= len - p; ++k) w[k] = sub(w[k + 1], w[k]);
+}
+
+// Output element (o, i0 + i, j) from its window of rows i0 + i .. + n, for
+// the rows [i0, i0 + mr) of a block of m rows, the n passes in registers.
+// kN is n when it is known at compile time (the loops unroll and the window
+// stays in registers; a window indexed by a run-time n lives in local
+// memory), 0 for any n up to kDiffWindow.
 template <class T, int kN = 0>
 struct DiffWindow {
   Rows<T> rows;
   T* out;
   int64_t m, inner;
   int n;
+  int64_t i0, mr;  // the rows launched
 
   TESSERA_HD void operator()(int64_t idx) const {
-    const DivMod jt = divmod(idx, inner), io = divmod(jt.q, m);
-    const int64_t j = jt.r, i = io.r, o = io.q;
+    const DivMod jt = divmod(idx, inner), io = divmod(jt.q, mr);
+    const int64_t j = jt.r, i = i0 + io.r, o = io.q;
     const int len = kN ? kN : n;
     T w[(kN ? kN : kDiffWindow) + 1];
     for (int k = 0; k <= len; ++k) w[k] = rows.template at<T>(o, i + k, j, inner);
-    for (int p = 1; p <= len; ++p)
-      for (int k = 0; k <= len - p; ++k) w[k] = sub(w[k + 1], w[k]);
-    out[idx] = w[0];
+    diff_passes(w, len);
+    out[(o * m + i) * inner + j] = w[0];
   }
 };
+
+// The window's rows of output element (o, r) of a run whose windows all lie
+// in one buffer (the common case: every row of a block but the last n reads
+// only the device's own rows): plain loads at a fixed row stride, no search
+// over the segments. Element (o, r) of the run reads src[o * src_outer + r
+// + k * inner] and writes dst[o * dst_outer + r], r < span.
+template <class T, int kN>
+struct DiffRun {
+  struct Window {
+    T w[kN + 1];
+  };
+  const T* src;
+  T* dst;
+  int64_t span, src_outer, dst_outer, inner;
+
+  TESSERA_HD Window load(int64_t idx) const {
+    const DivMod d = divmod(idx, span);
+    const T* s = src + d.q * src_outer + d.r;
+    Window v;
+    for (int k = 0; k <= kN; ++k) v.w[k] = s[k * inner];
+    return v;
+  }
+  TESSERA_HD void store(int64_t idx, Window v) const {
+    const DivMod d = divmod(idx, span);
+    diff_passes(v.w, kN);
+    dst[d.q * dst_outer + d.r] = v.w[0];
+  }
+};
+
+// diff of order kN (1 or 2) over the block: the output rows whose windows
+// lie in one (non-broadcast) segment by DiffRun, a run per segment, the
+// others (next to a segment's end, a broadcast prepend or append) by
+// DiffWindow.
+template <class T, int kN>
+void diff_runs(const Rows<T>& rows, T* out, int64_t outer, int64_t m, int64_t inner) {
+  int64_t done = 0;  // output rows [0, done) are launched
+  auto windows = [&](int64_t stop) {
+    if (stop > done)
+      for_each("diff", outer * (stop - done) * inner, DiffWindow<T, kN>{rows, out, m, inner, kN, done, stop - done});
+  };
+  for (int k = 0; k < rows.count; ++k) {
+    const Segment& g = rows.s[k];
+    if (g.broadcast) continue;
+    const int64_t lo = g.start > done ? g.start : done;
+    const int64_t hi = g.stop - kN < m ? g.stop - kN : m;
+    if (hi <= lo) continue;
+    windows(lo);
+    const T* p = static_cast<const T*>(g.data);
+    for_each_batched("diff", outer * (hi - lo) * inner,
+                     DiffRun<T, kN>{p + (lo - g.start) * inner, out + lo * inner, (hi - lo) * inner,
+                                    g.outer_stride, m * inner, inner});
+    done = hi;
+  }
+  windows(m);
+}
 
 // The sequence's rows [0, rows) into a contiguous (outer, rows, inner) block.
 template <class T>
@@ -336,9 +399,9 @@ void diff(DType t, const std::vector<Segment>& segs, void* out, const Lines& ol,
     using T = decltype(tag);
     const Rows<T> rows = rows_of<T>("diff", segs);
     T* o = static_cast<T*>(out);
-    if (n == 1) return for_each("diff", total, DiffWindow<T, 1>{rows, o, m, inner, n});
-    if (n == 2) return for_each("diff", total, DiffWindow<T, 2>{rows, o, m, inner, n});
-    if (n <= kDiffWindow) return for_each("diff", total, DiffWindow<T>{rows, o, m, inner, n});
+    if (n == 1) return diff_runs<T, 1>(rows, o, ol.outer, m, inner);
+    if (n == 2) return diff_runs<T, 2>(rows, o, ol.outer, m, inner);
+    if (n <= kDiffWindow) return for_each("diff", total, DiffWindow<T>{rows, o, m, inner, n, 0, m});
     if (!scratch) throw Error("[diff] internal: the CUDA kernel of an n > 16 difference needs scratch memory");
     const int64_t block = ol.outer * (m + n) * inner;
     T* a = static_cast<T*>(scratch);
