@@ -41,8 +41,9 @@
 # A shorter check (a rerun after a fix) takes, from the environment:
 #   GPU_CHECK_TARGETS  the build targets, instead of everything
 #   GPU_CHECK_TESTS    a ctest -R pattern within the tests labelled cuda
-#   GPU_CHECK_STEPS    the checks after ctest, of: bench memcheck examples
-#                      ifu rubix (default all)
+#   GPU_CHECK_STEPS    the checks to run besides the build and ctest, of:
+#                      sweep (the shared math and its memcheck, first)
+#                      bench memcheck examples ifu rubix (default all)
 #
 # Exit status: 0 when every check that ran passed, 1 otherwise, 2 when the
 # tools are missing.
@@ -57,7 +58,7 @@ deadline=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-510} ))
 
 log() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
 # step NAME: whether GPU_CHECK_STEPS asks for the check NAME.
-step() { case " ${GPU_CHECK_STEPS:-bench memcheck examples ifu rubix} " in *" $1 "*) return 0 ;; esac; return 1; }
+step() { case " ${GPU_CHECK_STEPS:-sweep bench memcheck examples ifu rubix} " in *" $1 "*) return 0 ;; esac; return 1; }
 fail() { log "FAIL: $*"; status=1; }
 # bounded SECONDS NAME command...: runs the command for at most SECONDS, and
 # not past the deadline (then it is not started); exit 124 either way.
@@ -118,7 +119,9 @@ build_sweep() {
     "$CXX" "${CXX_FLAGS[@]}" "${INC[@]}" -c "$ROOT/tests/kernels/test_shared_math_gpu.cpp" -o "$OUT/bin/main.o" &&
     "$NVCC" -cudart static "$OUT/bin/main.o" "$OUT/bin/sweep_device.o" -o "$OUT/bin/test_shared_math_gpu"
 }
-if build shared_math_gpu build_sweep; then
+if ! step sweep; then
+  log "shared math on the GPU: not run (GPU_CHECK_STEPS)"
+elif build shared_math_gpu build_sweep; then
   "$OUT/bin/test_shared_math_gpu" > "$OUT/shared_math_gpu.txt" 2>&1
   rc=$?
   case $rc in
@@ -206,7 +209,7 @@ if [ -n "$BUILD_DIR" ]; then
   # The benchmarks against the GPU's own limits (bench/bench_gpu.cpp).
   if step bench && [ -x "$BUILD_DIR/bench/bench_gpu" ]; then
     "$BUILD_DIR/bench/bench_gpu" --json "$OUT/bench_gpu.json" > "$OUT/bench_gpu.txt" 2>&1 || fail "bench_gpu (see bench_gpu.txt)"
-    cat "$OUT/bench_gpu.txt" >> "$OUT/summary.txt"
+    tee -a "$OUT/summary.txt" < "$OUT/bench_gpu.txt"
   fi
   SANITIZER="${SANITIZER:-$(command -v compute-sanitizer || true)}"
   if step memcheck && [ -n "$SANITIZER" ] && [ -x "$BUILD_DIR/tests/test_cuda_platform" ]; then
