@@ -39,7 +39,8 @@
 # passed since the start.
 #
 # A shorter check (a rerun after a fix) takes, from the environment:
-#   GPU_CHECK_TARGETS  the build targets, instead of everything
+#   GPU_CHECK_TARGETS  the build targets, instead of everything (the
+#                      command line, tessera_cli, is always built)
 #   GPU_CHECK_TESTS    a ctest -R pattern within the tests labelled cuda
 #   GPU_CHECK_STEPS    the checks to run besides the build and ctest, of:
 #                      sweep (the shared math and its memcheck, first)
@@ -178,7 +179,7 @@ if [ "$BUILD_DIR" = "--full" ]; then
         -DPKG_CONFIG_EXECUTABLE="$DEPS/bin/pkg-config" \
         -DCBLAS_INCLUDE_DIR="$DEPS/include/x86_64-linux-gnu" \
         -DBLAS_LIBRARIES="$MULTI/libopenblas.so" > "$OUT/build-full.txt" 2>&1 &&
-      cmake --build "$BUILD_DIR" -j "$(nproc)" ${GPU_CHECK_TARGETS:+--target $GPU_CHECK_TARGETS} \
+      cmake --build "$BUILD_DIR" -j "$(nproc)" ${GPU_CHECK_TARGETS:+--target $GPU_CHECK_TARGETS tessera_cli} \
         >> "$OUT/build-full.txt" 2>&1; then
       log "full build: $(( $(date +%s) - start )) s"
     else
