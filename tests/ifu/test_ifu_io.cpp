@@ -387,7 +387,7 @@ TEST(IfuConfig, UnsupportedAndInvalidValuesSaySo) {
 // ---------------------------------------------------------------- telescope
 
 TEST(IfuTelescope, TableAndDerivedGrid) {
-  const ifu::Telescope& muse = ifu::telescope("MUSE");
+  const ifu::Telescope muse = ifu::telescope("MUSE");
   EXPECT_EQ(muse.name, "MUSE");
   EXPECT_EQ(muse.fov_arcsec, 5.0);
   EXPECT_EQ(muse.spatial_res_arcsec, 0.2);
@@ -401,7 +401,7 @@ TEST(IfuTelescope, TableAndDerivedGrid) {
   EXPECT_EQ(static_cast<int>(std::floor(muse.fov_arcsec / muse.spatial_res_arcsec)), 25);
   // numpy's arange length: ceil((stop - start) / step) in double.
   EXPECT_EQ(static_cast<long>(std::ceil((muse.wave_hi - muse.wave_lo) / muse.wave_res)), 3721);
-  const ifu::Telescope& nirspec = ifu::telescope("NIRSpec_G140H_F070LP");
+  const ifu::Telescope nirspec = ifu::telescope("NIRSpec_G140H_F070LP");
   EXPECT_EQ(nirspec.fov_arcsec, 3.0);
   EXPECT_EQ(nirspec.wave_res, 2.41);
   EXPECT_EQ(ifu::telescope("MUSE_ultraWFM").fov_arcsec, 180.0);

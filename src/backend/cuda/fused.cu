@@ -83,7 +83,7 @@ const Nvrtc& nvrtc() {
     Nvrtc r;
     const std::string major = std::to_string(CUDART_VERSION / 1000);
     void* lib = nullptr;
-    for (const std::string name : {"libnvrtc.so." + major, std::string("libnvrtc.so")})
+    for (const std::string& name : {"libnvrtc.so." + major, std::string("libnvrtc.so")})
       if ((lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
     if (lib == nullptr) {
       r.why_not = "NVRTC (libnvrtc.so." + major + ") was not found: " + dlerror();
