@@ -245,8 +245,8 @@ void launch_fused(const FusedKernel& k, const std::uint64_t* words, std::size_t 
   const Current& c = current(op);
   constexpr int kThreads = 256;
   constexpr std::int64_t kMaxBlocks = 4096;
-  const std::int64_t wanted = (n + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks);
+  const unsigned blocks =
+      wave_blocks(reinterpret_cast<const void*>(k.kernel), kThreads, (n + kThreads - 1) / kThreads, kMaxBlocks);
   long long count = n;
   void* params[] = {const_cast<std::uint64_t*>(words), &count};
   check(static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(blocks), dim3(kThreads),

@@ -24,9 +24,9 @@ namespace tessera::cuda {
 
 namespace launch_detail {
 
-/// Threads per block, and the most blocks one launch uses (each thread
-/// then strides over the rest): 4096 blocks of 256 threads fill an H100 or
-/// H200 (132 SMs, 2048 resident threads each) several times over.
+/// Threads per block, and the most blocks one launch uses where the
+/// kernel's occupancy is unknown (each thread then strides over the rest).
+/// Launches use one full wave of the GPU (wave_blocks).
 inline constexpr int kThreads = 256;
 inline constexpr std::int64_t kMaxBlocks = 4096;
 
@@ -54,9 +54,8 @@ __global__ void __launch_bounds__(kThreads) for_each_batched_kernel(std::int64_t
   for (; i < n; i += stride) f.store(i, f.load(i));
 }
 
-inline unsigned blocks_for(std::int64_t n) {
-  const std::int64_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks);
+inline unsigned blocks_for(const void* kernel, std::int64_t n) {
+  return wave_blocks(kernel, kThreads, (n + kThreads - 1) / kThreads, kMaxBlocks);
 }
 
 }  // namespace launch_detail
@@ -91,8 +90,9 @@ void for_each(const char* op, std::int64_t n, F f) {
     for (std::int64_t i = n - 1; i >= 0; --i) f(i);
     return;
   }
-  launch_detail::for_each_kernel<F>
-      <<<launch_detail::blocks_for(n), launch_detail::kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(n, f);
+  const auto kernel = launch_detail::for_each_kernel<F>;
+  kernel<<<launch_detail::blocks_for(reinterpret_cast<const void*>(kernel), n), launch_detail::kThreads, 0,
+           static_cast<cudaStream_t>(c.stream)>>>(n, f);
   check(static_cast<int>(cudaGetLastError()), op, "a kernel launch");
 }
 
@@ -112,8 +112,9 @@ void for_each_batched(const char* op, std::int64_t n, F f) {
     for (std::int64_t i = n - 1; i >= 0; --i) f.store(i, f.load(i));  // last first, as for_each
     return;
   }
-  launch_detail::for_each_batched_kernel<F>
-      <<<launch_detail::blocks_for(n), launch_detail::kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(n, f);
+  const auto kernel = launch_detail::for_each_batched_kernel<F>;
+  kernel<<<launch_detail::blocks_for(reinterpret_cast<const void*>(kernel), n), launch_detail::kThreads, 0,
+           static_cast<cudaStream_t>(c.stream)>>>(n, f);
   check(static_cast<int>(cudaGetLastError()), op, "a kernel launch");
 }
 
