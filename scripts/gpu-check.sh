@@ -8,6 +8,9 @@
 #   shared_math_gpu.txt   the shared kernel math (src/kernels/) on each GPU
 #                         against the CPU, bit for bit (tests/kernels)
 #   memcheck.txt          the same under compute-sanitizer memcheck
+#   memcheck-platform.txt, memcheck-kernels.txt
+#                         with a full build: memcheck of test_cuda_platform,
+#                         and of the diff and long-row reduction tests
 #   devices*.txt, ctest-cuda.txt
 #                         with a full build (BUILD_DIR): `tessera devices`,
 #                         TESSERA_PLATFORM=cuda, and the ctest tests labelled cuda
@@ -212,11 +215,23 @@ if [ -n "$BUILD_DIR" ]; then
     "$BUILD_DIR/bench/bench_gpu" --json "$OUT/bench_gpu.json" > "$OUT/bench_gpu.txt" 2>&1 || fail "bench_gpu (see bench_gpu.txt)"
     tee -a "$OUT/summary.txt" < "$OUT/bench_gpu.txt"
   fi
+  [ -x "$CUDA_HOME/bin/compute-sanitizer" ] && : "${SANITIZER:=$CUDA_HOME/bin/compute-sanitizer}"
   SANITIZER="${SANITIZER:-$(command -v compute-sanitizer || true)}"
   if step memcheck && [ -n "$SANITIZER" ] && [ -x "$BUILD_DIR/tests/test_cuda_platform" ]; then
     TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=2 "$SANITIZER" --tool memcheck --error-exitcode 1 \
       "$BUILD_DIR/tests/test_cuda_platform" > "$OUT/memcheck-platform.txt" 2>&1 ||
       fail "compute-sanitizer memcheck of test_cuda_platform (see memcheck-platform.txt)"
+    # The stencil and reduction kernels whose index arithmetic is their own
+    # (diff's runs and windows, the warp walk of long rows), on 8 devices as
+    # their suites expect.
+    : > "$OUT/memcheck-kernels.txt"
+    for t in "test_stencil Diff.*" "test_reduce ReduceKernel.LongRowsOnADevice*"; do
+      read -r bin filter <<< "$t"
+      [ -x "$BUILD_DIR/tests/$bin" ] || continue
+      bounded 90 "memcheck $bin" env TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=8 "$SANITIZER" --tool memcheck \
+        --error-exitcode 1 "$BUILD_DIR/tests/$bin" --gtest_filter="$filter" >> "$OUT/memcheck-kernels.txt" 2>&1 ||
+        fail "compute-sanitizer memcheck of $bin $filter (see memcheck-kernels.txt)"
+    done
   fi
   # The IFU cube on the GPU against the CPU's (tests/cuda/ifu_cube.sh), run
   # above: ctest registers it only when the IFU app is built.
