@@ -91,14 +91,6 @@ inline void expect_same(const Bytes& a, const Bytes& b, const std::string& what)
     }
 }
 
-/// A test whose thread drives an emulated GPU.
-class EmulatedGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    tessera::cuda::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0});
-  }
-};
-
 /// NaN results that differ only in their bits (sign, payload, quiet or
 /// signalling): counted per test by a comparison that allows them, not
 /// failures. Which NaN an x86 operation returns depends on the instruction
@@ -107,6 +99,31 @@ class EmulatedGpu : public ::testing::Test {
 /// NaN bits are not one fixed function of the inputs; a GPU's NaN results
 /// carry no payload at all.
 inline int g_nan_bits = 0;
+
+/// expect_same for computed elements of dtype t: an element that is NaN on
+/// both sides passes whatever its bits (counted in g_nan_bits).
+inline void expect_same(const Bytes& a, const Bytes& b, const std::string& what, DType t) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  const std::size_t w = itemsize(t);
+  for (std::size_t i = 0; i + w <= a.size(); i += w) {
+    if (std::memcmp(a.data() + i, b.data() + i, w) == 0) continue;
+    if (is_nan(t, a.data() + i) && is_nan(t, b.data() + i)) {
+      ++g_nan_bits;
+      continue;
+    }
+    ADD_FAILURE() << what << ": element " << i / w << " differs (cpu " << hex(a.data() + i, w) << ", cuda "
+                  << hex(b.data() + i, w) << ")";
+    return;
+  }
+}
+
+/// A test whose thread drives an emulated GPU.
+class EmulatedGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tessera::cuda::bind_current({.ordinal = 0, .stream = nullptr, .emulated = true, .device_id = 0});
+  }
+};
 
 /// EmulatedGpu, reporting the test's NaN results of other bits.
 class EmulatedGpuNanBits : public EmulatedGpu {

@@ -31,7 +31,7 @@ using namespace tessera::testing::cuda;
 
 namespace {
 
-class CudaInterp2d : public EmulatedGpu {};
+class CudaInterp2d : public EmulatedGpuNanBits {};
 
 Bytes as(DType t, const std::vector<double>& v) {
   Bytes out(v.size() * ts::itemsize(t));
@@ -98,7 +98,7 @@ TEST_F(CudaInterp2d, ForwardAndTransposeMatchTheCpus) {
                 Bytes scratch(cu::interp2d_scratch(p, gg, c.n, false));
                 cu::interp2d(p, gg, xq.data(), qt, yq.data(), qt, c.n, f.data(), t, c.rest, got.data(),
                              scratch.data());
-                expect_same(want, got, what);
+                expect_same(want, got, what, t);
               }
               {
                 // The cotangent rows: random, with a NaN.
@@ -112,7 +112,7 @@ TEST_F(CudaInterp2d, ForwardAndTransposeMatchTheCpus) {
                 Bytes scratch(cu::interp2d_scratch(p, gg, c.n, true));
                 cu::interp2d_transpose(p, gg, xq.data(), qt, yq.data(), qt, c.n, ct.data(), t, c.rest, got.data(),
                                        scratch.data());
-                expect_same(want, got, what + " transposed");
+                expect_same(want, got, what + " transposed", t);
               }
             }
 }
@@ -141,7 +141,7 @@ TEST_F(CudaInterp2d, TransposeKeepsTheCpusOrder) {
       Bytes scratch(cu::interp2d_scratch(p, gg, n, true));
       cu::interp2d_transpose(p, gg, xq.data(), DType::f64, yq.data(), DType::f64, n, ct.data(), t, rest, got.data(),
                              scratch.data());
-      expect_same(want, got, ts::dtype_name(t));
+      expect_same(want, got, ts::dtype_name(t), t);
     }
 }
 
