@@ -79,6 +79,9 @@ why() { [ "$1" = 124 ] && echo "out of time" || echo "exit $1"; }
 
 CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")}"
 NVCC="$CUDA_HOME/bin/nvcc"
+# compute-sanitizer: the toolkit's, else one on PATH, else none (memchecks skipped).
+SANITIZER="$CUDA_HOME/bin/compute-sanitizer"
+[ -x "$SANITIZER" ] || SANITIZER="$(command -v compute-sanitizer || true)"
 CXX="${CXX:-g++}"
 if [ ! -x "$NVCC" ] || ! command -v "$CXX" >/dev/null; then
   log "needs nvcc (looked in $CUDA_HOME/bin) and a C++20 compiler ($CXX)"
@@ -133,8 +136,6 @@ elif build shared_math_gpu build_sweep; then
     77) fail "shared math on the GPU: skipped, no GPU ($(head -1 "$OUT/shared_math_gpu.txt"))" ;;
     *) fail "shared math on the GPU (exit $rc, see shared_math_gpu.txt)" ;;
   esac
-  SANITIZER="$CUDA_HOME/bin/compute-sanitizer"
-  [ -x "$SANITIZER" ] || SANITIZER="$(command -v compute-sanitizer || true)"
   if [ -n "$SANITIZER" ]; then
     "$SANITIZER" --tool memcheck --error-exitcode 1 "$OUT/bin/test_shared_math_gpu" > "$OUT/memcheck.txt" 2>&1 ||
       fail "compute-sanitizer memcheck (see memcheck.txt)"
@@ -215,8 +216,6 @@ if [ -n "$BUILD_DIR" ]; then
     "$BUILD_DIR/bench/bench_gpu" --json "$OUT/bench_gpu.json" > "$OUT/bench_gpu.txt" 2>&1 || fail "bench_gpu (see bench_gpu.txt)"
     tee -a "$OUT/summary.txt" < "$OUT/bench_gpu.txt"
   fi
-  [ -x "$CUDA_HOME/bin/compute-sanitizer" ] && : "${SANITIZER:=$CUDA_HOME/bin/compute-sanitizer}"
-  SANITIZER="${SANITIZER:-$(command -v compute-sanitizer || true)}"
   if step memcheck && [ -n "$SANITIZER" ] && [ -x "$BUILD_DIR/tests/test_cuda_platform" ]; then
     TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=2 "$SANITIZER" --tool memcheck --error-exitcode 1 \
       "$BUILD_DIR/tests/test_cuda_platform" > "$OUT/memcheck-platform.txt" 2>&1 ||

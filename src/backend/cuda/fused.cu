@@ -243,13 +243,10 @@ void launch_fused(const FusedKernel& k, const std::uint64_t* words, std::size_t 
   if (n <= 0) return;
   (void)nwords;  // the struct's size is the kernel's; `words` holds exactly that many
   const Current& c = current(op);
-  constexpr int kThreads = 256;
-  constexpr std::int64_t kMaxBlocks = 4096;
-  const unsigned blocks =
-      wave_blocks(reinterpret_cast<const void*>(k.kernel), kThreads, (n + kThreads - 1) / kThreads, kMaxBlocks);
+  const unsigned blocks = grid_blocks(reinterpret_cast<const void*>(k.kernel), n);
   long long count = n;
   void* params[] = {const_cast<std::uint64_t*>(words), &count};
-  check(static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(blocks), dim3(kThreads),
+  check(static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(blocks), dim3(kLaunchThreads),
                                           params, 0, static_cast<cudaStream_t>(c.stream))),
         op, "a fused kernel launch");
 }

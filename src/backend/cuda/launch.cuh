@@ -24,11 +24,9 @@ namespace tessera::cuda {
 
 namespace launch_detail {
 
-/// Threads per block, and the most blocks one launch uses where the
-/// kernel's occupancy is unknown (each thread then strides over the rest).
-/// Launches use one full wave of the GPU (wave_blocks).
-inline constexpr int kThreads = 256;
-inline constexpr std::int64_t kMaxBlocks = 4096;
+/// Threads per block; a launch has at most one full wave of blocks, each
+/// thread striding over the rest (grid_blocks).
+inline constexpr int kThreads = kLaunchThreads;
 
 template <class F>
 __global__ void __launch_bounds__(kThreads) for_each_kernel(std::int64_t n, F f) {
@@ -52,10 +50,6 @@ __global__ void __launch_bounds__(kThreads) for_each_batched_kernel(std::int64_t
     for (int u = 0; u < kBatch; ++u) f.store(i + u * stride, v[u]);
   }
   for (; i < n; i += stride) f.store(i, f.load(i));
-}
-
-inline unsigned blocks_for(const void* kernel, std::int64_t n) {
-  return wave_blocks(kernel, kThreads, (n + kThreads - 1) / kThreads, kMaxBlocks);
 }
 
 }  // namespace launch_detail
@@ -91,7 +85,7 @@ void for_each(const char* op, std::int64_t n, F f) {
     return;
   }
   const auto kernel = launch_detail::for_each_kernel<F>;
-  kernel<<<launch_detail::blocks_for(reinterpret_cast<const void*>(kernel), n), launch_detail::kThreads, 0,
+  kernel<<<grid_blocks(reinterpret_cast<const void*>(kernel), n), launch_detail::kThreads, 0,
            static_cast<cudaStream_t>(c.stream)>>>(n, f);
   check(static_cast<int>(cudaGetLastError()), op, "a kernel launch");
 }
@@ -113,7 +107,7 @@ void for_each_batched(const char* op, std::int64_t n, F f) {
     return;
   }
   const auto kernel = launch_detail::for_each_batched_kernel<F>;
-  kernel<<<launch_detail::blocks_for(reinterpret_cast<const void*>(kernel), n), launch_detail::kThreads, 0,
+  kernel<<<grid_blocks(reinterpret_cast<const void*>(kernel), n), launch_detail::kThreads, 0,
            static_cast<cudaStream_t>(c.stream)>>>(n, f);
   check(static_cast<int>(cudaGetLastError()), op, "a kernel launch");
 }

@@ -3,8 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include <string>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "tessera/error.hpp"
@@ -39,16 +39,16 @@ void check(int err, const char* op, const char* what) {
   throw DeviceError(msg);
 }
 
-unsigned wave_blocks(const void* kernel, int threads, std::int64_t wanted, std::int64_t fallback) {
+unsigned grid_blocks(const void* kernel, std::int64_t n) {
   // Per thread (no lock), by kernel and GPU: a thread that runs small work
   // inline acts as several devices in turn, which may be different GPUs.
   thread_local std::map<std::pair<const void*, int>, std::int64_t> t_wave;
   const std::pair<const void*, int> key{kernel, t_current.ordinal};
   auto it = t_wave.find(key);
   if (it == t_wave.end()) {
-    std::int64_t wave = fallback;
+    std::int64_t wave = 4096;
     int per_sm = 0, sms = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) == cudaSuccess &&
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kLaunchThreads, 0) == cudaSuccess &&
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, t_current.ordinal) == cudaSuccess &&
         per_sm > 0 && sms > 0) {
       wave = static_cast<std::int64_t>(per_sm) * sms;
@@ -57,6 +57,7 @@ unsigned wave_blocks(const void* kernel, int threads, std::int64_t wanted, std::
     }
     it = t_wave.emplace(key, wave).first;
   }
+  const std::int64_t wanted = (n + kLaunchThreads - 1) / kLaunchThreads;
   const std::int64_t blocks = wanted < it->second ? wanted : it->second;
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }

@@ -39,15 +39,18 @@ void bind_current(const Current& c);
 /// raises DeviceError naming `op` and the CUDA error if a kernel failed.
 void synchronize(const char* op);
 
-/// The blocks of `threads` threads to launch `kernel` (a __global__
+/// Threads per block of the grid-stride kernels (for_each, the fused loops).
+inline constexpr int kLaunchThreads = 256;
+
+/// The blocks of kLaunchThreads threads to launch `kernel` (a __global__
 /// function, or a cudaKernel_t cast to a pointer) with, a grid-stride loop
-/// that has `wanted` blocks' worth of work, on the calling thread's GPU: at
-/// most one full wave, as many blocks as its SMs hold at once given the
-/// kernel's registers. A grid of several waves whose blocks all take the same
-/// work ends with a partial wave on a mostly idle GPU (4096 blocks of 5
-/// resident per SM on 132 SMs: 6.2 waves, the last at a fifth of the GPU).
-/// `fallback` caps the grid where the occupancy is unknown.
-unsigned wave_blocks(const void* kernel, int threads, std::int64_t wanted, std::int64_t fallback);
+/// over n elements, on the calling thread's GPU: one a thread, but at most
+/// one full wave, as many blocks as its SMs hold at once given the kernel's
+/// registers. A grid of several waves whose blocks all take the same work
+/// ends with a partial wave on a mostly idle GPU (4096 blocks of 5 resident
+/// per SM on 132 SMs: 6.2 waves, the last at a fifth of the GPU). Where the
+/// occupancy is unknown, at most 4096 blocks.
+unsigned grid_blocks(const void* kernel, std::int64_t n);
 
 /// Raises DeviceError "[op] CUDA error on <device>: <name> (<code>): <text>"
 /// when `err` (a cudaError_t) is not cudaSuccess.
