@@ -9,6 +9,10 @@
 //   psum           256 MiB over 4 devices of the GPU  / copy bandwidth
 //   sum, sum axis 0  2^28 f32 whole, and 2^20 x 256 over  / copy bandwidth
 //                  the leading dim, 1 device            (bytes read)
+//   jit graphs     a cached jit call of 24 small kernels,
+//                  2^16 f32, 1 device, replayed as a
+//                  CUDA graph                         / the same call op by op
+//                                                       (time ratio)
 //   transfers      device_put + to_vector of 1 GiB
 //                  f32, 1 device                      / cudaMemcpy both ways
 //                                                       from page-locked memory,
@@ -39,6 +43,7 @@
 #include "bench_util.hpp"
 #include "runtime/gpus.hpp"
 #include "tessera/tessera.hpp"
+#include "transforms/jit_graphs.hpp"
 
 namespace ts = tessera;
 namespace tb = tessera::bench;
@@ -240,6 +245,26 @@ int main(int argc, char** argv) {
       const double eff = 5.0 * static_cast<double>(n) * 4 * 4 / s;
       row("psum", std::to_string(n * 4) + " bytes per device, 4 dev", s, tb::format_seconds(s), eff / bw,
           "copy bandwidth");
+    }
+    // A cached jit call of small kernels that do not fuse (a row sum, then
+    // its broadcast back, eight times over): replayed as a graph (one
+    // launch, one wait) against op by op (a launch and a wait per kernel).
+    {
+      const ts::Array x = ts::full({256, 256}, 0.5, ts::DType::f32, ts::NamedSharding(one, ts::P()));
+      auto f = ts::jit([](ts::Array v) {
+        for (int k = 0; k < 8; ++k) v = v - ts::sum(v, {1}, {.keepdims = true}) * 1e-3f;
+        return v;
+      });
+      ts::detail::set_jit_graphs(false);
+      const double op_by_op = tb::median(tb::time_reps(3, reps * 20, [&] { f(x).block_until_ready(); }));
+      ts::detail::set_jit_graphs(true);
+      const auto before = ts::detail::jit_graph_stats();
+      const double graphed = tb::median(tb::time_reps(3, reps * 20, [&] { f(x).block_until_ready(); }));
+      const auto after = ts::detail::jit_graph_stats();
+      if (after.replayed == before.replayed)
+        throw std::runtime_error("jit graphs: no call was replayed (" + after.last_reason + ")");
+      row("jit graphs", "8 x (sum, broadcast) 2^16 f32, 1 device", graphed, tb::format_seconds(op_by_op) + " op by op",
+          op_by_op / graphed, "op by op");
     }
     // device_put + to_vector of 1 GiB f32 (pageable host memory, as users
     // have it) against the same bytes both ways from page-locked memory.

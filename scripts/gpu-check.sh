@@ -10,7 +10,8 @@
 #   memcheck.txt          the same under compute-sanitizer memcheck
 #   memcheck-platform.txt, memcheck-kernels.txt
 #                         with a full build: memcheck of test_cuda_platform,
-#                         and of the diff and long-row reduction tests
+#                         of the diff and long-row reduction tests, and of
+#                         jit's graph replays (test_jit_graphs)
 #   devices*.txt, ctest-cuda.txt
 #                         with a full build (BUILD_DIR): `tessera devices`,
 #                         TESSERA_PLATFORM=cuda, and the ctest tests labelled cuda
@@ -221,10 +222,11 @@ if [ -n "$BUILD_DIR" ]; then
       "$BUILD_DIR/tests/test_cuda_platform" > "$OUT/memcheck-platform.txt" 2>&1 ||
       fail "compute-sanitizer memcheck of test_cuda_platform (see memcheck-platform.txt)"
     # The stencil and reduction kernels whose index arithmetic is their own
-    # (diff's runs and windows, the warp walk of long rows), on 8 devices as
-    # their suites expect.
+    # (diff's runs and windows, the warp walk of long rows), and jit's graph
+    # replays (graphs reading the blocks they keep), on 8 devices as their
+    # suites expect.
     : > "$OUT/memcheck-kernels.txt"
-    for t in "test_stencil Diff.*" "test_reduce ReduceKernel.LongRowsOnADevice*"; do
+    for t in "test_stencil Diff.*" "test_reduce ReduceKernel.LongRowsOnADevice*" "test_jit_graphs *"; do
       read -r bin filter <<< "$t"
       [ -x "$BUILD_DIR/tests/$bin" ] || continue
       bounded 90 "memcheck $bin" env TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=8 "$SANITIZER" --tool memcheck \

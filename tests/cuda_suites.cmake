@@ -61,6 +61,7 @@ tessera_cuda_suite(test_shard_map)
 tessera_cuda_suite(test_collectives)
 # The test's own primitives (test_iota) have CPU kernels only.
 tessera_cuda_suite(test_jit Jit.PrimitivesThatFixTheirLayoutOrLowerThemselves)
+tessera_cuda_suite(test_jit_graphs)
 tessera_cuda_suite(test_vmap)
 tessera_cuda_suite(test_autodiff)
 tessera_cuda_suite(test_contract)

@@ -20,7 +20,7 @@ bool on_cuda_device() {
 void eval_kernel(const Primitive& prim, const LocalArgs& in, LocalOuts& out) {
   if (!on_cuda_device()) return prim.eval_cpu(in, out);
   prim.eval_cuda(in, out);
-  gpu_wait(*Runtime::get().gpu(current_device()), std::string(prim.name()).c_str());
+  gpu_op_done(*Runtime::get().gpu(current_device()), std::string(prim.name()).c_str());
 }
 
 void Primitive::eval_tile(std::span<const void* const>, void*, std::int64_t) const {

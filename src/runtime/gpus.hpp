@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,7 @@ int emulated_gpus();
 struct GpuHandle {
   int ordinal = -1;
   void* stream = nullptr;  // cudaStream_t
+  void* record_stream = nullptr;  // cudaStream_t that gpu_record_begin captures
   void* pool = nullptr;    // cudaMemPool_t
   bool emulated = false;
   int device_id = -1;
@@ -87,6 +89,37 @@ void gpu_copy(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes
 /// Waits for everything queued on `g`'s stream; raises DeviceError naming
 /// `op` if some of it failed.
 void gpu_wait(const GpuHandle& g, const char* op);
+
+/// The wait at the end of an op's kernels (gpu_wait), skipped while the
+/// calling thread records for g (gpu_record_begin): the recording's replay
+/// is waited for as a whole.
+void gpu_op_done(const GpuHandle& g, const char* op);
+
+// ---- Recording a device's work for replay (jit's graph replay,
+// transforms/jit.cpp). Between gpu_record_begin and gpu_record_end, the
+// kernels and device-to-device copies that the calling thread (g's worker)
+// queues for g are recorded, not run: on a GPU by capturing them into a
+// CUDA graph (on g's recording stream, so other threads' copies on g's own
+// stream are not captured), on an emulated GPU as host closures. Memory
+// allocated meanwhile is allocated at once (not recorded). What needs the
+// GPU's results on the host now (gpu_wait, copies from or to the host)
+// raises DeviceError "[op] cannot be recorded into a CUDA graph: ...", and
+// the recording is then to be ended and discarded.
+
+/// A recording, instantiated: replayable any number of times. Freed (any
+/// thread) with its last reference.
+struct GpuGraph;
+
+/// Starts recording on the calling thread, which must be g's worker.
+/// Raises DeviceError if it cannot start.
+void gpu_record_begin(const GpuHandle& g);
+/// Ends the calling thread's recording (always call it after
+/// gpu_record_begin, also when the recorded code threw): the graph, or
+/// nullptr with *why set when the recording cannot be replayed.
+std::shared_ptr<GpuGraph> gpu_record_end(const GpuHandle& g, std::string* why);
+/// Queues a replay of `graph` on g's stream (does not wait). Raises
+/// DeviceError naming `op` if the launch fails.
+void gpu_graph_launch(const GpuHandle& g, const GpuGraph& graph, const char* op);
 
 /// `nbytes` of page-locked host memory (cudaMallocHost, kept in a cache of
 /// freed blocks), for staging copies between host and GPUs: the GPU's copy

@@ -25,6 +25,7 @@ namespace {
 thread_local int t_current_device = -1;
 // Inside a HostStaging scope (runtime.hpp).
 thread_local bool t_host_staging = false;
+thread_local std::vector<Buffer>* t_keep = nullptr;  // KeepAllocations
 
 constexpr std::size_t kAlign = 64;
 constexpr std::size_t kPage = 4096;
@@ -510,6 +511,9 @@ HostStaging::HostStaging(bool on) : prev_(t_host_staging) { t_host_staging = pre
 HostStaging::~HostStaging() { t_host_staging = prev_; }
 bool HostStaging::active() { return t_host_staging; }
 
+KeepAllocations::KeepAllocations(std::vector<Buffer>* keep) : prev_(t_keep) { t_keep = keep; }
+KeepAllocations::~KeepAllocations() { t_keep = prev_; }
+
 Buffer Buffer::host_staging(int device_id, std::size_t nbytes) {
   if (Runtime::get().platform() == Platform::Cpu) return Buffer(device_id, nbytes);
   Buffer b;
@@ -531,6 +535,7 @@ Buffer::Buffer(int device_id, std::size_t nbytes) : nbytes_(nbytes), device_id_(
   Allocator& a = rt.allocator(device_id);
   void* p = a.allocate(nbytes);
   ptr_ = std::shared_ptr<void>(p, [&a, nbytes](void* q) { a.deallocate(q, nbytes); });
+  if (t_keep != nullptr) t_keep->push_back(*this);
 }
 
 void Buffer::not_host_memory() const {

@@ -219,6 +219,24 @@ class HostStaging {
   bool prev_ = false;
 };
 
+class Buffer;
+
+/// While one is open on a thread, every Buffer that thread allocates on a
+/// device (not host staging) is also appended to `keep`, which so holds it
+/// past the allocating code's own references: jit's graph replay keeps the
+/// temporaries a recorded graph reads and writes (their addresses are in
+/// it) for as long as the graph lives. Scopes nest; the innermost keeps.
+class KeepAllocations {
+ public:
+  explicit KeepAllocations(std::vector<Buffer>* keep);
+  ~KeepAllocations();
+  KeepAllocations(const KeepAllocations&) = delete;
+  KeepAllocations& operator=(const KeepAllocations&) = delete;
+
+ private:
+  std::vector<Buffer>* prev_ = nullptr;
+};
+
 /// Work touching fewer bytes than this over all devices runs inline (1 MiB
 /// is about 20 us of copying or elementwise math on one core; waking eight
 /// device threads on two cores costs 40-60 us).

@@ -33,11 +33,18 @@
 // Buffers die after their last use, so the caching allocator reuses them
 // within the call; a member's buffer read by others stays alive in the
 // collective's rendezvous.
+//
+// On GPUs a cached call replays recordings (see "graph replay" below):
+// each run of kernels and fused loops is recorded once per device into a
+// CUDA graph and replayed by one launch.
 #include "tessera/jit.hpp"
 
 #include <algorithm>
 #include <any>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -51,6 +58,7 @@
 #include "spmd/member.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/timeline.hpp"
+#include "transforms/jit_graphs.hpp"
 #include "transforms/shard_map.hpp"
 #include "spmd/program.hpp"
 #include "transforms/trace.hpp"
@@ -202,6 +210,35 @@ struct CudaFused {
   std::shared_ptr<const cuda::FusedKernel> kernel;
 };
 
+// jit's graph replay on GPUs, per compiled program (see "graph replay").
+// A device's recording of a run: the graph, the blocks it reads its
+// inputs from and writes its results to, and the temporaries it uses.
+struct DeviceGraphs {
+  std::mutex mu;
+  std::string off;  // why this device runs the run op by op; empty: it replays
+  std::shared_ptr<GpuGraph> graph;
+  std::vector<Buffer> ins, outs;  // per GraphRun::in (none for constants), per GraphRun::made
+  std::vector<Buffer> kept;  // everything the recording allocated (ins and outs too)
+};
+
+// A run of consecutive steps that a device records as one graph: kernels
+// and fused loops (and layout-keeping reshards, which only rename).
+struct GraphRun {
+  std::size_t begin = 0, end = 0;  // steps [begin, end)
+  std::vector<int> in;    // slots it reads that the caller or earlier steps made
+  std::vector<bool> constant;  // per `in`: a captured constant (read where it is)
+  std::vector<int> made;  // slots it writes that outlive it (the call sets their blocks)
+  std::vector<std::pair<int, int>> aliases;  // (slot that outlives it, the made slot it renames)
+  std::vector<int> last_read;  // inputs read for the last time: released after a replay
+  mutable std::vector<DeviceGraphs> pos;  // per mesh position
+};
+
+struct GraphState {
+  std::atomic<std::int64_t> calls{0};
+  std::vector<GraphRun> runs;
+  std::vector<int> run_at;  // per step: the run that starts there, or -1
+};
+
 struct Slot {
   Shape shape;
   DType dtype = DType::f32;
@@ -223,6 +260,9 @@ struct Compiled {
   std::vector<std::vector<int>> eqn_in, eqn_out;
   // The traced result's tree, leaves emptied (the caller's result type).
   std::shared_ptr<const std::any> tree;
+  // GPUs: the graph replay's state, when the program can be recorded
+  // (graph_plan); null otherwise.
+  std::unique_ptr<GraphState> graphs;
 
   explicit Compiled(Mesh m) : mesh(std::move(m)) {}
 };
@@ -347,6 +387,8 @@ void fuse(Compiled& c) {
 
 std::shared_ptr<const cpu::NativeKernel> native_loop(const Compiled& c, const Step& st);  // below, with the running
 std::shared_ptr<CudaFused> cuda_group(const Compiled& c, const Step& st);                  // below
+
+void graph_plan(Compiled& c);  // below, with the running
 
 std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& mesh) {
   auto c = std::make_shared<Compiled>(mesh);
@@ -473,6 +515,7 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
   for (size_t k = 0; k < c->steps.size(); ++k)
     for (int s : c->steps[k].in) c->last_use[s] = static_cast<int>(k);
   for (int s : c->outputs) c->last_use[s] = static_cast<int>(c->steps.size());
+  if (Runtime::get().platform() == Platform::Cuda) graph_plan(*c);
   return c;
 }
 
@@ -480,9 +523,20 @@ std::shared_ptr<Compiled> compile(std::string name, Program prog, const Mesh& me
 
 using Buffers = std::vector<std::vector<Buffer>>;  // [slot][position]
 
+// The block that step result `s` is written to at `pos`: a new one, or
+// the one set there beforehand (a graph replay's call sets its results'
+// blocks before the steps run; slots are written once, so a slot holds a
+// buffer before its step only then).
+const Buffer& out_block(const Compiled& c, int s, int pos, Buffers& bufs) {
+  Buffer& b = bufs[s][pos];
+  if (b.device_id() < 0)
+    b = Buffer(c.mesh.devices()[pos].id(),
+               static_cast<std::size_t>(num_elements(c.slots[s].local[pos])) * itemsize(c.slots[s].dtype));
+  return b;
+}
+
 void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   const Eqn& q = c.prog.eqns[st.eqns[0]];
-  const int dev = c.mesh.devices()[pos].id();
   LocalArgs in;
   in.reserve(st.in.size());
   for (int s : st.in) {
@@ -493,9 +547,8 @@ void run_kernel(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   out.reserve(st.out.size());
   for (int s : st.out) {
     const Slot& sl = c.slots[s];
-    Buffer b(dev, static_cast<std::size_t>(num_elements(sl.local[pos])) * itemsize(sl.dtype));
+    const Buffer& b = out_block(c, s, pos, bufs);
     out.push_back(LocalOut{b.device_data(), sl.local[pos], sl.dtype, sl.boxes[pos]});
-    bufs[s][pos] = std::move(b);
   }
   TimelineScope scope(q.prim->name(), "kernel");
   eval_kernel(*q.prim, in, out);
@@ -607,13 +660,8 @@ void run_fused_cuda(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   // Each member's block where it is written to memory: a result of the
   // step, or (members run one by one, or the sink's operand) a temporary.
   std::vector<Buffer> value(members.size());
-  for (size_t k = 0; k < members.size(); ++k) {
-    const int so = members[k].slot;
-    if (members[k].out) {
-      bufs[so][pos] = Buffer(dev, static_cast<std::size_t>(n) * itemsize(c.slots[so].dtype));
-      value[k] = bufs[so][pos];
-    }
-  }
+  for (size_t k = 0; k < members.size(); ++k)
+    if (members[k].out) value[k] = out_block(c, members[k].slot, pos, bufs);
   CudaFused& cf = *st.cuda;
   const cuda::FusedKernel* kernel = nullptr;
   if (!cf.source.empty()) {
@@ -656,7 +704,7 @@ void run_fused_cuda(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     put(cf.f.data(), cf.f.size());
     put(cf.i.data(), cf.i.size());
     cuda::launch_fused(*kernel, words.data(), words.size(), n, "jit");
-    gpu_wait(*Runtime::get().gpu(dev), "jit");
+    gpu_op_done(*Runtime::get().gpu(dev), "jit");
   } else {
     for (size_t k = 0; k < members.size(); ++k) {
       LocalArgs in;
@@ -676,11 +724,10 @@ void run_fused_cuda(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
   if (st.sink_eqn >= 0) {
     const Slot& so = c.slots[st.sink_out];
     const Slot& si = c.slots[c.eqn_in[st.sink_eqn][0]];
-    Buffer b(dev, static_cast<std::size_t>(num_elements(so.local[pos])) * itemsize(so.dtype));
+    const Buffer& b = out_block(c, st.sink_out, pos, bufs);
     LocalArgs in{LocalIn{value[sink_from].device_data(), si.local[pos], si.dtype, si.boxes[pos]}};
     LocalOuts out{LocalOut{b.device_data(), so.local[pos], so.dtype, so.boxes[pos]}};
     eval_kernel(*c.prog.eqns[st.sink_eqn].prim, in, out);
-    bufs[st.sink_out][pos] = std::move(b);
   }
 }
 
@@ -829,6 +876,235 @@ void run_global_member(const Compiled& c, const Step& st, int pos, Buffers& bufs
   for (size_t r = 0; r < st.out.size(); ++r) bufs[st.out[r]][pos] = res[r].impl()->buffers[pos];
 }
 
+// ------------------------------------------------------------ graph replay
+//
+// On GPUs, each op's kernels end with a wait for the device's stream, and a
+// small op costs its launches and that round trip more than its work. In a
+// cached call, each run of two or more kernels and fused loops in a row
+// (graph_plan: no communication and no step that partitions itself in
+// between) instead replays a recording of the device's work for the run
+// (runtime/gpus.hpp): one launch of a CUDA graph, one wait.
+//
+// A graph holds the addresses it was recorded with, so it owns what it
+// touches: blocks for the run's inputs and for its results (what outlives
+// the run), and the temporaries its steps allocated while recording (their
+// blocks, the kernels' scratch), all kept alive with it (KeepAllocations)
+// so that no one else gets their memory. A replay copies the call's inputs
+// into the graph's blocks, launches the graph, and copies its results out
+// to new blocks of the call's, all on the device's stream, then waits once;
+// the steps' host code does not run. The copies are the price of replaying
+// whatever blocks the call has; a run is recorded only where they are
+// small beside the launches and waits saved (kGraphCopyBytesPerKernel).
+// Captured constants are read where they are (the program holds them).
+//
+// The first call runs op by op (it compiles the fused loops); the second
+// records. Recording fails when a step needs the GPU's results on the host
+// (a median's passes, a scatter's index tables, a key's words): the device
+// then runs that run op by op from then on, and the refusal is counted
+// (jit_graph_stats). So is a graph that would keep more than
+// kGraphKeepBytes. TESSERA_CUDA_GRAPHS=0 turns replay off.
+
+constexpr std::size_t kGraphKeepBytes = std::size_t(256) << 20;
+// A run is recorded only when its inputs and results, copied at every
+// replay, take at most this per kernel whose launch and wait it saves
+// (a GPU copies 4 MiB in a few microseconds, less than a launch and a
+// wait take).
+constexpr std::int64_t kGraphCopyBytesPerKernel = std::int64_t(4) << 20;
+
+}  // namespace
+
+namespace {
+std::mutex g_graph_stats_mu;
+JitGraphStats g_graph_stats;
+
+void count_graph(std::int64_t JitGraphStats::*what, const std::string& why = {}) {
+  std::lock_guard<std::mutex> lock(g_graph_stats_mu);
+  ++(g_graph_stats.*what);
+  if (!why.empty()) g_graph_stats.last_reason = why;
+}
+
+// TESSERA_CUDA_GRAPHS, read once; set_jit_graphs overrides it.
+std::atomic<int> g_graphs_on{-1};
+
+bool graphs_enabled() {
+  int on = g_graphs_on.load(std::memory_order_relaxed);
+  if (on < 0) {
+    const char* v = std::getenv("TESSERA_CUDA_GRAPHS");
+    on = v == nullptr || std::string(v) != "0" ? 1 : 0;
+    int unread = -1;
+    g_graphs_on.compare_exchange_strong(unread, on, std::memory_order_relaxed);
+    on = g_graphs_on.load(std::memory_order_relaxed);
+  }
+  return on == 1;
+}
+}  // namespace
+
+void set_jit_graphs(bool on) { g_graphs_on.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+JitGraphStats jit_graph_stats() {
+  std::lock_guard<std::mutex> lock(g_graph_stats_mu);
+  return g_graph_stats;
+}
+
+namespace {
+
+// The runs of `c` that are worth recording: two or more kernels or fused
+// loops in a row (one saves no launch).
+void graph_plan(Compiled& c) {
+  auto g = std::make_unique<GraphState>();
+  g->run_at.assign(c.steps.size(), -1);
+  auto recordable = [&](const Step& st) {
+    return !st.on_host && (st.kind == Step::Kernel || st.kind == Step::Fused || (st.kind == Step::Reshard && !st.plan));
+  };
+  for (std::size_t a = 0; a < c.steps.size();) {
+    if (!recordable(c.steps[a])) {
+      ++a;
+      continue;
+    }
+    std::size_t b = a;
+    int kernels = 0;
+    while (b < c.steps.size() && recordable(c.steps[b])) kernels += c.steps[b++].kind != Step::Reshard;
+    if (kernels >= 2) {
+      GraphRun r;
+      r.begin = a;
+      r.end = b;
+      std::vector<int> same(c.slots.size(), -1);  // a renaming reshard's result: its source
+      std::vector<bool> here(c.slots.size(), false), written(c.slots.size(), false);
+      for (std::size_t j = a; j < b; ++j) {
+        const Step& st = c.steps[j];
+        for (int s : st.in) {
+          if (!here[s] && std::find(r.in.begin(), r.in.end(), s) == r.in.end()) r.in.push_back(s);
+          if (!here[s] && c.last_use[s] < static_cast<int>(b) &&
+              std::find(r.last_read.begin(), r.last_read.end(), s) == r.last_read.end())
+            r.last_read.push_back(s);
+        }
+        std::vector<int> outs = st.out;
+        if (st.sink_out >= 0) outs.push_back(st.sink_out);
+        for (int s : outs) {
+          here[s] = true;
+          if (st.kind == Step::Reshard)
+            same[s] = st.in[0];
+          else
+            written[s] = true;
+        }
+      }
+      for (std::size_t s = 0; s < c.slots.size(); ++s) {
+        if (!here[s] || c.last_use[s] < static_cast<int>(b)) continue;  // not made here, or dead after
+        int root = static_cast<int>(s);
+        while (same[root] >= 0) root = same[root];
+        if (root != static_cast<int>(s)) r.aliases.emplace_back(static_cast<int>(s), root);
+        if (written[root] && std::find(r.made.begin(), r.made.end(), root) == r.made.end()) r.made.push_back(root);
+      }
+      for (int s : r.in)
+        r.constant.push_back(std::any_of(c.prog.constants.begin(), c.prog.constants.end(),
+                                         [s](const auto& k) { return k.first == s; }));
+      // What a replay copies, on the device that copies most.
+      std::int64_t copied = 0;
+      for (int pos = 0; pos < c.mesh.size(); ++pos) {
+        std::int64_t here_bytes = 0;
+        for (size_t i = 0; i < r.in.size(); ++i)
+          if (!r.constant[i]) here_bytes += num_elements(c.slots[r.in[i]].local[pos]) * itemsize(c.slots[r.in[i]].dtype);
+        for (int s : r.made) here_bytes += num_elements(c.slots[s].local[pos]) * itemsize(c.slots[s].dtype);
+        copied = std::max(copied, here_bytes);
+      }
+      if (copied > kernels * kGraphCopyBytesPerKernel) {
+        a = b;
+        continue;
+      }
+      r.pos = std::vector<DeviceGraphs>(static_cast<std::size_t>(c.mesh.size()));
+      g->run_at[a] = static_cast<int>(g->runs.size());
+      g->runs.push_back(std::move(r));
+    }
+    a = b;
+  }
+  if (!g->runs.empty()) c.graphs = std::move(g);
+}
+
+// Member `pos`'s share of run `run` in a cached call: recorded the first
+// time, replayed after. `steps` runs the run's steps op by op: the
+// recording, and the fallback when a recording fails.
+void run_graphed(const Compiled& c, const GraphRun& run, int pos, Buffers& bufs, const std::function<void()>& steps) {
+  DeviceGraphs& dg = run.pos[static_cast<size_t>(pos)];
+  std::unique_lock<std::mutex> lock(dg.mu);
+  if (!dg.off.empty()) {
+    lock.unlock();
+    return steps();
+  }
+  const int dev = c.mesh.devices()[pos].id();
+  const GpuHandle& g = *Runtime::get().gpu(dev);
+  const char* op = c.name.c_str();
+  auto bytes = [&](int s) {
+    return static_cast<std::size_t>(num_elements(c.slots[s].local[pos])) * itemsize(c.slots[s].dtype);
+  };
+  std::vector<Buffer> before;  // the column as the call had it
+  if (!dg.graph) {
+    // Record: the graph's own blocks for the run's inputs and results, and
+    // everything the steps allocate, are kept with it.
+    before.resize(c.slots.size());
+    for (size_t s = 0; s < c.slots.size(); ++s) before[s] = bufs[s][pos];
+    KeepAllocations keep(&dg.kept);
+    dg.ins.assign(run.in.size(), Buffer());
+    for (size_t i = 0; i < run.in.size(); ++i)
+      if (!run.constant[i]) bufs[run.in[i]][pos] = dg.ins[i] = Buffer(dev, bytes(run.in[i]));
+    dg.outs.clear();
+    for (int s : run.made) {
+      dg.outs.push_back(Buffer(dev, bytes(s)));
+      bufs[s][pos] = dg.outs.back();
+    }
+    std::string why;
+    bool started = false;
+    try {
+      gpu_record_begin(g);
+      started = true;
+      steps();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (started) {
+      std::string end_why;
+      dg.graph = gpu_record_end(g, &end_why);
+      if (why.empty() && !dg.graph) why = end_why;
+    }
+    for (size_t s = 0; s < c.slots.size(); ++s) bufs[s][pos] = before[s];
+    std::size_t kept = 0;
+    for (const Buffer& b : dg.kept) kept += b.nbytes();
+    if (why.empty() && kept > kGraphKeepBytes)
+      why = "its graph would keep " + format_bytes(static_cast<std::int64_t>(kept)) + " per device (at most " +
+            format_bytes(static_cast<std::int64_t>(kGraphKeepBytes)) + ")";
+    if (!why.empty()) {
+      dg.graph.reset();
+      dg.kept.clear();
+      dg.ins.clear();
+      dg.outs.clear();
+      dg.off = why;
+      lock.unlock();
+      count_graph(&JitGraphStats::refused, why);
+      return steps();
+    }
+    count_graph(&JitGraphStats::recorded);
+  } else {
+    count_graph(&JitGraphStats::replayed);
+  }
+  // Replay: the inputs into the graph's blocks, the graph, its results out
+  // to new blocks of the call's; one wait for all.
+  for (size_t i = 0; i < run.in.size(); ++i)
+    if (!run.constant[i])
+      gpu_copy(g, dg.ins[i].device_data(), bufs[run.in[i]][pos].device_data(), bytes(run.in[i]),
+               CopyKind::DeviceToDevice, op, false);
+  gpu_graph_launch(g, *dg.graph, op);
+  for (size_t i = 0; i < run.made.size(); ++i) {
+    const int s = run.made[i];
+    Buffer out(dev, bytes(s));
+    gpu_copy(g, out.device_data(), dg.outs[i].device_data(), bytes(s), CopyKind::DeviceToDevice, op, false);
+    bufs[s][pos] = std::move(out);
+  }
+  gpu_wait(g, op);
+  // The run's results under all their names, and its inputs released as
+  // the steps would have.
+  for (const auto& [o, r] : run.aliases) bufs[o][pos] = bufs[r][pos];
+  for (int s : run.last_read) bufs[s][pos] = Buffer();
+}
+
 bool moves_data(const Step& st) {
   return (st.kind == Step::Reshard && st.plan) || st.kind == Step::Reduce || st.kind == Step::Global;
 }
@@ -836,6 +1112,9 @@ bool moves_data(const Step& st) {
 std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
   TimelineScope scope(c.name, "task");
   Buffers bufs(c.slots.size(), std::vector<Buffer>(c.mesh.size()));
+  // A cached call on GPUs replays the recordable runs (run_graphed).
+  const bool graphed = c.graphs && c.graphs->calls.fetch_add(1, std::memory_order_relaxed) > 0 && graphs_enabled() &&
+                       !tracing();
   for (size_t i = 0; i < c.prog.inputs.size(); ++i) bufs[c.prog.inputs[i]] = args[i].impl()->buffers;
   for (const auto& [id, arr] : c.prog.constants) bufs[id] = arr.impl()->buffers;
   size_t k = 0;
@@ -866,7 +1145,7 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
       std::optional<MemberContext> m;
       if (session) m.emplace(c.mesh, pos, *session);
       size_t g = 0;
-      for (size_t j = k; j < end; ++j) {
+      auto step = [&](size_t j) {
         const Step& s = c.steps[j];
         switch (s.kind) {
           case Step::Kernel: run_kernel(c, s, pos, bufs); break;
@@ -879,6 +1158,17 @@ std::vector<Array> execute(const Compiled& c, const std::vector<Array>& args) {
         }
         for (int in : s.in)
           if (c.last_use[in] == static_cast<int>(j)) bufs[in][pos] = Buffer();
+      };
+      for (size_t j = k; j < end; ++j) {
+        if (const int r = graphed ? c.graphs->run_at[j] : -1; r >= 0 && c.graphs->runs[r].end <= end) {
+          const GraphRun& run = c.graphs->runs[r];
+          run_graphed(c, run, pos, bufs, [&] {
+            for (size_t i = run.begin; i < run.end; ++i) step(i);
+          });
+          j = run.end - 1;
+          continue;
+        }
+        step(j);
       }
     };
     // Without communication no session is needed (nor the SPMD lock).

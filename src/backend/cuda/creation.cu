@@ -171,7 +171,7 @@ void copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   const Current& c = current("copy");
   if (c.emulated) {
-    std::memcpy(dst, src, bytes);
+    run_emulated([=] { std::memcpy(dst, src, bytes); });
     return;
   }
   check(static_cast<int>(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(c.stream))),

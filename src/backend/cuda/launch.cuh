@@ -81,7 +81,9 @@ void for_each(const char* op, std::int64_t n, F f) {
     // Last element first: a GPU runs the elements in no particular order,
     // so a kernel that reads what an earlier element wrote is wrong, and
     // the ascending order is the one that would hide it.
-    for (std::int64_t i = n - 1; i >= 0; --i) f(i);
+    run_emulated([n, f] {
+      for (std::int64_t i = n - 1; i >= 0; --i) f(i);
+    });
     return;
   }
   const auto kernel = launch_detail::for_each_kernel<F>;
@@ -103,7 +105,9 @@ void for_each_batched(const char* op, std::int64_t n, F f) {
   if (n <= 0) return;
   const Current& c = current(op);
   if (c.emulated) {
-    for (std::int64_t i = n - 1; i >= 0; --i) f.store(i, f.load(i));  // last first, as for_each
+    run_emulated([n, f] {
+      for (std::int64_t i = n - 1; i >= 0; --i) f.store(i, f.load(i));  // last first, as for_each
+    });
     return;
   }
   const auto kernel = launch_detail::for_each_batched_kernel<F>;

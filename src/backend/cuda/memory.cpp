@@ -24,11 +24,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/pinned.hpp"
 #include "backend/cuda/stream.hpp"
@@ -85,6 +87,9 @@ GpuHandle gpu_open(int ordinal, int device_id) {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), g, "devices", "creating a stream");
   g.stream = s;
+  cudaStream_t rs = nullptr;
+  check(cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking), g, "devices", "creating a recording stream");
+  g.record_stream = rs;
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
   props.handleTypes = cudaMemHandleTypeNone;
@@ -119,7 +124,9 @@ void* gpu_allocate(const GpuHandle& g, std::size_t nbytes) {
   check(e, g, "allocate", "allocating " + std::to_string(nbytes) + " bytes");
   // The block is ordered on this device's stream, but collectives hand
   // buffers to other devices' streams: wait, so it is usable everywhere.
-  // (Rare: the allocator above keeps freed blocks and reuses them.)
+  // (Rare: the allocator above keeps freed blocks and reuses them.) While
+  // the device's worker records, its kernels go to the recording stream:
+  // this stream is not being captured, so it may still be waited for.
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(g.stream)), g, "allocate", "allocating");
   return p;
 }
@@ -156,6 +163,7 @@ std::size_t gpu_free_bytes(const GpuHandle& g) {
 }
 
 void gpu_wait(const GpuHandle& g, const char* op) {
+  cuda::refuse_while_recording(op, "waiting for the GPU");
   if (g.emulated) return;
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(g.stream)), g, op, "waiting for the stream");
 }
@@ -288,6 +296,20 @@ bool staged(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes, 
 void gpu_copy(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes, CopyKind kind, const char* op,
               bool wait) {
   if (nbytes == 0) return;
+  if (const int rec = cuda::recording_device(); rec >= 0) {
+    // Recording: a copy within the recorded device is recorded (onto the
+    // recording stream, current on this thread); host memory may be gone
+    // by the replay, and another device is not being recorded.
+    if (kind != CopyKind::DeviceToDevice) cuda::refuse_while_recording(op, "a copy between host and GPU");
+    if (rec != g.device_id) cuda::refuse_while_recording(op, "a copy on another device");
+    if (g.emulated) {
+      cuda::run_emulated([=] { std::memcpy(dst, src, nbytes); });
+      return;
+    }
+    check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, static_cast<cudaStream_t>(cuda::current(op).stream)),
+          g, op, "recording a copy of " + std::to_string(nbytes) + " bytes");
+    return;
+  }
   const pinned::StageSizes sizes = pinned::stage_sizes();
   const bool stageable = kind != CopyKind::DeviceToDevice && nbytes >= sizes.threshold;
   if (g.emulated) {
@@ -307,6 +329,78 @@ void gpu_copy(const GpuHandle& g, void* dst, const void* src, std::size_t nbytes
   const auto s = static_cast<cudaStream_t>(g.stream);
   check(cudaMemcpyAsync(dst, src, nbytes, k, s), g, op, "a copy of " + std::to_string(nbytes) + " bytes");
   if (wait) check(cudaStreamSynchronize(s), g, op, "a copy of " + std::to_string(nbytes) + " bytes");
+}
+
+void gpu_op_done(const GpuHandle& g, const char* op) {
+  if (cuda::recording_device() == g.device_id) return;
+  gpu_wait(g, op);
+}
+
+// A recording: the instantiated CUDA graph (none when nothing was
+// recorded), or an emulated GPU's closures.
+struct GpuGraph {
+  cudaGraphExec_t exec = nullptr;
+  int ordinal = -1;
+  std::vector<std::function<void()>> emulated;
+
+  GpuGraph() = default;
+  GpuGraph(const GpuGraph&) = delete;
+  GpuGraph& operator=(const GpuGraph&) = delete;
+  ~GpuGraph() {
+    if (exec == nullptr) return;
+    int prev = 0;
+    if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(ordinal) == cudaSuccess) {
+      (void)cudaGraphExecDestroy(exec);
+      (void)cudaSetDevice(prev);
+    }
+    (void)cudaGetLastError();
+  }
+};
+
+void gpu_record_begin(const GpuHandle& g) {
+  if (cuda::recording_device() >= 0)
+    throw DeviceError("[jit] internal: a recording is already open on this thread");
+  if (g.emulated) {
+    cuda::record_begin(g.device_id, nullptr);
+    return;
+  }
+  const auto rs = static_cast<cudaStream_t>(g.record_stream);
+  // Relaxed: allocating memory (cudaMallocFromPoolAsync on the device's own
+  // stream, and waiting for that stream) stays allowed while this stream
+  // is captured.
+  check(cudaStreamBeginCapture(rs, cudaStreamCaptureModeRelaxed), g, "jit", "starting a CUDA graph capture");
+  cuda::record_begin(g.device_id, rs);
+}
+
+std::shared_ptr<GpuGraph> gpu_record_end(const GpuHandle& g, std::string* why) {
+  std::vector<std::function<void()>> work = cuda::record_end();
+  auto graph = std::make_shared<GpuGraph>();
+  graph->ordinal = g.ordinal;
+  if (g.emulated) {
+    graph->emulated = std::move(work);
+    return graph;
+  }
+  cudaGraph_t cg = nullptr;
+  cudaError_t e = cudaStreamEndCapture(static_cast<cudaStream_t>(g.record_stream), &cg);
+  std::size_t nodes = 0;
+  if (e == cudaSuccess && cg != nullptr) e = cudaGraphGetNodes(cg, nullptr, &nodes);
+  if (e == cudaSuccess && cg != nullptr && nodes > 0) e = cudaGraphInstantiate(&graph->exec, cg, 0);
+  if (cg != nullptr) (void)cudaGraphDestroy(cg);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) *why = std::string("the CUDA graph could not be made: ") + cuda_error_text(e);
+    return nullptr;
+  }
+  return graph;
+}
+
+void gpu_graph_launch(const GpuHandle& g, const GpuGraph& graph, const char* op) {
+  if (g.emulated) {
+    for (const auto& f : graph.emulated) f();
+    return;
+  }
+  if (graph.exec == nullptr) return;
+  check(cudaGraphLaunch(graph.exec, static_cast<cudaStream_t>(g.stream)), g, op, "launching a CUDA graph");
 }
 
 pinned::HostBlockCache& pinned::host_cache() {

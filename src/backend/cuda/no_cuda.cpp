@@ -34,6 +34,14 @@ void gpu_deallocate(const GpuHandle&, void*) {}
 std::size_t gpu_free_bytes(const GpuHandle&) { return 0; }
 void gpu_copy(const GpuHandle&, void*, const void*, std::size_t, CopyKind, const char* op, bool) { no_cuda(op); }
 void gpu_wait(const GpuHandle&, const char*) {}
+void gpu_op_done(const GpuHandle&, const char*) {}
+struct GpuGraph {};
+void gpu_record_begin(const GpuHandle&) { no_cuda("jit"); }
+std::shared_ptr<GpuGraph> gpu_record_end(const GpuHandle&, std::string* why) {
+  if (why) *why = "this build has no CUDA backend";
+  return nullptr;
+}
+void gpu_graph_launch(const GpuHandle&, const GpuGraph&, const char* op) { no_cuda(op); }
 void* gpu_host_allocate(std::size_t, const char* op) { no_cuda(op); }
 void gpu_host_free(void*, std::size_t) {}
 

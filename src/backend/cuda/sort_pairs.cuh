@@ -44,14 +44,16 @@ inline void sort_pairs(const char* op, const std::uint64_t* key, std::uint64_t* 
                        std::size_t temp_bytes) {
   const Current& c = current(op);
   if (c.emulated) {
-    std::vector<std::int64_t> next(static_cast<std::size_t>(max_key) + 2, 0);
-    for (std::int64_t e = 0; e < m; ++e) ++next[key[e] + 1];
-    for (std::uint64_t r = 0; r <= max_key; ++r) next[r + 1] += next[r];
-    for (std::int64_t e = 0; e < m; ++e) {
-      const std::int64_t to = next[key[e]]++;
-      key_out[to] = key[e];
-      val_out[to] = val[e];
-    }
+    run_emulated([=] {
+      std::vector<std::int64_t> next(static_cast<std::size_t>(max_key) + 2, 0);
+      for (std::int64_t e = 0; e < m; ++e) ++next[key[e] + 1];
+      for (std::uint64_t r = 0; r <= max_key; ++r) next[r + 1] += next[r];
+      for (std::int64_t e = 0; e < m; ++e) {
+        const std::int64_t to = next[key[e]]++;
+        key_out[to] = key[e];
+        val_out[to] = val[e];
+      }
+    });
     return;
   }
   check(static_cast<int>(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key, key_out, val, val_out, m, 0,

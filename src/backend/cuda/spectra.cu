@@ -675,6 +675,7 @@ Layout layout(const ResampleRows& a) {
 
 // Device bytes to the host (waits for the stream).
 void read_back(const char* op, void* host, const void* dev, std::size_t bytes) {
+  refuse_while_recording(op, "a copy to the host");
   const Current& c = current(op);
   if (c.emulated) {
     std::memcpy(host, dev, bytes);

@@ -14,6 +14,14 @@ namespace tessera::cuda {
 namespace {
 thread_local Current t_current;
 
+// The calling thread's recording (stream.hpp).
+struct Recording {
+  int device_id = -1;
+  void* own_stream = nullptr;  // the thread's stream, given back at the end
+  std::vector<std::function<void()>> work;
+};
+thread_local Recording t_record;
+
 std::string where(const Current& c) {
   std::string s = "CUDA device " + std::to_string(c.device_id);
   if (c.emulated) return s + " (emulated)";
@@ -62,7 +70,38 @@ unsigned grid_blocks(const void* kernel, std::int64_t n) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
+int recording_device() { return t_record.device_id; }
+
+void record_begin(int device_id, void* record_stream) {
+  t_record.device_id = device_id;
+  t_record.own_stream = t_current.stream;
+  t_record.work.clear();
+  if (record_stream != nullptr) t_current.stream = record_stream;
+}
+
+std::vector<std::function<void()>> record_end() {
+  if (t_record.device_id >= 0) t_current.stream = t_record.own_stream;
+  t_record.device_id = -1;
+  std::vector<std::function<void()>> work = std::move(t_record.work);
+  t_record.work.clear();
+  return work;
+}
+
+void run_emulated(std::function<void()> work) {
+  if (t_record.device_id >= 0)
+    t_record.work.push_back(std::move(work));
+  else
+    work();
+}
+
+void refuse_while_recording(const char* op, const char* what) {
+  if (t_record.device_id < 0) return;
+  throw DeviceError(std::string("[") + op + "] cannot be recorded into a CUDA graph: " + what +
+                    " needs the GPU's results on the host while the work is only being recorded");
+}
+
 void synchronize(const char* op) {
+  refuse_while_recording(op, "waiting for the GPU");
   const Current& c = current(op);
   if (c.emulated) return;
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(c.stream)), op, "a kernel");

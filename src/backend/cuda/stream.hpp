@@ -16,7 +16,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace tessera::cuda {
 
@@ -38,6 +40,34 @@ void bind_current(const Current& c);
 /// Waits until everything queued on the calling thread's stream is done;
 /// raises DeviceError naming `op` and the CUDA error if a kernel failed.
 void synchronize(const char* op);
+
+// ---- Recording (runtime/gpus.hpp's gpu_record_begin/end, for jit's graph
+// replay). While the calling thread records, what it queues for its GPU is
+// kept instead of run: on a GPU its kernels and device copies go onto the
+// device's recording stream, which is being captured into a CUDA graph; on
+// an emulated GPU each would-be kernel (a host loop) is kept as a closure.
+// Host code that needs the GPU's results now (a copy to the host, a wait)
+// cannot be recorded: refuse_while_recording raises.
+
+/// The Tessera device the calling thread records for, or -1.
+int recording_device();
+
+/// Starts recording on the calling thread, for `device_id`: its launches go
+/// to `record_stream` (a cudaStream_t being captured; nullptr on emulated
+/// GPUs) until record_end.
+void record_begin(int device_id, void* record_stream);
+
+/// Ends the calling thread's recording: its launches go to its own stream
+/// again. Returns the emulated work kept (empty on a GPU).
+std::vector<std::function<void()>> record_end();
+
+/// An emulated GPU's work (a kernel's loop, a copy): run now, or kept when
+/// the calling thread records.
+void run_emulated(std::function<void()> work);
+
+/// Raises DeviceError "[op] cannot be recorded ..." when the calling thread
+/// records: for code that needs the GPU's results on the host now.
+void refuse_while_recording(const char* op, const char* what);
 
 /// Threads per block of the grid-stride kernels (for_each, the fused loops).
 inline constexpr int kLaunchThreads = 256;
