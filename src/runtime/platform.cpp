@@ -58,8 +58,8 @@ Platform chosen_platform() {
 
 void require_cpu_platform(const std::string& op, const char* what) {
   if (!Runtime::started() || Runtime::get().platform() == Platform::Cpu) return;
-  throw DeviceError("[" + op + "] " + what + " on CUDA devices: not implemented yet (the CUDA backend runs " +
-                    "elementwise and creation ops, transfers and resharding so far; see docs/gpu.md)");
+  throw DeviceError("[" + op + "] " + what + " on CUDA devices: not implemented yet (docs/gpu.md lists what runs " +
+                    "on GPUs)");
 }
 
 }  // namespace tessera::detail

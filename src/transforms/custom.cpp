@@ -35,6 +35,8 @@ class CustomVjpLinear final : public Primitive {
   ShardingRule rule(std::span<const AbstractArray> in) const override { return own_factor_rule(in, infer(in)); }
   bool lowers_itself() const override { return true; }
   bool runs_per_member() const override { return false; }
+  // Raises its own error (fail) on every platform.
+  bool lowers_on_cuda() const override { return true; }
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray>,
                                                     const std::vector<TypeInfo>&) const override {
     return std::vector<NamedSharding>{out_.sharding};
@@ -100,6 +102,8 @@ class CustomFn final : public Primitive {
     infer(in);
     return std::vector<NamedSharding>{type_->sharding};
   }
+  // fn_'s ops run on GPUs as their own ops do.
+  bool lowers_on_cuda() const override { return true; }
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {
     throw Error(msg(name_, "internal: runs on whole arrays (eval_global)"));
   }

@@ -471,6 +471,8 @@ class ShardMapPrim final : public Primitive {
     return "mesh=" + mesh_.str() + " in_specs=" + specs_text(in_specs_) + " out_specs=" + specs_text(out_specs_);
   }
   bool lowers_itself() const override { return true; }
+  // The body's ops run on each device as their own ops do (GPUs included).
+  bool lowers_on_cuda() const override { return true; }
   void eval_cpu(const LocalArgs&, LocalOuts&) const override {
     throw Error("[shard_map] internal: a primitive that lowers itself has no per-device kernel");
   }
@@ -920,6 +922,8 @@ class CollectivePrim final : public Primitive {
   ShardingRule rule(std::span<const AbstractArray> in) const override { return own_factor_rule(in, infer(in)); }
   bool lowers_itself() const override { return true; }
   bool runs_per_member() const override { return false; }
+  // The collectives move and combine device memory on GPUs too.
+  bool lowers_on_cuda() const override { return true; }
   std::optional<std::vector<NamedSharding>> layouts(std::span<const AbstractArray> in,
                                                     const std::vector<TypeInfo>&) const override {
     return std::vector<NamedSharding>{in[0].sharding};

@@ -468,6 +468,17 @@ TEST(Autodiff, ThroughShardMap) {
   const ts::Array gx = ts::grad([&](ts::Array a) { return ts::sum(body(a)); })(x);
   expect_near(gx.to_vector<double>(), (ts::cos(x) * x + ts::sin(x)).to_vector<double>(), 1e-12, "grad through shard_map");
   EXPECT_EQ(gx.sharding(), x.sharding());
+  // An operand laid out otherwise than the body takes it: the shard_map
+  // first brings it there (the engine's path, on GPUs too).
+  const ts::Mesh m2(ts::testing::first_devices(4), {2, 2}, {"x", "y"});
+  auto body2 = ts::shard_map([](ts::Array xl) { return ts::sin(xl) * xl; }, m2, {ts::P("x")}, ts::P("x"));
+  const ts::Array xy = ts::device_put(x.to_vector<double>(), {10}, ts::NamedSharding(m2, ts::P("y")));
+  const ts::Array dx = ts::ones({10}, ts::f64, ts::NamedSharding(m2, ts::P("y")));
+  auto [yv, ty] = ts::jvp([&](ts::Array a) { return body2(a); }, {xy}, {dx});
+  expect_near(ty.to_vector<double>(), (ts::cos(x) * x + ts::sin(x)).to_vector<double>(), 1e-12,
+              "jvp through shard_map, resharded operand");
+  expect_near(ts::grad([&](ts::Array a) { return ts::sum(body2(a)); })(xy).to_vector<double>(),
+              (ts::cos(x) * x + ts::sin(x)).to_vector<double>(), 1e-12, "grad through shard_map, resharded operand");
   // A sharded batch and a replicated weight, a psum inside: the weight's
   // cotangent is summed over the devices.
   const ts::Array xb = input({10, 3}, ts::NamedSharding(m, ts::P("x")), 2), wb = input({3, 2}, ts::NamedSharding(m, ts::P()), 3);
