@@ -2,6 +2,8 @@
 // the same run:
 //
 //   2*sin(x)+1     2^28 f32 under jit, 1 device       / device-to-device copy bandwidth
+//                  (and launched as 4096 blocks, the
+//                  shape before one-wave grids; diff too)
 //   diff           16384^2 f64 along the sharded axis,
 //                  4 devices of the GPU, and along     / copy bandwidth
 //                  axis 0 on 1 device
@@ -40,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/stream.hpp"
 #include "bench_util.hpp"
 #include "runtime/gpus.hpp"
 #include "tessera/tessera.hpp"
@@ -189,6 +192,13 @@ int main(int argc, char** argv) {
       const double s2 = tb::median(tb::time_reps(2, reps, [&] { g(x).block_until_ready(); }));
       row("2*x+1", std::to_string(n) + " f32, jit, 1 device", s2, tb::format_seconds(s2), 2.0 * static_cast<double>(n) * 4 / s2 / bw,
           "copy bandwidth");
+      // The launch shape before one-wave grids (4096 blocks of 256
+      // threads), for comparison in the same run.
+      ts::cuda::set_grid_blocks_cap(4096);
+      const double s3 = tb::median(tb::time_reps(2, reps, [&] { f(x).block_until_ready(); }));
+      ts::cuda::set_grid_blocks_cap(0);
+      row("2*sin(x)+1", std::to_string(n) + " f32, jit, 4096 blocks", s3, tb::format_seconds(s3),
+          2.0 * static_cast<double>(n) * 4 / s3 / bw, "copy bandwidth");
     }
     // Sums: a whole array (one long row) and over the leading dim (columns),
     // which read every byte once.
@@ -216,6 +226,11 @@ int main(int argc, char** argv) {
       const double eff = 2.0 * static_cast<double>(bytes) / s;
       row("diff", std::to_string(n) + "^2 f64, axis 0 sharded, 4 dev", s, tb::format_seconds(s), eff / bw,
           "copy bandwidth");
+      ts::cuda::set_grid_blocks_cap(4096);  // as above: the earlier launch shape
+      const double s4 = tb::median(tb::time_reps(1, reps, [&] { ts::diff(x, 1, 0).block_until_ready(); }));
+      ts::cuda::set_grid_blocks_cap(0);
+      row("diff", std::to_string(n) + "^2 f64, 4 dev, 4096 blocks", s4, tb::format_seconds(s4),
+          2.0 * static_cast<double>(bytes) / s4 / bw, "copy bandwidth");
       // The same on one device: the kernel alone, without the halo exchange
       // and the four devices' launches.
       const ts::Array x1 = ts::full({n, n}, 1.0, ts::DType::f64, ts::NamedSharding(one, ts::P()));

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <map>
 #include <string>
 #include <utility>
@@ -47,6 +48,12 @@ void check(int err, const char* op, const char* what) {
   throw DeviceError(msg);
 }
 
+namespace {
+std::atomic<std::int64_t> g_grid_cap{0};  // set_grid_blocks_cap
+}  // namespace
+
+void set_grid_blocks_cap(std::int64_t blocks) { g_grid_cap.store(blocks < 0 ? 0 : blocks); }
+
 unsigned grid_blocks(const void* kernel, std::int64_t n) {
   // Per thread (no lock), by kernel and GPU: a thread that runs small work
   // inline acts as several devices in turn, which may be different GPUs.
@@ -66,7 +73,9 @@ unsigned grid_blocks(const void* kernel, std::int64_t n) {
     it = t_wave.emplace(key, wave).first;
   }
   const std::int64_t wanted = (n + kLaunchThreads - 1) / kLaunchThreads;
-  const std::int64_t blocks = wanted < it->second ? wanted : it->second;
+  const std::int64_t cap = g_grid_cap.load(std::memory_order_relaxed);
+  const std::int64_t most = cap > 0 ? cap : it->second;
+  const std::int64_t blocks = wanted < most ? wanted : most;
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 

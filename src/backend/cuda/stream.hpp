@@ -82,6 +82,11 @@ inline constexpr int kLaunchThreads = 256;
 /// occupancy is unknown, at most 4096 blocks.
 unsigned grid_blocks(const void* kernel, std::int64_t n);
 
+/// For benchmarks comparing launch shapes in one run: with `blocks` > 0,
+/// grid_blocks launches up to that many blocks whatever a wave holds (the
+/// launch shape before one-wave grids was 4096); 0 restores one wave.
+void set_grid_blocks_cap(std::int64_t blocks);
+
 /// Raises DeviceError "[op] CUDA error on <device>: <name> (<code>): <text>"
 /// when `err` (a cudaError_t) is not cudaSuccess.
 void check(int err, const char* op, const char* what);
