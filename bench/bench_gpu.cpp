@@ -11,7 +11,8 @@
 //   psum           256 MiB over 4 devices of the GPU  / copy bandwidth
 //   sum, sum axis 0  2^28 f32 whole, and 2^20 x 256 over  / copy bandwidth
 //                  the leading dim, 1 device            (bytes read)
-//   jit graphs     a cached jit call of 24 small kernels,
+//   jit graphs     a cached jit call of 17 small steps
+//                  (8 x row sum, scale, subtract),
 //                  2^16 f32, 1 device, replayed as a
 //                  CUDA graph                         / the same call op by op
 //                                                       (time ratio)
@@ -261,9 +262,10 @@ int main(int argc, char** argv) {
       row("psum", std::to_string(n * 4) + " bytes per device, 4 dev", s, tb::format_seconds(s), eff / bw,
           "copy bandwidth");
     }
-    // A cached jit call of small kernels that do not fuse (a row sum, then
-    // its broadcast back, eight times over): replayed as a graph (one
-    // launch, one wait) against op by op (a launch and a wait per kernel).
+    // A cached jit call of small steps that do not fuse into one (a row
+    // sum, its scaling, the subtraction broadcasting it back, eight times
+    // over: 17 steps): replayed as a graph (one launch, one wait) against op
+    // by op (launches and a wait per step).
     {
       const ts::Array x = ts::full({256, 256}, 0.5, ts::DType::f32, ts::NamedSharding(one, ts::P()));
       auto f = ts::jit([](ts::Array v) {
@@ -278,7 +280,7 @@ int main(int argc, char** argv) {
       const auto after = ts::detail::jit_graph_stats();
       if (after.replayed == before.replayed)
         throw std::runtime_error("jit graphs: no call was replayed (" + after.last_reason + ")");
-      row("jit graphs", "8 x (sum, broadcast) 2^16 f32, 1 device", graphed, tb::format_seconds(op_by_op) + " op by op",
+      row("jit graphs", "17 steps on 2^16 f32, 1 device", graphed, tb::format_seconds(op_by_op) + " op by op",
           op_by_op / graphed, "op by op");
     }
     // device_put + to_vector of 1 GiB f32 (pageable host memory, as users
