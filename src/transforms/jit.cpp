@@ -904,7 +904,7 @@ void run_global_member(const Compiled& c, const Step& st, int pos, Buffers& bufs
 // (jit_graph_stats). So is a graph that would keep more than
 // kGraphKeepBytes. TESSERA_CUDA_GRAPHS=0 turns replay off.
 
-constexpr std::size_t kGraphKeepBytes = std::size_t(256) << 20;
+constexpr std::size_t kGraphKeepBytes = std::size_t(64) << 20;
 // A run is recorded only when its inputs and results, copied at every
 // replay, take at most this per kernel whose launch and wait it saves
 // (a GPU copies 4 MiB in a few microseconds, less than a launch and a

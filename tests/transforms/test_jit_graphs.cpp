@@ -135,3 +135,21 @@ TEST(JitGraphs, AProgramThatNeedsTheHostRunsOpByOp) {
   EXPECT_NE(after.last_reason.find("[key_data] cannot be recorded into a CUDA graph"), std::string::npos)
       << after.last_reason;
 }
+
+TEST(JitGraphs, ARunWithLargeTemporariesRunsOpByOp) {
+  SKIP_WITHOUT_GPUS();
+  ts::Mesh m(ts::testing::first_devices(1), {1}, {"x"});
+  // Small inputs and result, a 67 MB temporary (an outer product summed
+  // over a row): a graph would hold that memory for as long as f lives.
+  auto g = [](ts::Array a, ts::Array b) { return ts::sum(ts::expand_dims(a, 1) * ts::expand_dims(b, 0), {1}); };
+  auto f = ts::jit(g);
+  const ts::NamedSharding s(m, ts::P());
+  auto a = ts::device_put(iota_data<float>(4200), {4200}, s);
+  auto b = ts::device_put(iota_data<float>(4200, 1), {4200}, s);
+  const auto before = stats();
+  for (int call = 0; call < 3; ++call) expect_same(f(a, b), g(a, b), "call " + std::to_string(call));
+  const auto after = stats();
+  EXPECT_EQ(after.recorded, before.recorded);
+  EXPECT_EQ(after.refused, before.refused + 1);
+  EXPECT_NE(after.last_reason.find("its graph would keep"), std::string::npos) << after.last_reason;
+}
