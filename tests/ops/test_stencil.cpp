@@ -538,6 +538,27 @@ TEST(Cumsum, FloatsCloseAndDeterministic) {
   }
 }
 
+// Signed zeros as the sequential scan (and NumPy) gives them: y0 = x0, so a
+// leading run of -0s stays -0, also on a device whose blocks before are
+// empty (fewer elements than devices) or hold only -0s.
+TEST(Cumsum, LeadingNegativeZerosStayNegativeOnEveryLayout) {
+  int checked = 0;
+  for (std::int64_t len : {1, 2, 3, 5, 9}) {
+    std::vector<double> xv(static_cast<size_t>(len), -0.0);
+    if (len > 3) xv[3] = 1.5;
+    std::vector<double> want(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) want[i] = i == 0 ? xv[0] : want[i - 1] + xv[i];
+    for_each_layout(1, [&](const ts::NamedSharding& s) {
+      const auto got = ts::cumsum(put(xv, {len}, s), 0).to_vector<double>();
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]))
+            << s.str() << " len " << len << " element " << i << ": " << got[i] << ", want " << want[i];
+      ++checked;
+    });
+  }
+  EXPECT_GT(checked, 50);
+}
+
 // Only the shard totals cross devices, never the array.
 TEST(Cumsum, MovesOnlyTotals) {
   const ts::Shape shape{1024, 16};

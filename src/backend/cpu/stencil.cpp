@@ -141,7 +141,10 @@ template <class In, class Out>
 void line_totals(const In* x, Out* tot, const Lines& l) {
   for (std::int64_t o = 0; o < l.outer; ++o) {
     Out* t = tot + o * l.inner;
-    std::fill(t, t + l.inner, Out(0));
+    // From -0, not 0: adding -0 changes nothing, not even a -0 (0 + -0 is
+    // +0). So a block after blocks that hold only -0s (or none: an empty
+    // block's total is -0) keeps the -0 that the sequential scan gives.
+    std::fill(t, t + l.inner, static_cast<Out>(-Out(0)));
     for (std::int64_t r = 0; r < l.len; ++r) {
       const In* xr = x + (o * l.len + r) * l.inner;
       for (std::int64_t j = 0; j < l.inner; ++j) t[j] = add(t[j], static_cast<Out>(xr[j]));

@@ -229,7 +229,7 @@ struct LineTotals {
   TESSERA_HD void operator()(int64_t idx) const {
     using Out = ScanOut<In>;
     const int64_t o = idx / inner, j = idx % inner;
-    Out t = Out(0);
+    Out t = static_cast<Out>(-Out(0));  // -0: as the CPU's line_totals (a -0 stays -0)
     for (int64_t r = 0; r < len; ++r) t = add(t, static_cast<Out>(x[(o * len + r) * inner + j]));
     tot[idx] = t;
   }
