@@ -1036,34 +1036,38 @@ void run_graphed(const Compiled& c, const GraphRun& run, int pos, Buffers& bufs,
   auto bytes = [&](int s) {
     return static_cast<std::size_t>(num_elements(c.slots[s].local[pos])) * itemsize(c.slots[s].dtype);
   };
-  std::vector<Buffer> before;  // the column as the call had it
-  if (!dg.graph) {
+  const bool recording = !dg.graph;
+  if (recording) {
     // Record: the graph's own blocks for the run's inputs and results, and
-    // everything the steps allocate, are kept with it.
-    before.resize(c.slots.size());
+    // everything the steps allocate, are kept with it. The column as the
+    // call had it is put back afterwards (the steps replace and release
+    // its buffers as they go).
+    std::vector<Buffer> before(c.slots.size());
     for (size_t s = 0; s < c.slots.size(); ++s) before[s] = bufs[s][pos];
-    KeepAllocations keep(&dg.kept);
-    dg.ins.assign(run.in.size(), Buffer());
-    for (size_t i = 0; i < run.in.size(); ++i)
-      if (!run.constant[i]) bufs[run.in[i]][pos] = dg.ins[i] = Buffer(dev, bytes(run.in[i]));
-    dg.outs.clear();
-    for (int s : run.made) {
-      dg.outs.push_back(Buffer(dev, bytes(s)));
-      bufs[s][pos] = dg.outs.back();
-    }
     std::string why;
-    bool started = false;
-    try {
-      gpu_record_begin(g);
-      started = true;
-      steps();
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    if (started) {
-      std::string end_why;
-      dg.graph = gpu_record_end(g, &end_why);
-      if (why.empty() && !dg.graph) why = end_why;
+    {
+      KeepAllocations keep(&dg.kept);  // this scope only: not the fallback's allocations
+      dg.ins.assign(run.in.size(), Buffer());
+      for (size_t i = 0; i < run.in.size(); ++i)
+        if (!run.constant[i]) bufs[run.in[i]][pos] = dg.ins[i] = Buffer(dev, bytes(run.in[i]));
+      dg.outs.clear();
+      for (int s : run.made) {
+        dg.outs.push_back(Buffer(dev, bytes(s)));
+        bufs[s][pos] = dg.outs.back();
+      }
+      bool started = false;
+      try {
+        gpu_record_begin(g);
+        started = true;
+        steps();
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (started) {
+        std::string end_why;
+        dg.graph = gpu_record_end(g, &end_why);
+        if (why.empty() && !dg.graph) why = end_why;
+      }
     }
     for (size_t s = 0; s < c.slots.size(); ++s) bufs[s][pos] = before[s];
     std::size_t kept = 0;
@@ -1081,9 +1085,6 @@ void run_graphed(const Compiled& c, const GraphRun& run, int pos, Buffers& bufs,
       count_graph(&JitGraphStats::refused, why);
       return steps();
     }
-    count_graph(&JitGraphStats::recorded);
-  } else {
-    count_graph(&JitGraphStats::replayed);
   }
   // Replay: the inputs into the graph's blocks, the graph, its results out
   // to new blocks of the call's; one wait for all.
@@ -1099,6 +1100,7 @@ void run_graphed(const Compiled& c, const GraphRun& run, int pos, Buffers& bufs,
     bufs[s][pos] = std::move(out);
   }
   gpu_wait(g, op);
+  count_graph(recording ? &JitGraphStats::recorded : &JitGraphStats::replayed);
   // The run's results under all their names, and its inputs released as
   // the steps would have.
   for (const auto& [o, r] : run.aliases) bufs[o][pos] = bufs[r][pos];

@@ -208,6 +208,16 @@ std::string check_jit(const Program& p, const std::vector<Outcome>& eager, const
   for (int i : inputs) in.push_back(*eager[static_cast<std::size_t>(i)].value);
   const auto f =
       jit([&p, &eager, &inputs](const std::vector<Array>& a) { return replay(p, eager, inputs, a, p.mesh); });
+  // Each result against the eager one; "" when all agree.
+  auto compare = [&](const std::vector<Array>& got, const std::string& under) -> std::string {
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+      step = outs[k];
+      const std::size_t i = static_cast<std::size_t>(step);
+      if (std::string e = same_as_eager(got[k], *eager[i].value, *ev[i].bytes); !e.empty()) return under + ": " + e;
+    }
+    step = -1;
+    return "";
+  };
   std::vector<Array> got;
   try {
     got = f(in);
@@ -218,29 +228,19 @@ std::string check_jit(const Program& p, const std::vector<Outcome>& eager, const
   ++stats.jit;
   if (got.size() != outs.size())
     return "jit gave " + std::to_string(got.size()) + " results for " + std::to_string(outs.size()) + " steps";
-  for (std::size_t k = 0; k < outs.size(); ++k) {
-    step = outs[k];
-    const std::size_t i = static_cast<std::size_t>(step);
-    if (std::string e = same_as_eager(got[k], *eager[i].value, *ev[i].bytes); !e.empty()) return "under jit: " + e;
-  }
-  step = -1;
+  if (std::string e = compare(got, "under jit"); !e.empty()) return e;
   // On GPUs a cached call records its runs of kernels as graphs, and the
   // call after replays them (transforms/jit.cpp): both must give the
   // first call's bits.
   if (devices()[0].kind() == "cuda") {
     for (const char* call : {"second", "third"}) {
+      const std::string under = std::string("jit, ") + call + " call";
       try {
         got = f(in);
       } catch (const std::exception& e) {
-        return error_text((std::string("jit, ") + call + " call").c_str(), e);
+        return error_text(under.c_str(), e);
       }
-      for (std::size_t k = 0; k < outs.size(); ++k) {
-        step = outs[k];
-        const std::size_t i = static_cast<std::size_t>(step);
-        if (std::string e = same_as_eager(got[k], *eager[i].value, *ev[i].bytes); !e.empty())
-          return std::string("under jit, ") + call + " call: " + e;
-      }
-      step = -1;
+      if (std::string e = compare(got, "under " + under); !e.empty()) return e;
     }
   }
   return "";

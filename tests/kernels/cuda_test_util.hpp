@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <concepts>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -100,21 +101,38 @@ inline void expect_same(const Bytes& a, const Bytes& b, const std::string& what)
 /// carry no payload at all.
 inline int g_nan_bits = 0;
 
-/// expect_same for computed elements of dtype t: an element that is NaN on
-/// both sides passes whatever its bits (counted in g_nan_bits).
-inline void expect_same(const Bytes& a, const Bytes& b, const std::string& what, DType t) {
-  ASSERT_EQ(a.size(), b.size()) << what;
+/// Compares two outputs of dtype t element by element: the same bits, or
+/// (with any_nan) a NaN on both sides whatever its bits (counted in
+/// g_nan_bits; kernels that only move elements must keep every NaN's
+/// bits). A failure names the first element that differs, followed by
+/// describe(its index).
+template <std::invocable<std::int64_t> Describe>
+::testing::AssertionResult same_bits(const Bytes& want, const Bytes& got, DType t, Describe describe,
+                                     bool any_nan = true) {
+  if (want.size() != got.size())
+    return ::testing::AssertionFailure() << "sizes differ: " << want.size() << " and " << got.size() << " bytes";
   const std::size_t w = itemsize(t);
-  for (std::size_t i = 0; i + w <= a.size(); i += w) {
-    if (std::memcmp(a.data() + i, b.data() + i, w) == 0) continue;
-    if (is_nan(t, a.data() + i) && is_nan(t, b.data() + i)) {
+  for (std::size_t k = 0; k + w <= want.size(); k += w) {
+    if (std::memcmp(want.data() + k, got.data() + k, w) == 0) continue;
+    if (any_nan && is_nan(t, want.data() + k) && is_nan(t, got.data() + k)) {
       ++g_nan_bits;
       continue;
     }
-    ADD_FAILURE() << what << ": element " << i / w << " differs (cpu " << hex(a.data() + i, w) << ", cuda "
-                  << hex(b.data() + i, w) << ")";
-    return;
+    return ::testing::AssertionFailure() << "element " << k / w << ": cpu " << hex(want.data() + k, w) << ", cuda "
+                                         << hex(got.data() + k, w) << describe(static_cast<std::int64_t>(k / w));
   }
+  return ::testing::AssertionSuccess();
+}
+
+/// The same, a failure followed by " (what)".
+inline ::testing::AssertionResult same_bits(const Bytes& want, const Bytes& got, DType t, const std::string& what) {
+  if (want.size() != got.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  return same_bits(want, got, t, [&](std::int64_t) { return " (" + what + ")"; });
+}
+
+/// expect_same for computed elements of dtype t (same_bits).
+inline void expect_same(const Bytes& a, const Bytes& b, const std::string& what, DType t) {
+  EXPECT_TRUE(same_bits(a, b, t, what));
 }
 
 /// A test whose thread drives an emulated GPU.

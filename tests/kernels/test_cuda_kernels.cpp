@@ -108,27 +108,6 @@ Bytes input(DType t, std::int64_t n, int s) {
   return b;
 }
 
-// Compares the two outputs (dtype t) element by element: the same bits, or
-// (with any_nan) NaN both; the first difference, with what the caller says
-// about it. Kernels that only move elements (select, fill) must keep every
-// NaN's bits.
-template <class Describe>
-::testing::AssertionResult same_bits(const Bytes& want, const Bytes& got, DType t, Describe describe,
-                                     bool any_nan = true) {
-  if (want.size() != got.size()) return ::testing::AssertionFailure() << "sizes differ";
-  const std::size_t w = isz(t);
-  for (std::size_t k = 0; k < want.size(); k += w) {
-    if (std::memcmp(want.data() + k, got.data() + k, w) == 0) continue;
-    if (any_nan && is_nan(t, want.data() + k) && is_nan(t, got.data() + k)) {
-      ++g_nan_bits;
-      continue;
-    }
-    return ::testing::AssertionFailure() << "element " << k / w << ": cpu " << hex(want.data() + k, w) << ", cuda "
-                                         << hex(got.data() + k, w) << describe(static_cast<std::int64_t>(k / w));
-  }
-  return ::testing::AssertionSuccess();
-}
-
 class CudaKernels : public EmulatedGpuNanBits {};
 
 // ----------------------------------------------------------------- unary

@@ -83,21 +83,6 @@ Bytes input(DType t, std::int64_t n, int s) {
   return b;
 }
 
-::testing::AssertionResult same_bits(const Bytes& want, const Bytes& got, DType t, const std::string& what) {
-  if (want.size() != got.size()) return ::testing::AssertionFailure() << "sizes differ: " << what;
-  const std::size_t w = isz(t);
-  for (std::size_t k = 0; k < want.size(); k += w) {
-    if (std::memcmp(want.data() + k, got.data() + k, w) == 0) continue;
-    if (is_nan(t, want.data() + k) && is_nan(t, got.data() + k)) {
-      ++g_nan_bits;
-      continue;
-    }
-    return ::testing::AssertionFailure() << "element " << k / w << ": cpu " << hex(want.data() + k, w) << ", cuda "
-                                         << hex(got.data() + k, w) << " (" << what << ")";
-  }
-  return ::testing::AssertionSuccess();
-}
-
 class CudaReduce : public EmulatedGpuNanBits {};
 
 // ---------------------------------------------------------------- reduce

@@ -88,18 +88,11 @@ Bytes input(DType t, std::int64_t n, std::uint64_t seed) {
   return b;
 }
 
-::testing::AssertionResult same_bits(const Bytes& want, const Bytes& got, DType t, const std::string& what) {
-  if (want.size() != got.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
-  // The CPU wrote its output (so equal garbage proves nothing).
-  if (!want.empty() && want == garbage(want.size()))
+// same_bits, and the CPU wrote its output (so equal garbage proves nothing).
+::testing::AssertionResult written_and_same(const Bytes& want, const Bytes& got, DType t, const std::string& what) {
+  if (!want.empty() && want.size() == got.size() && want == garbage(want.size()))
     return ::testing::AssertionFailure() << what << ": the CPU kernel wrote nothing";
-  const std::size_t w = isz(t);
-  for (std::size_t k = 0; k < want.size(); k += w) {
-    if (std::memcmp(want.data() + k, got.data() + k, w) == 0) continue;
-    if (is_nan(t, want.data() + k) && is_nan(t, got.data() + k)) continue;
-    return ::testing::AssertionFailure() << what << ": element " << k / w << " differs";
-  }
-  return ::testing::AssertionSuccess();
+  return same_bits(want, got, t, what);
 }
 
 std::string name(DType t) { return ts::dtype_name(t); }
@@ -154,7 +147,7 @@ TEST_F(CudaStencil, DiffEveryDtypeOrderAndSegmentation) {
         cpu::diff_block(t, p.cpu_segs, want.data(), cl, n);
         Bytes scratch(static_cast<std::size_t>(cu::diff_scratch_bytes(t, gl, n)));
         cu::diff(t, p.cuda_segs, got.data(), gl, n, scratch.empty() ? nullptr : scratch.data());
-        EXPECT_TRUE(same_bits(want, got, t, "diff " + name(t) + " n=" + std::to_string(n) + " in " +
+        EXPECT_TRUE(written_and_same(want, got, t, "diff " + name(t) + " n=" + std::to_string(n) + " in " +
                                                 std::to_string(p.cuda_segs.size()) + " segments"));
       }
     }
@@ -185,7 +178,7 @@ TEST_F(CudaStencil, DiffBroadcastRows) {
       const cu::Lines gl{outer, m, inner};
       Bytes scratch(static_cast<std::size_t>(cu::diff_scratch_bytes(t, gl, n)));
       cu::diff(t, p.cuda_segs, got.data(), gl, n, scratch.empty() ? nullptr : scratch.data());
-      EXPECT_TRUE(same_bits(want, got, t, "diff with broadcast rows " + name(t) + " n=" + std::to_string(n)));
+      EXPECT_TRUE(written_and_same(want, got, t, "diff with broadcast rows " + name(t) + " n=" + std::to_string(n)));
     }
 }
 
@@ -203,20 +196,20 @@ TEST_F(CudaStencil, CumsumTotalsOffsetsAndScans) {
       Bytes want = garbage(static_cast<std::size_t>(l.outer * l.inner) * ow), got = want;
       cpu::line_totals(t, x.data(), want.data(), l);
       cu::line_totals(t, x.data(), got.data(), gl);
-      EXPECT_TRUE(same_bits(want, got, out, "line_totals " + what));
+      EXPECT_TRUE(written_and_same(want, got, out, "line_totals " + what));
 
       const int parts = 4;
       const Bytes before = input(out, l.outer * parts * l.inner, 5);
       Bytes off_want = garbage(static_cast<std::size_t>(l.outer * l.inner) * ow), off_got = off_want;
       cpu::scan_offsets(t, before.data(), parts, l, off_want.data());
       cu::scan_offsets(t, before.data(), parts, gl, off_got.data());
-      EXPECT_TRUE(same_bits(off_want, off_got, out, "scan_offsets " + what));
+      EXPECT_TRUE(written_and_same(off_want, off_got, out, "scan_offsets " + what));
 
       for (bool with_offset : {false, true}) {
         Bytes y_want = garbage(static_cast<std::size_t>(l.outer * l.len * l.inner) * ow), y_got = y_want;
         cpu::scan_block(t, x.data(), y_want.data(), l, with_offset ? off_want.data() : nullptr);
         cu::scan_block(t, x.data(), y_got.data(), gl, with_offset ? off_want.data() : nullptr);
-        EXPECT_TRUE(same_bits(y_want, y_got, out, "scan_block " + what + (with_offset ? " from offsets" : "")));
+        EXPECT_TRUE(written_and_same(y_want, y_got, out, "scan_block " + what + (with_offset ? " from offsets" : "")));
       }
     }
 }
@@ -254,7 +247,7 @@ TEST_F(CudaStencil, ConvolveEveryInputDtypeAndKernelSize) {
           Bytes want = garbage(static_cast<std::size_t>(outer * m * inner) * isz(t)), got = want;
           cpu::convolve_block(t, p.cpu_segs, mid, want.data(), cpu::Lines{outer, m, inner}, first, wv.data(), t, K, hl);
           cu::convolve(t, p.cuda_segs, got.data(), cu::Lines{outer, m, inner}, first, wv.data(), K, hl);
-          EXPECT_TRUE(same_bits(want, got, t,
+          EXPECT_TRUE(written_and_same(want, got, t,
                                 "convolve " + name(in) + " in " + name(t) + " K=" + std::to_string(K) +
                                     " first=" + std::to_string(first)));
         }
@@ -287,7 +280,7 @@ TEST_F(CudaStencil, Convolve2dClippedBlocks) {
             Bytes want = garbage(static_cast<std::size_t>(no) * isz(t)), got = want;
             cpu::convolve2d_block(t, x.data(), in, ib, want.data(), ob, wv.data(), t, kr, kc);
             cu::convolve2d(t, x.data(), in, ib, got.data(), ob, wv.data(), kr, kc);
-            EXPECT_TRUE(same_bits(want, got, t,
+            EXPECT_TRUE(written_and_same(want, got, t,
                                   "convolve2d " + name(in) + " in " + name(t) + " kernel " + std::to_string(kr) + "x" +
                                       std::to_string(kc) + " rows " + std::to_string(ob[1].start)));
           }
@@ -308,7 +301,7 @@ TEST_F(CudaStencil, GradientEveryInputDtypeAtEndsAndInside) {
           Bytes want = garbage(static_cast<std::size_t>(outer * m * inner) * isz(t)), got = want;
           cpu::gradient_block(t, p.cpu_segs, r0, r1, want.data(), cpu::Lines{outer, m, inner}, first, h);
           cu::gradient(t, p.cuda_segs, r0, r1, got.data(), cu::Lines{outer, m, inner}, first, h);
-          EXPECT_TRUE(same_bits(want, got, t, "gradient " + name(in) + " in " + name(t) + " first=" +
+          EXPECT_TRUE(written_and_same(want, got, t, "gradient " + name(in) + " in " + name(t) + " first=" +
                                                    std::to_string(first) + " h=" + std::to_string(h)));
         }
       }
@@ -347,7 +340,7 @@ TEST_F(CudaStencil, InterpEveryComputingType) {
           Bytes want = garbage(static_cast<std::size_t>(n) * isz(to)), got = want;
           cpu::interp(tx, tf, to, x.data(), tx, want.data(), n, xp.data(), tx, fp.data(), tf, len);
           cu::interp(tx, tf, to, x.data(), got.data(), n, xp.data(), fp.data(), len);
-          EXPECT_TRUE(same_bits(want, got, to,
+          EXPECT_TRUE(written_and_same(want, got, to,
                                 "interp x " + name(tx) + " fp " + name(tf) + " out " + name(to) +
                                     (sorted ? "" : " (unsorted table)")));
         }

@@ -128,10 +128,14 @@ TEST(JitGraphs, AProgramThatNeedsTheHostRunsOpByOp) {
   auto f = ts::jit(g);
   auto x = ts::device_put(iota_data<float>(10 * 3), {10, 3}, ts::NamedSharding(m, ts::P("x")));
   const auto before = stats();
+  const std::int64_t in_use = ts::memory_stats(m.devices()[0]).bytes_in_use;
   for (int call = 0; call < 3; ++call) expect_same(f(x), g(x), "call " + std::to_string(call));
   const auto after = stats();
   EXPECT_EQ(after.recorded, before.recorded);
   EXPECT_EQ(after.refused, before.refused + 2);  // once per device
+  // Nothing of the refused recording, nor of the calls that ran op by op,
+  // stays held once their results are dropped.
+  EXPECT_EQ(ts::memory_stats(m.devices()[0]).bytes_in_use, in_use);
   EXPECT_NE(after.last_reason.find("[key_data] cannot be recorded into a CUDA graph"), std::string::npos)
       << after.last_reason;
 }
