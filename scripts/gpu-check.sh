@@ -5,6 +5,8 @@
 #   nvidia-smi.txt        the driver's view of the GPUs
 #   gpu_info.txt          the GPU port (src/backend/cuda/discovery.cpp): names,
 #                         memory, compute capability
+#   nccl.txt             each libnccl found: its version, and whether one GPU
+#                         holds two NCCL ranks (tests/kernels/nccl_probe.cpp)
 #   shared_math_gpu.txt   the shared kernel math (src/kernels/) on each GPU
 #                         against the CPU, bit for bit (tests/kernels)
 #   memcheck.txt          the same under compute-sanitizer memcheck
@@ -120,6 +122,28 @@ build() {  # name, command...
 build gpu_info "$CXX" "${CXX_FLAGS[@]}" "${INC[@]}" "$ROOT/tests/kernels/gpu_info.cpp" \
   "$ROOT/src/backend/cuda/discovery.cpp" "${CUDART[@]}" -o "$OUT/bin/gpu_info" &&
   { "$OUT/bin/gpu_info" > "$OUT/gpu_info.txt" 2>&1 || fail "gpu_info"; }
+
+# NCCL: each libnccl the machine has (the toolkit's, the Python wheel's), its
+# version and whether it runs two ranks on one GPU (NCCL 2.30 and later with
+# NCCL_MULTI_RANK_GPU_ENABLE=1): what collectives over NCCL can be checked
+# on with one GPU. Information, not a pass or fail.
+nccl_libs=()
+for lib in "$CUDA_HOME/lib/libnccl.so.2" "$CUDA_HOME/lib64/libnccl.so.2" \
+  "$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)"; do
+  [ -f "$lib" ] && nccl_libs+=("$(readlink -f "$lib")")
+done
+if [ ${#nccl_libs[@]} = 0 ]; then
+  log "nccl: no libnccl.so.2 in the toolkit or Python's nvidia-nccl"
+elif build nccl_probe "$CXX" "${CXX_FLAGS[@]}" "${INC[@]}" "$ROOT/tests/kernels/nccl_probe.cpp" "${CUDART[@]}" \
+  -o "$OUT/bin/nccl_probe"; then
+  : > "$OUT/nccl.txt"
+  for lib in $(printf '%s\n' "${nccl_libs[@]}" | sort -u); do
+    timeout 60 "$OUT/bin/nccl_probe" "$lib" > "$OUT/bin/nccl-one.txt" 2>&1
+    rc=$?
+    cat "$OUT/bin/nccl-one.txt" >> "$OUT/nccl.txt"
+    log "nccl probe, exit $rc (0: two ranks share the GPU, 3: refused): $(tr '\n' ' ' < "$OUT/bin/nccl-one.txt" | tail -c 400)"
+  done
+fi
 
 # The sweep: the kernel by nvcc, the CPU reference by the host compiler.
 build_sweep() {
