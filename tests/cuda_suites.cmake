@@ -66,6 +66,27 @@ tessera_cuda_suite(test_vmap)
 tessera_cuda_suite(test_autodiff)
 tessera_cuda_suite(test_contract)
 
+# Direct groups (comm/direct.hpp): the collectives' suites again with their
+# bytes through a transport, here the emulated one (TESSERA_GPU_COLLECTIVES=
+# emulated); scripts/gpu-check.sh runs them over NCCL where the GPU machine's
+# NCCL lets ranks share a GPU. Then the settings that cannot work.
+add_executable(test_direct_groups comm/test_direct_groups.cpp)
+target_link_libraries(test_direct_groups PRIVATE tessera_internal GTest::gtest GTest::gtest_main)
+target_include_directories(test_direct_groups PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_direct_groups PRIVATE -Wall -Wextra)
+foreach(_suite test_direct_groups test_collectives test_shard_map)
+  add_test(NAME cuda-emulated.direct.${_suite} COMMAND ${_suite})
+  set_tests_properties(cuda-emulated.direct.${_suite} PROPERTIES LABELS cuda-emulated TIMEOUT 900
+    ENVIRONMENT "${TESSERA_CUDA_EMULATED_ENV};TESSERA_GPU_COLLECTIVES=emulated")
+endforeach()
+foreach(_setting bogus nccl)
+  add_test(NAME cuda-emulated.direct.setting_${_setting} COMMAND test_direct_groups
+    --gtest_filter=DirectGroups.SettingsThatCannotWorkRaise)
+  set_tests_properties(cuda-emulated.direct.setting_${_setting} PROPERTIES LABELS cuda-emulated
+    ENVIRONMENT "${TESSERA_CUDA_EMULATED_ENV};TESSERA_GPU_COLLECTIVES=${_setting}"
+    FAIL_REGULAR_EXPRESSION "SKIPPED|FAILED")
+endforeach()
+
 # The IFU pipeline on CUDA devices: its suites, and `tessera ifu` writing
 # the CPU's cube byte for byte.
 # (Not under the sanitizers: the CPU runs of these suites are already

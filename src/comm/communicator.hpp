@@ -24,6 +24,10 @@ class Session {
   /// Marks the session failed: every waiting and later collective raises
   /// CollectiveError naming `device_id` and `what`.
   virtual void abort(int device_id, const std::string& what) = 0;
+  /// "" while the session stands; after abort, the message its waits raise
+  /// (without the "[op] " prefix). For waits outside the backend's own: a
+  /// transport's (comm/direct.hpp).
+  virtual std::string abort_reason() = 0;
 };
 
 /// Raised in a member whose collective was cut short because another device

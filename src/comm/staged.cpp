@@ -24,7 +24,9 @@
 
 #include <utility>
 
+#include "comm/direct.hpp"
 #include "core/array_impl.hpp"
+#include "tessera/device.hpp"
 
 namespace tessera::detail {
 
@@ -139,12 +141,26 @@ class StagedCommunicator final : public Communicator {
 
   std::unique_ptr<Group> group(Session& session, const Mesh& mesh, const std::vector<std::string>& axes, int pos,
                                const std::string& op) override {
-    std::unique_ptr<Group> g = inner_.group(session, mesh, axes, pos, op);
+    const bool direct = gpu_collectives() == GpuCollectives::Nccl;
+    std::unique_ptr<Group> g = inner_.group(session, mesh, axes, pos, direct ? kControlOp : op);
     // A group whose members are all in this process meets in shared memory
     // with GPU kernels and peer copies: nothing to stage.
     const Runtime& rt = Runtime::get();
+    const std::vector<int> members = members_of(mesh, axes, pos);
     bool local = true;
-    for (int q : members_of(mesh, axes, pos)) local = local && rt.is_local(mesh.devices()[q].id());
+    for (int q : members) local = local && rt.is_local(mesh.devices()[q].id());
+    // TESSERA_GPU_COLLECTIVES=nccl: NCCL moves every group's bytes (the
+    // emulated transport reaches this process only: its groups stay staged).
+    if (direct) {
+      std::vector<int> ids;
+      int rank = 0;
+      for (size_t r = 0; r < members.size(); ++r) {
+        if (members[r] == pos) rank = static_cast<int>(r);
+        ids.push_back(mesh.devices()[members[r]].id());
+      }
+      return make_direct_group(std::move(g), *gpu_transport(), session, std::move(ids), rank, op, axes_text(axes),
+                               config::collective_timeout());
+    }
     if (local) return g;
     return std::make_unique<StagedGroup>(std::move(g), mesh.devices()[pos].id());
   }

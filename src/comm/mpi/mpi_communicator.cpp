@@ -323,6 +323,9 @@ class MpiSession final : public Session {
     local_->abort(device_id, what);
     mpi::announce_session_failure(id_, device_id, what);
   }
+  // A remote failure reaches the local session when a wait across
+  // processes reads its notice.
+  std::string abort_reason() override { return local_->abort_reason(); }
   Session& local() { return *local_; }
   long id() const { return id_; }
   double timeout() const { return timeout_; }

@@ -140,6 +140,11 @@ class ThreadsSession final : public Session {
     check_abort(g);
   }
 
+  std::string abort_reason() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_ ? reason_ : std::string();
+  }
+
   void check_abort(const GroupSpec& g) {
     if (aborted_) throw PeerFailed(prefix(g) + "aborted on axis " + g.axes + ": " + reason_);
   }

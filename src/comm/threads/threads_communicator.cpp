@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/direct.hpp"
 #include "comm/threads/threads.hpp"
 #include "comm/tree.hpp"
 #include "core/array_impl.hpp"
 #include "runtime/timeline.hpp"
+#include "tessera/device.hpp"
 
 namespace tessera::detail {
 
@@ -39,6 +41,17 @@ class ThreadsCommunicator final : public Communicator {
       if (members[r] == pos) g.rank = static_cast<int>(r);
       g.device_ids.push_back(mesh.devices()[members[r]].id());
     }
+    // GPU meshes whose collectives go through a transport
+    // (TESSERA_GPU_COLLECTIVES): the threads group only agrees.
+    if (Runtime::get().platform() == Platform::Cuda)
+      if (DeviceTransport* t = gpu_transport()) {
+        std::vector<int> ids = g.device_ids;
+        const int rank = g.rank;
+        std::string axes_str = g.axes;
+        g.op = kControlOp;
+        return make_direct_group(make_threads_group(std::move(g)), *t, session, std::move(ids), rank, op, std::move(axes_str),
+                                 config::collective_timeout());
+      }
     return make_threads_group(std::move(g));
   }
 

@@ -1,0 +1,113 @@
+// Direct groups (comm/direct.hpp): GPU collectives whose bytes go through a
+// transport (TESSERA_GPU_COLLECTIVES=emulated on emulated GPUs; nccl on real
+// ones). The collectives' own suites (test_collectives, test_shard_map) run
+// again under the same setting; here, what only a direct group does: the
+// bytes really travel through the transport, only to the members that read
+// them, in the same bits as the threads backend; and the settings that
+// cannot work say so. Skipped on CPU devices and without a transport.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/direct.hpp"
+#include "runtime/gpus.hpp"
+#include "tessera/ops.hpp"
+#include "test_util.hpp"
+#include "transforms/shard_map.hpp"
+
+namespace ts = tessera;
+namespace td = tessera::detail;
+using ts::testing::expect_error;
+
+namespace {
+
+std::string setting() {
+  const char* env = std::getenv("TESSERA_GPU_COLLECTIVES");
+  return env ? env : "";
+}
+
+bool on_gpus() { return ts::devices()[0].kind() == "cuda"; }
+
+// Skips unless the devices are GPUs whose groups use a transport.
+#define REQUIRE_TRANSPORT()                                                                         \
+  do {                                                                                              \
+    if (!on_gpus()) GTEST_SKIP() << "CPU devices";                                                  \
+    if (setting() != "emulated" && setting() != "nccl") GTEST_SKIP() << "TESSERA_GPU_COLLECTIVES=" \
+                                                                     << setting();                  \
+  } while (0)
+
+std::vector<float> values(std::size_t n, float scale) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(i % 13) + 0.1f * static_cast<float>(i % 7);
+  return v;
+}
+
+TEST(DirectGroups, PsumMovesEveryValueThroughTheTransport) {
+  REQUIRE_TRANSPORT();
+  const int n = std::min<int>(8, static_cast<int>(ts::devices().size()));
+  const ts::Mesh m(ts::testing::first_devices(n), {n}, {"x"});
+  const std::vector<float> host = values(static_cast<std::size_t>(n) * 64, 1.5f);
+  auto a = ts::device_put(host, {n, 64}, ts::NamedSharding(m, ts::P("x")));
+  auto f = ts::shard_map([](ts::Array x) { return ts::psum(x, "x"); }, m, {ts::P("x")}, ts::P(),
+                         {.check_vma = false});
+  const td::DirectStats before = td::direct_stats();
+  const std::vector<float> got = f(a).to_vector<float>();
+  const td::DirectStats after = td::direct_stats();
+  // Every member sends its 64 floats to every other member.
+  EXPECT_EQ(after.transfers - before.transfers, static_cast<std::int64_t>(n) * (n - 1));
+  EXPECT_EQ(after.bytes - before.bytes, static_cast<std::int64_t>(n) * (n - 1) * 64 * 4);
+  // The tree's bits: the same call on the threads backend's order (the
+  // eager sum over the sharded axis combines in the same tree).
+  const std::vector<float> want = ts::sum(a, {0}, ts::ReduceOptions{.keepdims = true}).to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST(DirectGroups, PermuteSendsOnlyWhereAValueGoes) {
+  REQUIRE_TRANSPORT();
+  const ts::Mesh m(ts::testing::first_devices(2), {2}, {"x"});
+  auto a = ts::device_put(std::vector<float>{1, 2, 3, 4, 5, 6}, {6}, ts::NamedSharding(m, ts::P("x")));
+  auto f = ts::shard_map([](ts::Array x) { return ts::ppermute(x, "x", {{0, 1}}); }, m, {ts::P("x")}, ts::P("x"),
+                         {.check_vma = false});
+  const td::DirectStats before = td::direct_stats();
+  EXPECT_EQ(f(a).to_vector<float>(), (std::vector<float>{0, 0, 0, 1, 2, 3}));
+  const td::DirectStats after = td::direct_stats();
+  EXPECT_EQ(after.transfers - before.transfers, 1);
+  EXPECT_EQ(after.bytes - before.bytes, 12);
+}
+
+TEST(DirectGroups, SizeOneGroupsAndEmptyValuesMoveNothing) {
+  REQUIRE_TRANSPORT();
+  const ts::Mesh m(ts::testing::first_devices(4), {2, 2}, {"x", "y"});
+  auto a = ts::device_put(std::vector<float>{}, {0, 4}, ts::NamedSharding(m, ts::P("x", "y")));
+  auto f = ts::shard_map([](ts::Array x) { return ts::all_gather(x, "y", 1, true); }, m, {ts::P("x", "y")},
+                         ts::P("x"), {.check_vma = false});
+  const td::DirectStats before = td::direct_stats();
+  EXPECT_EQ(f(a).shape(), (ts::Shape{0, 4}));
+  EXPECT_EQ(td::direct_stats().transfers, before.transfers);
+}
+
+// Run by ctest with TESSERA_GPU_COLLECTIVES set to what cannot work: an
+// unknown value, or NCCL on emulated GPUs.
+TEST(DirectGroups, SettingsThatCannotWorkRaise) {
+  if (!on_gpus()) GTEST_SKIP() << "CPU devices";
+  const std::string s = setting();
+  const bool unknown = !s.empty() && s != "host" && s != "nccl" && s != "emulated";
+  const bool nccl_emulated = s == "nccl" && td::emulated_gpus() > 0;
+  if (!unknown && !nccl_emulated) GTEST_SKIP() << "TESSERA_GPU_COLLECTIVES=" << s << " works here";
+  const ts::Mesh m(ts::testing::first_devices(2), {2}, {"x"});
+  auto a = ts::device_put(std::vector<float>{1, 2}, {2}, ts::NamedSharding(m, ts::P("x")));
+  auto f = ts::shard_map([](ts::Array x) { return ts::psum(x, "x"); }, m, {ts::P("x")}, ts::P(),
+                         {.check_vma = false});
+  if (unknown)
+    expect_error<ts::DeviceError>([&] { f(a); }, "[devices] TESSERA_GPU_COLLECTIVES: expected 'host', 'nccl' or "
+                                                 "'emulated', got '" + s + "'");
+  else
+    expect_error<ts::DeviceError>([&] { f(a); }, "[devices] TESSERA_GPU_COLLECTIVES=nccl needs real GPUs, and these "
+                                                 "are emulated (TESSERA_CUDA_EMULATE)");
+}
+
+}  // namespace
