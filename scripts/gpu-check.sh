@@ -7,6 +7,8 @@
 #                         memory, compute capability
 #   nccl.txt             each libnccl found: its version, and whether one GPU
 #                         holds two NCCL ranks (tests/kernels/nccl_probe.cpp)
+#   nccl-suites.txt      with a full build, where one does: the collectives'
+#                         suites with TESSERA_GPU_COLLECTIVES=nccl, 8 ranks
 #   shared_math_gpu.txt   the shared kernel math (src/kernels/) on each GPU
 #                         against the CPU, bit for bit (tests/kernels)
 #   memcheck.txt          the same under compute-sanitizer memcheck
@@ -50,7 +52,7 @@
 #   GPU_CHECK_TESTS    a ctest -R pattern within the tests labelled cuda
 #   GPU_CHECK_STEPS    the checks to run besides the build and ctest, of:
 #                      sweep (the shared math and its memcheck, first)
-#                      bench memcheck examples ifu rubix (default all)
+#                      bench memcheck nccl examples ifu rubix (default all)
 #
 # Exit status: 0 when every check that ran passed, 1 otherwise, 2 when the
 # tools are missing.
@@ -65,7 +67,7 @@ deadline=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-510} ))
 
 log() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
 # step NAME: whether GPU_CHECK_STEPS asks for the check NAME.
-step() { case " ${GPU_CHECK_STEPS:-sweep bench memcheck examples ifu rubix} " in *" $1 "*) return 0 ;; esac; return 1; }
+step() { case " ${GPU_CHECK_STEPS:-sweep bench memcheck nccl examples ifu rubix} " in *" $1 "*) return 0 ;; esac; return 1; }
 fail() { log "FAIL: $*"; status=1; }
 # bounded SECONDS NAME command...: runs the command for at most SECONDS, and
 # not past the deadline (then it is not started); exit 124 either way.
@@ -128,6 +130,8 @@ build gpu_info "$CXX" "${CXX_FLAGS[@]}" "${INC[@]}" "$ROOT/tests/kernels/gpu_inf
 # NCCL_MULTI_RANK_GPU_ENABLE=1): what collectives over NCCL can be checked
 # on with one GPU. Information, not a pass or fail.
 nccl_libs=()
+NCCL_SHARES=""
+NCCL_INCLUDE=""
 for lib in "$CUDA_HOME/lib/libnccl.so.2" "$CUDA_HOME/lib64/libnccl.so.2" \
   "$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)"; do
   [ -f "$lib" ] && nccl_libs+=("$(readlink -f "$lib")")
@@ -140,6 +144,7 @@ elif build nccl_probe "$CXX" "${CXX_FLAGS[@]}" "${INC[@]}" "$ROOT/tests/kernels/
   for lib in $(printf '%s\n' "${nccl_libs[@]}" | sort -u); do
     timeout 60 "$OUT/bin/nccl_probe" "$lib" > "$OUT/bin/nccl-one.txt" 2>&1
     rc=$?
+    [ $rc = 0 ] && [ -z "$NCCL_SHARES" ] && NCCL_SHARES="$lib" && NCCL_INCLUDE="$(dirname "$(dirname "$lib")")/include"
     cat "$OUT/bin/nccl-one.txt" >> "$OUT/nccl.txt"
     log "nccl probe, exit $rc (0: two ranks share the GPU, 3: refused): $(tr '\n' ' ' < "$OUT/bin/nccl-one.txt" | tail -c 400)"
   done
@@ -207,7 +212,9 @@ if [ "$BUILD_DIR" = "--full" ]; then
         -DTESSERA_BUILD_IFU=ON -DTESSERA_IFU_PLOTS=OFF -DTESSERA_BUILD_EXAMPLES=ON \
         -DPKG_CONFIG_EXECUTABLE="$DEPS/bin/pkg-config" \
         -DCBLAS_INCLUDE_DIR="$DEPS/include/x86_64-linux-gnu" \
-        -DBLAS_LIBRARIES="$MULTI/libopenblas.so" > "$OUT/build-full.txt" 2>&1 &&
+        -DBLAS_LIBRARIES="$MULTI/libopenblas.so" \
+        ${NCCL_INCLUDE:+$([ -f "$NCCL_INCLUDE/nccl.h" ] && echo "-DNCCL_INCLUDE_DIR=$NCCL_INCLUDE")} \
+        > "$OUT/build-full.txt" 2>&1 &&
       cmake --build "$BUILD_DIR" -j "$(nproc)" ${GPU_CHECK_TARGETS:+--target $GPU_CHECK_TARGETS tessera_cli} \
         >> "$OUT/build-full.txt" 2>&1; then
       log "full build: $(( $(date +%s) - start )) s"
@@ -257,6 +264,20 @@ if [ -n "$BUILD_DIR" ]; then
         --error-exitcode 1 "$BUILD_DIR/tests/$bin" --gtest_filter="$filter" >> "$OUT/memcheck-kernels.txt" 2>&1 ||
         fail "compute-sanitizer memcheck of $bin $filter (see memcheck-kernels.txt)"
     done
+  fi
+  # Collectives over NCCL (TESSERA_GPU_COLLECTIVES=nccl), 8 ranks on the
+  # GPU, when a libnccl above let ranks share it: the collectives' suites
+  # and the direct groups' own (comm/direct.hpp), into nccl-suites.txt.
+  if step nccl && [ -n "$NCCL_SHARES" ]; then
+    : > "$OUT/nccl-suites.txt"
+    for t in test_direct_groups test_collectives test_shard_map; do
+      [ -x "$BUILD_DIR/tests/$t" ] || continue
+      bounded 150 "nccl $t" env TESSERA_PLATFORM=cuda TESSERA_DEVICES_PER_GPU=8 TESSERA_GPU_COLLECTIVES=nccl \
+        NCCL_MULTI_RANK_GPU_ENABLE=1 TESSERA_NCCL_LIBRARY="$NCCL_SHARES" "$BUILD_DIR/tests/$t" \
+        >> "$OUT/nccl-suites.txt" 2>&1 && log "nccl: $t passed" || fail "nccl: $t (see nccl-suites.txt)"
+    done
+  elif step nccl; then
+    log "nccl suites: not run, no libnccl here lets two ranks share the GPU (nccl.txt)"
   fi
   # The IFU cube on the GPU against the CPU's (tests/cuda/ifu_cube.sh), run
   # above: ctest registers it only when the IFU app is built.
