@@ -303,10 +303,12 @@ class DirectGroup final : public Group {
 
 // ------------------------------------------------------- emulated transport
 
-// A transport of this process's memory: a send leaves a reference to the
-// sender's buffer (values are immutable) in the receiver's mailbox, and the
-// receive copies it with the GPU port. It checks direct groups on emulated
-// GPUs, where NCCL cannot run; what it does not check is NCCL itself.
+// A transport for checking direct groups on emulated GPUs, where NCCL
+// cannot run (what it does not check is NCCL itself). Within the process a
+// send leaves a reference to the sender's buffer (values are immutable) in
+// the receiver's mailbox, and the receive copies it with the GPU port;
+// to another process the bytes go through host copies and MPI
+// (exchange_across_processes).
 class Mailboxes {
  public:
   // (link, from, to) -> buffers in the order sent
@@ -324,18 +326,24 @@ class Mailboxes {
     std::unique_lock<std::mutex> lock(mu_);
     const auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-    while (box_[k].empty()) {
+    auto has = [&] {
+      const auto it = box_.find(k);
+      return it != box_.end() && !it->second.empty();
+    };
+    while (!has()) {
       if (Clock::now() >= deadline) return false;
       cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(5)));
-      if (box_[k].empty()) {
+      if (!has()) {
         lock.unlock();
         const std::string why = aborted();
         if (!why.empty()) throw PeerFailed(why);
         lock.lock();
       }
     }
-    out = std::move(box_[k].front());
-    box_[k].pop_front();
+    auto it = box_.find(k);
+    out = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) box_.erase(it);  // links come and go: keep no empty boxes
     return true;
   }
 
@@ -351,9 +359,18 @@ class EmulatedLink final : public DeviceLink {
       : boxes_(boxes), id_(id), ids_(std::move(ids)), rank_(rank) {}
   void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, const std::string& op,
                 double timeout_s, const std::function<std::string()>& aborted) override {
-    for (const Transfer& s : sends) boxes_.post({id_, rank_, s.peer}, s);
-    const GpuHandle* g = Runtime::get().gpu(ids_[rank_]);
-    for (const Transfer& r : recvs) {
+    // Peers in this process through the mailboxes, the others over MPI.
+    const Runtime& rt = Runtime::get();
+    std::vector<Transfer> far_sends, far_recvs, near_recvs;
+    for (const Transfer& s : sends) {
+      if (rt.is_local(ids_[s.peer])) boxes_.post({id_, rank_, s.peer}, s);
+      else far_sends.push_back(s);
+    }
+    for (const Transfer& r : recvs) (rt.is_local(ids_[r.peer]) ? near_recvs : far_recvs).push_back(r);
+    if (!far_sends.empty() || !far_recvs.empty())
+      exchange_across_processes(far_sends, far_recvs, ids_, rank_, op, timeout_s, aborted);
+    const GpuHandle* g = rt.gpu(ids_[rank_]);
+    for (const Transfer& r : near_recvs) {
       Transfer got;
       if (!boxes_.take({id_, r.peer, rank_}, timeout_s, aborted, got))
         throw CollectiveError("[" + op + "] timed out after " + std::to_string(timeout_s) + " s waiting for " +
@@ -368,7 +385,7 @@ class EmulatedLink final : public DeviceLink {
       else
         std::memcpy(r.buffer.data(), got.buffer.data(), r.nbytes);
     }
-    if (g && !recvs.empty()) gpu_wait(*g, op.c_str());
+    if (g && !near_recvs.empty()) gpu_wait(*g, op.c_str());
   }
 
  private:

@@ -71,6 +71,15 @@ DeviceTransport* gpu_transport();
 /// Raises DeviceError saying why it cannot be had.
 DeviceTransport& nccl_transport();
 
+/// The emulated transport's path to members in other processes: the
+/// transfers whose peers are there, through host copies and MPI messages
+/// (comm/mpi/direct_mpi.cpp; a build without MPI has no other processes).
+/// Same contract as DeviceLink::exchange, `device_ids` and `rank` naming the
+/// group's members and this one.
+void exchange_across_processes(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
+                               const std::vector<int>& device_ids, int rank, const std::string& op, double timeout_s,
+                               const std::function<std::string()>& aborted);
+
 /// The op name the control group of a direct group is made with: members'
 /// records then agree whatever collective each calls (their own calls are
 /// compared from the records), and the direct group puts its own op name

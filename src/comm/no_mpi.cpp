@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "comm/direct.hpp"
 #include "comm/process.hpp"
 #include "tessera/error.hpp"
 
@@ -37,6 +38,11 @@ const char* process_backend() { return "none"; }
 
 Communicator& cross_process_communicator() {
   throw DeviceError("[distributed] internal: a mesh spans processes in a build without MPI");
+}
+
+void exchange_across_processes(const std::vector<Transfer>&, const std::vector<Transfer>&, const std::vector<int>&,
+                               int, const std::string& op, double, const std::function<std::string()>&) {
+  throw CollectiveError("[" + op + "] internal: a transfer to another process in a build without MPI");
 }
 
 std::vector<std::vector<unsigned char>> allgather_processes(const void* data, std::size_t nbytes, const char*) {

@@ -141,7 +141,7 @@ class StagedCommunicator final : public Communicator {
 
   std::unique_ptr<Group> group(Session& session, const Mesh& mesh, const std::vector<std::string>& axes, int pos,
                                const std::string& op) override {
-    const bool direct = gpu_collectives() == GpuCollectives::Nccl;
+    const bool direct = gpu_collectives() != GpuCollectives::Host;
     std::unique_ptr<Group> g = inner_.group(session, mesh, axes, pos, direct ? kControlOp : op);
     // A group whose members are all in this process meets in shared memory
     // with GPU kernels and peer copies: nothing to stage.
@@ -149,8 +149,7 @@ class StagedCommunicator final : public Communicator {
     const std::vector<int> members = members_of(mesh, axes, pos);
     bool local = true;
     for (int q : members) local = local && rt.is_local(mesh.devices()[q].id());
-    // TESSERA_GPU_COLLECTIVES=nccl: NCCL moves every group's bytes (the
-    // emulated transport reaches this process only: its groups stay staged).
+    // TESSERA_GPU_COLLECTIVES: a transport moves every group's bytes.
     if (direct) {
       std::vector<int> ids;
       int rank = 0;

@@ -48,6 +48,7 @@ constexpr auto kFailureGrace = std::chrono::milliseconds(1500);
 constexpr auto kExitGrace = std::chrono::milliseconds(1000);
 
 MPI_Comm g_comm = MPI_COMM_NULL;
+MPI_Comm g_direct_comm = MPI_COMM_NULL;  // the emulated direct transport's (its own tag space)
 int g_rank = 0, g_size = 1;
 bool g_we_initialized = false;
 
@@ -197,6 +198,7 @@ std::string process_list(const std::vector<int>& ps) {
 }  // namespace
 
 MPI_Comm comm() { return g_comm; }
+MPI_Comm direct_comm() { return g_direct_comm; }
 int rank() { return g_rank; }
 int size() { return g_size; }
 
@@ -559,6 +561,8 @@ ProcessLayout start_processes(int local_devices) {
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
   MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN);
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_direct_comm);
+  MPI_Comm_set_errhandler(g_direct_comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(g_comm, &g_rank);
   MPI_Comm_size(g_comm, &g_size);
   std::vector<int> counts(g_size, 0);
@@ -586,6 +590,7 @@ void stop_processes() {
     if (!finalized) MPI_Finalize();
   }
   g_comm = MPI_COMM_NULL;
+  g_direct_comm = MPI_COMM_NULL;
 }
 
 }  // namespace tessera::detail

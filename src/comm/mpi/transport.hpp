@@ -41,6 +41,9 @@ constexpr int kTagGroupBase = 16;
 /// The communicator all of Tessera's messages use (a duplicate of
 /// MPI_COMM_WORLD, so a program's own MPI traffic never matches ours).
 MPI_Comm comm();
+/// A second duplicate, for the emulated direct transport's messages
+/// (comm/mpi/direct_mpi.cpp), whose tags are its own.
+MPI_Comm direct_comm();
 int rank();
 int size();
 
