@@ -114,6 +114,14 @@ if(TARGET tessera_cli AND TARGET test_ifu_pipeline)
     set_tests_properties(cuda-emulated.mpi.ifu_cube PROPERTIES LABELS cuda-emulated TIMEOUT 600 RUN_SERIAL ON
       ENVIRONMENT "${TESSERA_MPI_ENV};TESSERA_CUDA_EMULATE=1"
       PASS_REGULAR_EXPRESSION "the CUDA devices' cube .*is the CPU's, byte for byte")
+    # The same with its reshards and reductions across processes through
+    # direct groups (TESSERA_GPU_COLLECTIVES=emulated).
+    add_test(NAME cuda-emulated.mpi.direct.ifu_cube COMMAND ${_ifu_cube}
+      ${CMAKE_CURRENT_BINARY_DIR}/ifu-cube-emulated-mpi-direct
+      ${TESSERA_MPIRUN} -np 2 -x TESSERA_CUDA_EMULATE=1 -x TESSERA_GPU_COLLECTIVES=emulated)
+    set_tests_properties(cuda-emulated.mpi.direct.ifu_cube PROPERTIES LABELS cuda-emulated TIMEOUT 600 RUN_SERIAL ON
+      ENVIRONMENT "${TESSERA_MPI_ENV};TESSERA_CUDA_EMULATE=1"
+      PASS_REGULAR_EXPRESSION "the CUDA devices' cube .*is the CPU's, byte for byte")
   endif()
   add_test(NAME cuda.ifu_cube COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cuda/run_on_gpu.sh $<TARGET_FILE:tessera_gpu_info>
     ${_ifu_cube} ${CMAKE_CURRENT_BINARY_DIR}/ifu-cube-gpu)

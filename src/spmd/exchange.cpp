@@ -5,14 +5,34 @@
 #include <utility>
 
 #include "comm/communicator.hpp"
+#include "comm/direct.hpp"
 #include "comm/process.hpp"
 #include "core/validate.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/timeline.hpp"
 #include "sharding/spec.hpp"
 #include "spmd/member.hpp"
+#include "spmd/program.hpp"
 
 namespace tessera::detail {
+
+namespace {
+
+// GPU meshes over several processes whose collectives go through a
+// transport (TESSERA_GPU_COLLECTIVES, comm/direct.hpp): their whole-mesh
+// exchanges and reductions run as one program of the mesh's members, each
+// member's share through its direct group, so NCCL carries those bytes too.
+bool direct_across_processes(const Mesh& mesh) {
+  const Runtime& rt = Runtime::get();
+  if (rt.platform() != Platform::Cuda || rt.process_count() < 2 || gpu_collectives() == GpuCollectives::Host)
+    return false;
+  const int first = rt.process_of(mesh.devices()[0].id());
+  for (const Device& d : mesh.devices())
+    if (rt.process_of(d.id()) != first) return true;
+  return false;
+}
+
+}  // namespace
 
 Array wrap(const Shape& shape, DType dtype, const NamedSharding& sharding, std::vector<Buffer> buffers) {
   auto impl = std::make_shared<ArrayImpl>(shape, dtype, sharding);
@@ -46,6 +66,14 @@ std::vector<Buffer> gather_boxes(const ExecContext& ctx, const Array& a, const s
       throw Error(msg(op, "internal: a device's share of a program moves " + describe(a) + ", which is not on " +
                               m->mesh().str()));
     out[m->pos()] = m->whole(op).exchange(plan, m->pos(), src[m->pos()]);
+    return out;
+  }
+  if (direct_across_processes(a.sharding().mesh())) {
+    const Mesh& mesh = a.sharding().mesh();
+    run_spmd(mesh, [&](int pos, Session& session) {
+      MemberContext m(mesh, pos, session);
+      out[pos] = m.whole(op).exchange(plan, pos, src[pos]);
+    });
     return out;
   }
   // A position whose whole box is one contiguous part of its own block (rows
@@ -128,6 +156,14 @@ std::vector<Buffer> reduce_over(const ExecContext& ctx, const Mesh& mesh, const 
     const int pos = m->pos();
     out[pos] = reduce_member(m->over(in_mesh_order(mesh, axes), op), partial[pos], partial_boxes[pos], out_boxes[pos],
                              dtype, reduction, mesh.devices()[pos].id());
+    return out;
+  }
+  if (direct_across_processes(mesh)) {
+    run_spmd(mesh, [&](int pos, Session& session) {
+      MemberContext m(mesh, pos, session);
+      out[pos] = reduce_member(m.over(in_mesh_order(mesh, axes), op), partial[pos], partial_boxes[pos],
+                               out_boxes[pos], dtype, reduction, mesh.devices()[pos].id());
+    });
     return out;
   }
   communicator_for(mesh).reduce(mesh, axes, reduction, dtype, partial, partial_boxes, out_boxes, out);

@@ -459,6 +459,17 @@ TEST(Mpi, DirectGroupsCarryTheBytesWhenAsked) {
     for (int d = 0; d < n; ++d) w += host[static_cast<size_t>(d * 16 + i)];
     EXPECT_EQ(got[static_cast<size_t>(i)], w) << i;
   }
+  // The global view's reshards and reductions across processes too.
+  auto moved = [] { return tessera::detail::direct_stats().transfers; };
+  std::int64_t t0 = moved();
+  const ts::Array r = ts::reshard(a, ts::NamedSharding(m, ts::P()));
+  EXPECT_GT(moved(), t0);
+  EXPECT_EQ(r.to_vector<float>(), host);
+  t0 = moved();
+  ts::Array b = ts::device_put(host, {n, 16}, ts::NamedSharding(m, ts::P("x")));
+  const auto col = ts::sum(b, {0}).to_vector<float>();
+  EXPECT_GT(moved(), t0);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(col[static_cast<size_t>(i)], got[static_cast<size_t>(i)]) << i;
 }
 
 TEST(Mpi, AFailingBodyOnOneProcessStopsTheOthers) {
