@@ -22,9 +22,10 @@
 //
 // So a transport only moves bytes between agreed members; it never decides
 // an order of combination (NCCL's algorithms cannot change a result).
-// Whole values travel, also where a member reads only a part (psum_scatter,
-// all_to_all): simple and exact, at up to n times the bytes of a scheme
-// that sends each member its part only.
+// all_reduce (psum) moves 2 (n-1)/n of the value per member, in two
+// exchanges (see there); the other collectives move whole values, also
+// where a member reads only a part (psum_scatter, all_to_all): simple and
+// exact, at up to n times the bytes of sending each member its part.
 //
 // The link (an NCCL communicator) is made at a group's first transfer: a
 // control collective shares member 0's rendezvous bytes. Links are cached
@@ -97,17 +98,57 @@ class DirectGroup final : public Group {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ids_.size()); }
 
+  // All-reduce in two exchanges, each moving (n-1)/n of the value per
+  // member: member r first receives chunk r (a balanced block of the flat
+  // elements) of every other member's value and combines it in the tree
+  // order, then every member receives every other's combined chunk. Each
+  // element is combined by one member, over all members in the fixed
+  // order: the bits of every other backend.
   Local all_reduce(const Local& in, ReduceOp op) override {
     TimelineScope scope(op_, "collective", bytes_of(in));
-    const auto d = everyone(in, collective_sig(op_, in, std::string("reduce=") + name(op), true), all_read);
+    agree(in, collective_sig(op_, in, std::string("reduce=") + name(op), true));
     const std::int64_t count = num_elements(in.shape);
-    Buffer res(me(), static_cast<std::size_t>(count) * itemsize(in.dtype));
-    if (count > 0) {
-      std::vector<const Buffer*> parts;
-      for (const Deposit& m : d) parts.push_back(&m.data);
-      const std::vector<CombineRun> runs{{0, 0, static_cast<std::int64_t>(res.nbytes())}};
-      tree_combine_buffers(op, in.dtype, parts, runs, count, res, 0, me(), op_.c_str());
+    const std::size_t isz = itemsize(in.dtype);
+    const int n = size();
+    if (n == 1) return in;
+    Buffer res(me(), static_cast<std::size_t>(count) * isz);
+    if (count == 0) return {res, in.shape, in.dtype};
+    auto chunk = [&](int r) { return block_slice(count, n, r); };
+    auto at = [&](int r) { return static_cast<std::size_t>(chunk(r).start) * isz; };
+    auto len = [&](int r) { return static_cast<std::size_t>(chunk(r).size()) * isz; };
+    // 1: chunk `rank_` of everyone's value, combined.
+    std::vector<Buffer> parts(n);
+    std::vector<Transfer> sends, recvs;
+    for (int r = 0; r < n; ++r) {
+      if (r == rank_) {
+        parts[r] = in.data.view(at(rank_), len(rank_));
+        continue;
+      }
+      if (len(r) > 0) sends.push_back({r, in.data.view(at(r), len(r)), len(r)});
+      if (len(rank_) > 0) {
+        parts[r] = Buffer(me(), len(rank_));
+        recvs.push_back({r, parts[r], len(rank_)});
+      }
     }
+    move(sends, recvs);
+    Buffer mine = res.view(at(rank_), len(rank_));
+    if (len(rank_) > 0) {
+      std::vector<const Buffer*> ptrs;
+      for (const Buffer& b : parts) ptrs.push_back(&b);
+      const std::vector<CombineRun> runs{{0, 0, static_cast<std::int64_t>(len(rank_))}};
+      tree_combine_buffers(op, in.dtype, ptrs, runs, chunk(rank_).size(), res, at(rank_), me(), op_.c_str());
+      // Others read it next, some from other streams (the emulated transport).
+      if (const GpuHandle* g = Runtime::get().gpu(me())) gpu_wait(*g, op_.c_str());
+    }
+    // 2: everyone's combined chunk into place.
+    sends.clear();
+    recvs.clear();
+    for (int r = 0; r < n; ++r) {
+      if (r == rank_) continue;
+      if (len(rank_) > 0) sends.push_back({r, mine, len(rank_)});
+      if (len(r) > 0) recvs.push_back({r, res.view(at(r), len(r)), len(r)});
+    }
+    move(sends, recvs);
     return {res, in.shape, in.dtype};
   }
 
@@ -249,7 +290,13 @@ class DirectGroup final : public Group {
             recvs.push_back({a, d[a].data, m[a].nbytes});
           }
         }
-    if (!any) return d;
+    if (any) move(sends, recvs);
+    return d;
+  }
+
+  // Phase 2's transfers through the link (made at the group's first),
+  // which every member enters when any member has something to move.
+  void move(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs) {
     if (!link_) link_ = make_link();
     try {
       link_->exchange(sends, recvs, op_, timeout_, [&]() -> std::string {
@@ -263,7 +310,6 @@ class DirectGroup final : public Group {
     g_collectives.fetch_add(rank_ == 0 ? 1 : 0, std::memory_order_relaxed);
     g_transfers.fetch_add(static_cast<std::int64_t>(sends.size()), std::memory_order_relaxed);
     for (const Transfer& t : sends) g_bytes.fetch_add(static_cast<std::int64_t>(t.nbytes), std::memory_order_relaxed);
-    return d;
   }
 
   std::shared_ptr<DeviceLink> make_link() {

@@ -7,6 +7,7 @@
 // cannot work say so. Skipped on CPU devices and without a transport.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -45,7 +46,7 @@ std::vector<float> values(std::size_t n, float scale) {
   return v;
 }
 
-TEST(DirectGroups, PsumMovesEveryValueThroughTheTransport) {
+TEST(DirectGroups, PsumMovesItsChunksThroughTheTransport) {
   REQUIRE_TRANSPORT();
   const int n = std::min<int>(8, static_cast<int>(ts::devices().size()));
   const ts::Mesh m(ts::testing::first_devices(n), {n}, {"x"});
@@ -56,14 +57,44 @@ TEST(DirectGroups, PsumMovesEveryValueThroughTheTransport) {
   const td::DirectStats before = td::direct_stats();
   const std::vector<float> got = f(a).to_vector<float>();
   const td::DirectStats after = td::direct_stats();
-  // Every member sends its 64 floats to every other member.
-  EXPECT_EQ(after.transfers - before.transfers, static_cast<std::int64_t>(n) * (n - 1));
-  EXPECT_EQ(after.bytes - before.bytes, static_cast<std::int64_t>(n) * (n - 1) * 64 * 4);
+  // Two exchanges (reduce-scatter, all-gather of the combined chunks), each
+  // a message between every pair: (n - 1) / n of the 64 floats per member.
+  EXPECT_EQ(after.transfers - before.transfers, 2 * static_cast<std::int64_t>(n) * (n - 1));
+  EXPECT_EQ(after.bytes - before.bytes, 2 * static_cast<std::int64_t>(n - 1) * 64 * 4);
   // The tree's bits: the same call on the threads backend's order (the
   // eager sum over the sharded axis combines in the same tree).
   const std::vector<float> want = ts::sum(a, {0}, ts::ReduceOptions{.keepdims = true}).to_vector<float>();
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+// Every reduction and dtype, on values with fewer elements than members
+// (empty chunks) and uneven chunks: psum's bits equal the eager sum's.
+TEST(DirectGroups, PsumOfEveryReductionDtypeAndSize) {
+  REQUIRE_TRANSPORT();
+  const int n = std::min<int>(8, static_cast<int>(ts::devices().size()));
+  const ts::Mesh m(ts::testing::first_devices(n), {n}, {"x"});
+  for (ts::DType dt : {ts::f32, ts::f64, ts::i32, ts::u8})
+    for (std::int64_t len : {1, 3, 7, 8, 9, 1001}) {
+      std::vector<double> host(static_cast<std::size_t>(n * len));
+      for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<double>((i * 37) % 23) * 0.75 - 4;
+      if (dt == ts::u8 || dt == ts::i32)
+        for (double& v : host) v = std::abs(std::floor(v));
+      auto a = ts::astype(ts::device_put(host, {n, len}, ts::NamedSharding(m, ts::P("x"))), dt);
+      for (int which = 0; which < 3; ++which) {
+        auto f = ts::shard_map(
+            [which](ts::Array x) {
+              return which == 0 ? ts::psum(x, "x") : which == 1 ? ts::pmax(x, "x") : ts::pmin(x, "x");
+            },
+            m, {ts::P("x")}, ts::P(), {.check_vma = false});
+        const ts::Array want = which == 0 ? ts::sum(a, {0}, ts::ReduceOptions{.keepdims = true})
+                               : which == 1 ? ts::max(a, {0}, ts::ReduceOptions{.keepdims = true})
+                                            : ts::min(a, {0}, ts::ReduceOptions{.keepdims = true});
+        const ts::Array got = f(a);
+        EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>())
+            << ts::dtype_name(dt) << " length " << len << " reduction " << which;
+      }
+    }
 }
 
 TEST(DirectGroups, PermuteSendsOnlyWhereAValueGoes) {
