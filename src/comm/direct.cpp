@@ -444,9 +444,7 @@ class EmulatedLink final : public DeviceLink {
 class EmulatedTransport final : public DeviceTransport {
  public:
   std::string name() const override { return "emulated"; }
-  std::shared_ptr<DeviceLink> link(
-      const std::vector<int>& device_ids, int rank,
-      const std::function<std::vector<unsigned char>(const std::vector<unsigned char>&)>& share) override {
+  std::shared_ptr<DeviceLink> link(const std::vector<int>& device_ids, int rank, const Share& share) override {
     // Member 0 names the link; the others learn the name through `share`,
     // as NCCL's ranks learn its unique id.
     std::vector<unsigned char> mine(8, 0);

@@ -41,6 +41,9 @@ class DeviceLink {
 /// Moves device memory between the members of groups.
 class DeviceTransport {
  public:
+  /// A collective of the group's control path: every member gets member
+  /// 0's bytes.
+  using Share = std::function<std::vector<unsigned char>(const std::vector<unsigned char>&)>;
   virtual ~DeviceTransport() = default;
   /// "nccl", "emulated".
   virtual std::string name() const = 0;
@@ -48,9 +51,7 @@ class DeviceTransport {
   /// of the group calls it with the same device ids; `share(bytes)` is a
   /// collective of the group's control path that returns member 0's bytes
   /// to every member (the transport's rendezvous: NCCL's unique id).
-  virtual std::shared_ptr<DeviceLink> link(
-      const std::vector<int>& device_ids, int rank,
-      const std::function<std::vector<unsigned char>(const std::vector<unsigned char>&)>& share) = 0;
+  virtual std::shared_ptr<DeviceLink> link(const std::vector<int>& device_ids, int rank, const Share& share) = 0;
 };
 
 /// How the collectives of a GPU mesh move bytes (TESSERA_GPU_COLLECTIVES):

@@ -189,9 +189,7 @@ class NcclTransport final : public DeviceTransport {
  public:
   std::string name() const override { return "nccl"; }
 
-  std::shared_ptr<DeviceLink> link(
-      const std::vector<int>& device_ids, int rank,
-      const std::function<std::vector<unsigned char>(const std::vector<unsigned char>&)>& share) override {
+  std::shared_ptr<DeviceLink> link(const std::vector<int>& device_ids, int rank, const Share& share) override {
     const auto key = std::make_pair(device_ids, rank);
     std::shared_ptr<NcclLink> cached;
     {
