@@ -323,9 +323,18 @@ class MpiSession final : public Session {
     local_->abort(device_id, what);
     mpi::announce_session_failure(id_, device_id, what);
   }
-  // A remote failure reaches the local session when a wait across
-  // processes reads its notice.
-  std::string abort_reason() override { return local_->abort_reason(); }
+  // This process's members' failures, else another process's (its notice
+  // read now, which also wakes this process's members).
+  std::string abort_reason() override {
+    std::string why = local_->abort_reason();
+    int dev = -1;
+    std::string what;
+    if (why.empty() && mpi::remote_session_failure(id_, dev, what)) {
+      local_->abort(dev, what);
+      why = local_->abort_reason();
+    }
+    return why;
+  }
   Session& local() { return *local_; }
   long id() const { return id_; }
   double timeout() const { return timeout_; }

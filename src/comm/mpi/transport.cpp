@@ -197,6 +197,17 @@ std::string process_list(const std::vector<int>& ps) {
 
 }  // namespace
 
+bool remote_session_failure(long session, int& device, std::string& what) {
+  drain_notices();
+  Heard& h = heard();
+  std::lock_guard<std::mutex> lock(h.mu);
+  const auto it = h.sessions.find(session);
+  if (it == h.sessions.end()) return false;
+  device = it->second.first;
+  what = it->second.second + " (process " + std::to_string(Runtime::get().process_of(device)) + ")";
+  return true;
+}
+
 MPI_Comm comm() { return g_comm; }
 MPI_Comm direct_comm() { return g_direct_comm; }
 int rank() { return g_rank; }

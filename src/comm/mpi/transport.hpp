@@ -145,6 +145,11 @@ long next_session();
 /// program `session`: programs differ in tags, so frames a failed program
 /// left unreceived never match a later program's.
 int group_tag(long session, int group);
+/// Reads the notices that have arrived; when another process announced
+/// that its member of `session` failed, returns true with that member's
+/// device and "<what> (process p)". For waits outside this transport's (a
+/// direct group's transfers).
+bool remote_session_failure(long session, int& device, std::string& what);
 /// Tells every other process that `session`'s member on `device` failed.
 void announce_session_failure(long session, int device, const std::string& what);
 
