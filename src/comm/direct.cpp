@@ -463,20 +463,30 @@ class EmulatedTransport final : public DeviceTransport {
   std::atomic<std::uint64_t> next_{1};
 };
 
-GpuCollectives read_gpu_collectives() {
+// The setting, or why it is not one. Never throws: a static initializer
+// that throws is retried by every caller (and ThreadSanitizer's guard hung
+// the members that waited on one).
+struct Setting {
+  GpuCollectives value = GpuCollectives::Host;
+  std::string error;
+};
+
+Setting read_gpu_collectives() {
   const char* env = std::getenv("TESSERA_GPU_COLLECTIVES");
   const std::string v = env ? env : "";
-  if (v.empty() || v == "host") return GpuCollectives::Host;
-  if (v == "nccl") return GpuCollectives::Nccl;
-  if (v == "emulated") return GpuCollectives::Emulated;
-  throw DeviceError("[devices] TESSERA_GPU_COLLECTIVES: expected 'host', 'nccl' or 'emulated', got '" + v + "'");
+  if (v.empty() || v == "host") return {GpuCollectives::Host, ""};
+  if (v == "nccl") return {GpuCollectives::Nccl, ""};
+  if (v == "emulated") return {GpuCollectives::Emulated, ""};
+  return {GpuCollectives::Host,
+          "[devices] TESSERA_GPU_COLLECTIVES: expected 'host', 'nccl' or 'emulated', got '" + v + "'"};
 }
 
 }  // namespace
 
 GpuCollectives gpu_collectives() {
-  static const GpuCollectives c = read_gpu_collectives();
-  return c;
+  static const Setting s = read_gpu_collectives();
+  if (!s.error.empty()) throw DeviceError(s.error);
+  return s.value;
 }
 
 DeviceTransport* gpu_transport() {

@@ -74,21 +74,26 @@ struct Api {
   ncclResult_t (*recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
   std::string path;
   int version = 0;
+  std::string error;  // why NCCL cannot be had
 };
 
+// Opened once; a failure is kept and raised at every use (a static
+// initializer must not throw: every caller would retry it, and
+// ThreadSanitizer's guard hung the threads that waited on one).
 const Api& api() {
   static const Api a = [] {
-    const char* env = std::getenv("TESSERA_NCCL_LIBRARY");
-    const std::string path = env && *env ? env : "libnccl.so.2";
-    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      throw DeviceError("[devices] TESSERA_GPU_COLLECTIVES=nccl: cannot open " + path + ": " + dlerror() +
-                        " (TESSERA_NCCL_LIBRARY names the library)");
     Api x;
-    x.path = path;
+    const char* env = std::getenv("TESSERA_NCCL_LIBRARY");
+    x.path = env && *env ? env : "libnccl.so.2";
+    void* lib = dlopen(x.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      x.error = "[devices] TESSERA_GPU_COLLECTIVES=nccl: cannot open " + x.path + ": " + dlerror() +
+                " (TESSERA_NCCL_LIBRARY names the library)";
+      return x;
+    }
     auto sym = [&](auto& f, const char* name) {
       f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(lib, name));
-      if (!f) throw DeviceError("[devices] TESSERA_GPU_COLLECTIVES=nccl: " + path + " has no " + name);
+      if (!f && x.error.empty()) x.error = "[devices] TESSERA_GPU_COLLECTIVES=nccl: " + x.path + " has no " + name;
     };
     sym(x.get_version, "ncclGetVersion");
     sym(x.error_string, "ncclGetErrorString");
@@ -100,9 +105,10 @@ const Api& api() {
     sym(x.group_end, "ncclGroupEnd");
     sym(x.send, "ncclSend");
     sym(x.recv, "ncclRecv");
-    x.get_version(&x.version);
+    if (x.error.empty()) x.get_version(&x.version);
     return x;
   }();
+  if (!a.error.empty()) throw DeviceError(a.error);
   return a;
 }
 
