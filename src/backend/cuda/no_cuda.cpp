@@ -2,6 +2,7 @@
 // port answers that there are no GPUs and why, so devices("cuda"),
 // TESSERA_PLATFORM=cuda and `tessera devices` say so instead of failing to
 // link.
+#include "backend/cuda/stream.hpp"
 #include "runtime/gpus.hpp"
 #include "tessera/error.hpp"
 
@@ -46,3 +47,9 @@ void* gpu_host_allocate(std::size_t, const char* op) { no_cuda(op); }
 void gpu_host_free(void*, std::size_t) {}
 
 }  // namespace tessera::detail
+
+// The stream port's wait (backend/cuda/stream.hpp), which the CUDA evals
+// (built everywhere) call: no GPU is ever opened in this build.
+namespace tessera::cuda {
+void synchronize(const char* op) { throw DeviceError(std::string("[") + op + "] this build has no CUDA backend"); }
+}  // namespace tessera::cuda
