@@ -23,9 +23,11 @@
 // So a transport only moves bytes between agreed members; it never decides
 // an order of combination (NCCL's algorithms cannot change a result).
 // all_reduce (psum) moves 2 (n-1)/n of the value per member, in two
-// exchanges (see there); the other collectives move whole values, also
-// where a member reads only a part (psum_scatter, all_to_all): simple and
-// exact, at up to n times the bytes of sending each member its part.
+// exchanges (see there). Where a member reads only a part of the others'
+// values (psum_scatter, all_to_all), each member sends each other member
+// just that part, packed, so (n-1)/n of the value leaves each member; the
+// gathers, ppermute and exchange send whole values to the members that
+// read them.
 //
 // The link (an NCCL communicator) is made at a group's first transfer: a
 // control collective shares member 0's rendezvous bytes. Links are cached
@@ -44,6 +46,7 @@
 
 #include "comm/threads/threads.hpp"
 #include "comm/tree.hpp"
+#include "core/hash.hpp"
 #include "core/array_impl.hpp"
 #include "runtime/gpus.hpp"
 #include "runtime/timeline.hpp"
@@ -68,19 +71,9 @@ struct Record {
 };
 static_assert(sizeof(Record) == 512, "a record is 512 bytes");
 
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
+std::size_t value_bytes(const Shape& shape, DType dtype) {
+  return static_cast<std::size_t>(num_elements(shape)) * itemsize(dtype);
 }
-
-// Every member's value as phase 1 learnt it; data set by phase 2.
-struct Member {
-  Shape shape;
-  DType dtype = DType::f32;
-  std::string signature;
-  std::size_t nbytes = 0;
-};
 
 class DirectGroup final : public Group {
  public:
@@ -158,17 +151,60 @@ class DirectGroup final : public Group {
     return gather_deposits(d, axis, tiled, me());
   }
 
+  // Member r combines part r (along `dim`) of every member's value, which
+  // each member sends it packed; the combination is reduce_scatter_deposits'
+  // (one tree over the members per element), so the bits are the same.
   Local reduce_scatter(const Local& in, int dim, bool tiled, ReduceOp op) override {
     TimelineScope scope(op_, "collective", bytes_of(in));
-    const auto d = everyone(in, collective_sig(op_, in, reduce_scatter_params(dim, tiled, op), true), all_read);
-    return reduce_scatter_deposits(d, rank_, dim, tiled, op, me());
+    const std::int64_t len = in.shape[dim];
+    const int n = size();
+    auto box_of = [&](int r) {
+      std::vector<Slice> box = whole_box(in.shape);
+      box[dim] = tiled ? block_slice(len, n, r) : Slice{r, r + 1};
+      return box;
+    };
+    const std::vector<Buffer> parts =
+        parts_for_me(in, collective_sig(op_, in, reduce_scatter_params(dim, tiled, op), true), box_of);
+    Shape out = box_shape(box_of(rank_));
+    const std::int64_t count = num_elements(out);
+    Buffer res(me(), value_bytes(out, in.dtype));
+    if (count > 0) {
+      std::vector<const Buffer*> ptrs;
+      for (const Buffer& b : parts) ptrs.push_back(&b);
+      const std::vector<CombineRun> runs{{0, 0, static_cast<std::int64_t>(res.nbytes())}};
+      tree_combine_buffers(op, in.dtype, ptrs, runs, count, res, 0, me(), op_.c_str());
+    }
+    if (!tiled) out.erase(out.begin() + dim);
+    return {res, out, in.dtype};
   }
 
+  // Member r receives block r (along split_axis) of every member's value,
+  // packed, and places member s's at position s along concat_axis, as
+  // all_to_all_deposits does.
   Local all_to_all(const Local& in, int split_axis, int concat_axis) override {
     TimelineScope scope(op_, "collective", bytes_of(in));
-    const auto d =
-        everyone(in, collective_sig(op_, in, all_to_all_params(split_axis, concat_axis), true), all_read);
-    return all_to_all_deposits(d, rank_, split_axis, concat_axis, me());
+    const std::int64_t len = in.shape[split_axis];
+    const int n = size();
+    auto box_of = [&](int r) {
+      std::vector<Slice> box = whole_box(in.shape);
+      box[split_axis] = block_slice(len, n, r);
+      return box;
+    };
+    const std::vector<Buffer> parts =
+        parts_for_me(in, collective_sig(op_, in, all_to_all_params(split_axis, concat_axis), true), box_of);
+    const Shape block = box_shape(box_of(rank_));
+    Shape out = block;
+    out[concat_axis] = block[concat_axis] * n;
+    const std::size_t isz = itemsize(in.dtype);
+    Buffer res(me(), value_bytes(out, in.dtype));
+    if (res.nbytes() == 0) return {res, out, in.dtype};
+    for (int r = 0; r < n; ++r) {
+      // Member r's block covers this box of the result.
+      std::vector<Slice> at = whole_box(block);
+      at[concat_axis] = {r * block[concat_axis], (r + 1) * block[concat_axis]};
+      copy_box(parts[r], at, res, whole_box(out), at, isz, op_.c_str());
+    }
+    return {res, out, in.dtype};
   }
 
   Local permute(const Local& in, const std::vector<std::pair<int, int>>& perm) override {
@@ -201,9 +237,7 @@ class DirectGroup final : public Group {
 
  private:
   static bool all_read(int, int) { return true; }
-  static std::int64_t bytes_of(const Local& in) {
-    return num_elements(in.shape) * static_cast<std::int64_t>(itemsize(in.dtype));
-  }
+  static std::int64_t bytes_of(const Local& in) { return static_cast<std::int64_t>(value_bytes(in.shape, in.dtype)); }
   int me() const { return ids_[rank_]; }
 
   // The control group's all_gather (stacked) of `block`, its errors (a
@@ -224,8 +258,9 @@ class DirectGroup final : public Group {
     }
   }
 
-  // Phase 1: every member's record of its call, checked alike everywhere.
-  std::vector<Member> agree(const Local& in, const std::string& sig) {
+  // Phase 1: every member's record of its call, checked alike everywhere;
+  // every member's value as a Deposit without data.
+  std::vector<Deposit> agree(const Local& in, const std::string& sig) {
     if (in.shape.size() > 8)
       throw CollectiveError("[" + op_ + "] collectives over GPU transports take at most 8 dims, got " +
                             std::to_string(in.shape.size()));
@@ -247,7 +282,7 @@ class DirectGroup final : public Group {
     if (!all.data.on_host() || all.data.nbytes() != sizeof(Record) * ids_.size())
       throw CollectiveError("[" + op_ + "] internal: the control group's records are not in host memory");
     const auto* recs = static_cast<const Record*>(all.data.data());
-    std::vector<Member> m(ids_.size());
+    std::vector<Deposit> m(ids_.size());
     bool same = true;
     for (size_t r = 0; r < ids_.size(); ++r) {
       const Record& x = recs[r];
@@ -255,13 +290,10 @@ class DirectGroup final : public Group {
       m[r].shape.assign(x.shape, x.shape + std::clamp(x.ndim, 0, 8));
       m[r].signature.assign(x.sig, strnlen(x.sig, sizeof(x.sig)));
       if (static_cast<std::size_t>(x.sig_len) > m[r].signature.size()) m[r].signature += "...";
-      m[r].nbytes = static_cast<std::size_t>(num_elements(m[r].shape)) * itemsize(m[r].dtype);
       same = same && x.hash == recs[0].hash && x.sig_len == recs[0].sig_len;
     }
     if (!same) {
-      std::vector<Deposit> d(ids_.size());
-      for (size_t r = 0; r < ids_.size(); ++r) d[r] = {Buffer(), m[r].shape, m[r].dtype, m[r].signature};
-      std::string text = mismatch_text(d, ids_, axes_);
+      std::string text = mismatch_text(m, ids_, axes_);
       if (text.empty()) text = "mismatched collectives on axis " + axes_ + " (signatures differ past their first " +
                                std::to_string(sizeof(mine.sig) - 1) + " characters)";
       // Member 0's op, so every member reports the same text.
@@ -274,24 +306,65 @@ class DirectGroup final : public Group {
   // where this member does not read it), in member order.
   template <class Reads>
   std::vector<Deposit> everyone(const Local& in, const std::string& sig, Reads reads) {
-    const std::vector<Member> m = agree(in, sig);
-    std::vector<Deposit> d(m.size());
-    for (size_t r = 0; r < m.size(); ++r) d[r] = {Buffer(), m[r].shape, m[r].dtype, m[r].signature};
+    std::vector<Deposit> d = agree(in, sig);
     d[rank_].data = in.data;
     std::vector<Transfer> sends, recvs;
     bool any = false;
-    for (int a = 0; a < size(); ++a)
+    for (int a = 0; a < size(); ++a) {
+      const std::size_t nbytes = value_bytes(d[a].shape, d[a].dtype);
       for (int b = 0; b < size(); ++b)
-        if (a != b && m[a].nbytes > 0 && reads(b, a)) {
+        if (a != b && nbytes > 0 && reads(b, a)) {
           any = true;
-          if (a == rank_) sends.push_back({b, in.data, m[a].nbytes});
+          if (a == rank_) sends.push_back({b, in.data, nbytes});
           if (b == rank_) {
-            d[a].data = Buffer(me(), m[a].nbytes);
-            recvs.push_back({a, d[a].data, m[a].nbytes});
+            d[a].data = Buffer(me(), nbytes);
+            recvs.push_back({a, d[a].data, nbytes});
           }
         }
+    }
     if (any) move(sends, recvs);
     return d;
+  }
+
+  // Phases 1 and 2 where member r reads only the box `box_of(r)` of each
+  // member's value, which the signature makes the same shape everywhere:
+  // that box of every member's value, packed row-major, in member order
+  // (this member's own too; an empty Buffer where the box is empty).
+  template <class BoxOf>
+  std::vector<Buffer> parts_for_me(const Local& in, const std::string& sig, BoxOf box_of) {
+    agree(in, sig);
+    const std::size_t isz = itemsize(in.dtype);
+    const std::vector<Slice> whole = whole_box(in.shape);
+    auto nbytes = [&](int r) { return value_bytes(box_shape(box_of(r)), in.dtype); };
+    auto pack = [&](int r) {
+      const std::vector<Slice> box = box_of(r);
+      if (Buffer v = contiguous_view(in.data, whole, box, isz); v.device_data()) return v;
+      Buffer b(me(), nbytes(r));
+      copy_box(in.data, whole, b, box, box, isz, op_.c_str());
+      return b;
+    };
+    std::vector<Buffer> parts(size());
+    std::vector<Transfer> sends, recvs;
+    bool any = false;
+    for (int r = 0; r < size(); ++r) {
+      if (nbytes(r) == 0) continue;
+      if (r == rank_) {
+        parts[r] = pack(r);
+        continue;
+      }
+      any = true;
+      sends.push_back({r, pack(r), nbytes(r)});
+    }
+    if (nbytes(rank_) > 0)
+      for (int r = 0; r < size(); ++r)
+        if (r != rank_) {
+          parts[r] = Buffer(me(), nbytes(rank_));
+          recvs.push_back({r, parts[r], nbytes(rank_)});
+        }
+    // Every member moves when any box is non-empty (it sends the others'
+    // boxes, or receives its own), as the link needs.
+    if (any || !recvs.empty()) move(sends, recvs);
+    return parts;
   }
 
   // Phase 2's transfers through the link (made at the group's first),

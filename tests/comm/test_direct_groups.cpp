@@ -7,6 +7,7 @@
 // cannot work say so. Skipped on CPU devices and without a transport.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -95,6 +96,41 @@ TEST(DirectGroups, PsumOfEveryReductionDtypeAndSize) {
             << ts::dtype_name(dt) << " length " << len << " reduction " << which;
       }
     }
+}
+
+// psum_scatter and all_to_all: each member sends each other member only
+// the part it reads (columns here, so packed from strided memory), so
+// (n - 1) / n of a member's value leaves it, in one message per reader.
+TEST(DirectGroups, ScattersSendEachMemberOnlyItsPart) {
+  REQUIRE_TRANSPORT();
+  const int n = std::min<int>(8, static_cast<int>(ts::devices().size()));
+  const ts::Mesh m(ts::testing::first_devices(n), {n}, {"x"});
+  const std::int64_t rows = 3, cols = 10;  // 10 columns in uneven blocks over 4 or 8 members
+  std::vector<float> host(static_cast<std::size_t>(n * rows * cols));
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>((i * 7) % 19);  // sums are exact
+  auto a = ts::device_put(host, {n * rows, cols}, ts::NamedSharding(m, ts::P("x")));
+  const std::int64_t value_bytes = rows * cols * 4;
+  const std::int64_t readers = std::min<std::int64_t>(n, cols);  // members whose part is not empty
+  for (bool scatter : {true, false}) {
+    SCOPED_TRACE(scatter ? "psum_scatter" : "all_to_all");
+    auto f = ts::shard_map(
+        [scatter](ts::Array x) { return scatter ? ts::psum_scatter(x, "x", 1, true) : ts::all_to_all(x, "x", 1, 0, true); },
+        m, {ts::P("x")}, ts::P(ts::none, "x"), {.check_vma = false});
+    const td::DirectStats before = td::direct_stats();
+    const std::vector<float> got = f(a).to_vector<float>();
+    const td::DirectStats after = td::direct_stats();
+    EXPECT_EQ(after.transfers - before.transfers, readers * (n - 1));
+    EXPECT_EQ(after.bytes - before.bytes, (n - 1) * value_bytes);
+    // all_to_all from rows to columns leaves the global array as it was;
+    // psum_scatter sums the members' blocks.
+    std::vector<float> want = host;
+    if (scatter) {
+      want.assign(static_cast<std::size_t>(rows * cols), 0.0f);
+      for (int s = 0; s < n; ++s)
+        for (std::int64_t i = 0; i < rows * cols; ++i) want[i] += host[s * rows * cols + i];
+    }
+    EXPECT_EQ(got, want);
+  }
 }
 
 TEST(DirectGroups, PermuteSendsOnlyWhereAValueGoes) {

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/hash.hpp"
 #include "tessera/error.hpp"
 
 #ifndef TESSERA_NATIVE_CXX
@@ -381,17 +382,6 @@ std::unordered_map<std::string, bool> g_failed;               // keys that did n
 NativeStats g_stats;
 std::atomic<std::int64_t> g_redone{0};
 
-// FNV-1a, 64 bits: names files, not a security boundary.
-std::string hash_hex(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 const std::vector<std::string>& compile_flags() {
   static const std::vector<std::string> flags = {"-std=c++20", "-O3", "-march=native", "-fno-trapping-math",
@@ -580,7 +570,7 @@ std::shared_ptr<const NativeKernel> native_kernel(const NativeGroup& g) {
   std::string id = src + "\n// " + compiler();
   for (const auto& f : compile_flags()) id += " " + f;
   id += "\n// " + cpu_id();
-  const std::string key = hash_hex(id);
+  const std::string key = detail::fnv1a_hex(id);
   std::lock_guard<std::mutex> lock(g_mu);
   NativeKernel::Fn fn = build(src, key);
   if (!fn) return nullptr;

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/fused.hpp"
 #include "backend/cuda/stream.hpp"
+#include "core/hash.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::cuda {
@@ -111,14 +112,6 @@ std::unordered_map<std::string, std::shared_ptr<const FusedKernel>> g_loaded;  /
 std::unordered_map<std::string, std::string> g_failed;                       // key -> why
 FusedStats g_stats;
 
-// FNV-1a, 64 bits: names files, not a security boundary.
-std::string hash_hex(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 std::string arch_of(int ordinal) {
   int major = 0, minor = 0;
@@ -200,7 +193,7 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string& source, const
   if (arch.empty()) return fail("the GPU's architecture could not be read");
   const Nvrtc& n = nvrtc();
   if (!n.why_not.empty()) return fail(n.why_not);
-  const std::string key = hash_hex(source + "|" + arch + "|" + n.name);
+  const std::string key = detail::fnv1a_hex(source + "|" + arch + "|" + n.name);
   std::lock_guard<std::mutex> lock(g_mu);
   if (auto it = g_loaded.find(key); it != g_loaded.end()) {
     ++g_stats.reused;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/process.hpp"
+#include "core/hash.hpp"
 #include "runtime/runtime.hpp"
 #include "tessera/error.hpp"
 
@@ -78,12 +79,6 @@ Heard& heard() {
 
 std::string text_of(const char* s, std::size_t cap) { return std::string(s, strnlen(s, cap)); }
 
-// FNV-1a: the same on every process (std::hash need not be).
-std::uint64_t signature_hash(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 // Receives every notice that has arrived.
 void drain_notices() {
@@ -220,7 +215,7 @@ void Header::set(const std::string& signature, const Shape& s, DType t, int dev)
   dtype = static_cast<std::int32_t>(t);
   ndim = static_cast<std::int32_t>(std::min<std::size_t>(s.size(), 8));
   for (int i = 0; i < ndim; ++i) shape[i] = s[i];
-  sig_hash = signature_hash(signature);
+  sig_hash = fnv1a(signature);
   sig_len = static_cast<std::int32_t>(signature.size());
   std::snprintf(sig, sizeof sig, "%s", signature.c_str());
 }
@@ -232,7 +227,7 @@ std::string Header::signature() const {
 }
 
 bool Header::same_call(const std::string& s) const {
-  return sig_hash == signature_hash(s) && static_cast<std::size_t>(sig_len) == s.size();
+  return sig_hash == fnv1a(s) && static_cast<std::size_t>(sig_len) == s.size();
 }
 
 int group_tag(long session, int group) {
