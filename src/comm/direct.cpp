@@ -46,8 +46,8 @@
 
 #include "comm/threads/threads.hpp"
 #include "comm/tree.hpp"
-#include "core/hash.hpp"
 #include "core/array_impl.hpp"
+#include "core/hash.hpp"
 #include "runtime/gpus.hpp"
 #include "runtime/timeline.hpp"
 
