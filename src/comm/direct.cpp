@@ -335,35 +335,32 @@ class DirectGroup final : public Group {
     agree(in, sig);
     const std::size_t isz = itemsize(in.dtype);
     const std::vector<Slice> whole = whole_box(in.shape);
-    auto nbytes = [&](int r) { return value_bytes(box_shape(box_of(r)), in.dtype); };
-    auto pack = [&](int r) {
-      const std::vector<Slice> box = box_of(r);
-      if (Buffer v = contiguous_view(in.data, whole, box, isz); v.device_data()) return v;
-      Buffer b(me(), nbytes(r));
-      copy_box(in.data, whole, b, box, box, isz, op_.c_str());
-      return b;
-    };
     std::vector<Buffer> parts(size());
     std::vector<Transfer> sends, recvs;
-    bool any = false;
     for (int r = 0; r < size(); ++r) {
-      if (nbytes(r) == 0) continue;
-      if (r == rank_) {
-        parts[r] = pack(r);
-        continue;
+      const std::vector<Slice> box = box_of(r);
+      const std::size_t nbytes = value_bytes(box_shape(box), in.dtype);
+      if (nbytes == 0) continue;
+      Buffer packed = contiguous_view(in.data, whole, box, isz);
+      if (!packed.device_data()) {
+        packed = Buffer(me(), nbytes);
+        copy_box(in.data, whole, packed, box, box, isz, op_.c_str());
       }
-      any = true;
-      sends.push_back({r, pack(r), nbytes(r)});
+      if (r == rank_) {
+        parts[r] = packed;
+        // This member's own box, from every other member.
+        for (int s = 0; s < size(); ++s)
+          if (s != rank_) {
+            parts[s] = Buffer(me(), nbytes);
+            recvs.push_back({s, parts[s], nbytes});
+          }
+      } else {
+        sends.push_back({r, packed, nbytes});
+      }
     }
-    if (nbytes(rank_) > 0)
-      for (int r = 0; r < size(); ++r)
-        if (r != rank_) {
-          parts[r] = Buffer(me(), nbytes(rank_));
-          recvs.push_back({r, parts[r], nbytes(rank_)});
-        }
     // Every member moves when any box is non-empty (it sends the others'
     // boxes, or receives its own), as the link needs.
-    if (any || !recvs.empty()) move(sends, recvs);
+    if (!sends.empty() || !recvs.empty()) move(sends, recvs);
     return parts;
   }
 

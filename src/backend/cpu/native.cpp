@@ -382,7 +382,6 @@ std::unordered_map<std::string, bool> g_failed;               // keys that did n
 NativeStats g_stats;
 std::atomic<std::int64_t> g_redone{0};
 
-
 const std::vector<std::string>& compile_flags() {
   static const std::vector<std::string> flags = {"-std=c++20", "-O3", "-march=native", "-fno-trapping-math",
                                                  "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared",

@@ -112,7 +112,6 @@ std::unordered_map<std::string, std::shared_ptr<const FusedKernel>> g_loaded;  /
 std::unordered_map<std::string, std::string> g_failed;                       // key -> why
 FusedStats g_stats;
 
-
 std::string arch_of(int ordinal) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal) != cudaSuccess ||

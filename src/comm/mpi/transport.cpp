@@ -79,7 +79,6 @@ Heard& heard() {
 
 std::string text_of(const char* s, std::size_t cap) { return std::string(s, strnlen(s, cap)); }
 
-
 // Receives every notice that has arrived.
 void drain_notices() {
   Heard& h = heard();
