@@ -13,9 +13,10 @@
 #
 # The folder (76 MiB) is shaped like /usr. What is carried to the GPU
 # machine is at most 64 MiB, so by default DEST (build/gpu-deps) holds only
-# the folder as one archive, DEST/deps.tar.gz: 30 MiB carried (xz -9 would
-# make 19 MiB, but a bare machine need not have xz, and gzip's fits), which
-# gpu-check.sh --full unpacks. --folder writes the folder itself to DEST.
+# the folder as one archive, DEST/deps.tar.xz: 19 MiB carried (gzip's would
+# be 30 MiB, leaving too little room for build/gpu-wheels and
+# build/gpu-nccl), which gpu-check.sh --full unpacks, with Python's tarfile
+# where the machine lacks xz. --folder writes the folder itself to DEST.
 # The BC03 file comes from $TESSERA_IFU_DATA, else build/default/ifu-data
 # (fetched there by scripts/fetch-bc03.sh when missing).
 set -euo pipefail
@@ -115,6 +116,6 @@ cp "$IFU_DATA/BC03lr.h5" "$IFU_DATA/telescopes.yaml" "$IFU_DATA/LICENSE-astro-ru
 
 du -sh "$S"
 if [ $FOLDER = 0 ]; then
-  tar -C "$S" -cf - . | gzip -9 > "$DEST/deps.tar.gz"
-  du -sh "$DEST/deps.tar.gz"
+  tar -C "$S" -cf - . | xz -9 -T "$(nproc)" > "$DEST/deps.tar.xz"
+  du -sh "$DEST/deps.tar.xz"
 fi

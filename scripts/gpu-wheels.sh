@@ -17,12 +17,12 @@
 # (tests/data/ifu/README.md). They are installed with --no-deps, so the
 # image's own JAX and NumPy stay.
 #
-# What travels to the GPU machine is at most 64 MiB, the checkout and
-# build/gpu-deps (30 MiB) included. The PyPI wheels take 32 MiB; DEST holds
-# them recompressed with LZMA instead (26 MiB): the same files, byte for byte
-# (their RECORD hashes still hold), in zips that pip reads like any other.
-# --as-is keeps the PyPI files unchanged. DEST/SHA256SUMS lists the PyPI
-# files' hashes.
+# What travels to the GPU machine is at most 64 MiB, the checkout,
+# build/gpu-deps (19 MiB) and build/gpu-nccl (scripts/gpu-nccl.sh)
+# included. The PyPI wheels take 32 MiB; DEST holds them recompressed
+# with LZMA instead (26 MiB): the same files, byte for byte (their RECORD
+# hashes still hold), in zips that pip reads like any other. --as-is keeps
+# the PyPI files unchanged. DEST/SHA256SUMS lists the PyPI files' hashes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 REPACK=1
