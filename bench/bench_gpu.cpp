@@ -3,7 +3,8 @@
 //
 //   2*sin(x)+1     2^28 f32 under jit, 1 device       / device-to-device copy bandwidth
 //                  (and launched as 4096 blocks, the
-//                  shape before one-wave grids; diff too)
+//                  shape before one-wave grids, diff
+//                  too; and held to 40 and 32 registers)
 //   diff           16384^2 f64 along the sharded axis,
 //                  4 devices of the GPU, and along     / copy bandwidth
 //                  axis 0 on 1 device
@@ -43,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/fused.hpp"
 #include "backend/cuda/stream.hpp"
 #include "bench_util.hpp"
 #include "runtime/gpus.hpp"
@@ -200,6 +202,19 @@ int main(int argc, char** argv) {
       ts::cuda::set_grid_blocks_cap(0);
       row("2*sin(x)+1", std::to_string(n) + " f32, jit, 4096 blocks", s3, tb::format_seconds(s3),
           2.0 * static_cast<double>(n) * 4 / s3 / bw, "copy bandwidth");
+      // Held to fewer registers (NVRTC's --maxrregcount): the compiler's
+      // choice is 48 for sm_90 (ptxas -v), five blocks of 256 threads per
+      // SM; six fit at 40 and eight at 32, where some values spill to
+      // local memory (56 and 140 bytes). Whether the threads gained outrun
+      // the spills is for these rows to say.
+      for (const int regs : {40, 32}) {
+        ts::cuda::set_fused_max_registers(regs);
+        auto fr = ts::jit([](const ts::Array& v) { return ts::sin(v) * 2.0f + 1.0f; });
+        const double s4 = tb::median(tb::time_reps(2, reps, [&] { fr(x).block_until_ready(); }));
+        ts::cuda::set_fused_max_registers(0);
+        row("2*sin(x)+1", std::to_string(n) + " f32, jit, " + std::to_string(regs) + " registers", s4,
+            tb::format_seconds(s4), 2.0 * static_cast<double>(n) * 4 / s4 / bw, "copy bandwidth");
+      }
     }
     // Sums: a whole array (one long row) and over the leading dim (columns),
     // which read every byte once.

@@ -15,7 +15,9 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/fused.hpp"
 #include "primitives/primitive.hpp"
+#include "runtime/gpus.hpp"
 #include "test_util.hpp"
 
 namespace ts = tessera;
@@ -99,6 +101,29 @@ TEST(Jit, FusesElementwiseChainsIntoOneLoop) {
   EXPECT_NE(ir.find("compiled: 1 steps"), std::string::npos) << ir;
   EXPECT_EQ(f.cache_size(), 1);  // lower() compiles and caches
   expect_same(f(x), layer(x), "fused");
+}
+
+// A fused loop compiled with fewer registers (cuda::set_fused_max_registers,
+// for the benchmarks) is a kernel of its own, with the same bits, the
+// inputs beyond sin's polynomial (|x| > 8192) included.
+TEST(Jit, FusedLoopsHeldToFewerRegistersGiveTheSameBits) {
+  if (ts::devices()[0].kind() != "cuda" || ts::detail::emulated_gpus() > 0)
+    GTEST_SKIP() << "NVRTC's kernels run on real GPUs only";
+  ts::Mesh m = line(4);
+  std::vector<float> host = iota_data<float>(4099);
+  for (std::size_t i = 0; i < host.size(); i += 97) host[i] = (i % 2 ? -1.0f : 1.0f) * 3.0e7f / static_cast<float>(i + 1);
+  auto x = ts::device_put(host, {4099}, ts::NamedSharding(m, ts::P("x")));
+  const ts::Array want = ts::jit(layer)(x);
+  const ts::cuda::FusedStats before = ts::cuda::fused_stats();
+  struct Reset {
+    ~Reset() { ts::cuda::set_fused_max_registers(0); }
+  } reset;
+  ts::cuda::set_fused_max_registers(32);
+  const ts::Array got = ts::jit([](const ts::Array& v) { return layer(v); })(x);
+  const ts::cuda::FusedStats after = ts::cuda::fused_stats();
+  EXPECT_GT(after.compiled + after.loaded, before.compiled + before.loaded) << after.last_error;
+  EXPECT_EQ(after.failed, before.failed) << after.last_error;
+  expect_same(got, want, "32 registers");
 }
 
 // Results of 4 MiB and more per device leave a fused loop through

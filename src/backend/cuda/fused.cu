@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -107,6 +108,7 @@ const Nvrtc& nvrtc() {
   return n;
 }
 
+std::atomic<int> g_max_registers{0};  // set_fused_max_registers
 std::mutex g_mu;  // the caches and the counters
 std::unordered_map<std::string, std::shared_ptr<const FusedKernel>> g_loaded;  // key -> kernel
 std::unordered_map<std::string, std::string> g_failed;                       // key -> why
@@ -123,7 +125,8 @@ std::string arch_of(int ordinal) {
 }
 
 // The cubin of `source` for `arch`, or "" with *why set.
-std::string compile(const Nvrtc& n, const std::string& source, const std::string& arch, std::string* why) {
+std::string compile(const Nvrtc& n, const std::string& source, const std::string& arch, int max_registers,
+                    std::string* why) {
   nvrtcProgram p = nullptr;
   if (n.create(&p, source.c_str(), "tessera_fused.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) {
     *why = "nvrtcCreateProgram failed";
@@ -133,6 +136,7 @@ std::string compile(const Nvrtc& n, const std::string& source, const std::string
   // the GPU must give the CPU's bits.
   std::vector<std::string> flags = {"--gpu-architecture=" + arch, "--fmad=false", "--ftz=false", "--prec-div=true",
                                     "--prec-sqrt=true", "-std=c++20"};
+  if (max_registers > 0) flags.push_back("--maxrregcount=" + std::to_string(max_registers));
   std::stringstream inc(n.include);
   for (std::string f; std::getline(inc, f, '|');) flags.push_back(f);
   std::vector<const char*> opts;
@@ -192,7 +196,9 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string& source, const
   if (arch.empty()) return fail("the GPU's architecture could not be read");
   const Nvrtc& n = nvrtc();
   if (!n.why_not.empty()) return fail(n.why_not);
-  const std::string key = detail::fnv1a_hex(source + "|" + arch + "|" + n.name);
+  const int max_registers = g_max_registers.load();
+  const std::string key = detail::fnv1a_hex(source + "|" + arch + "|" + n.name +
+                                            (max_registers > 0 ? "|r" + std::to_string(max_registers) : ""));
   std::lock_guard<std::mutex> lock(g_mu);
   if (auto it = g_loaded.find(key); it != g_loaded.end()) {
     ++g_stats.reused;
@@ -203,7 +209,7 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string& source, const
   std::string cubin = file.empty() ? "" : read_file(file);
   const bool from_disk = !cubin.empty();
   std::string w;
-  if (!from_disk) cubin = compile(n, source, arch, &w);
+  if (!from_disk) cubin = compile(n, source, arch, max_registers, &w);
   auto k = std::make_shared<FusedKernel>();
   if (!cubin.empty()) {
     cudaError_t e = cudaLibraryLoadData(&k->library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
@@ -242,6 +248,8 @@ void launch_fused(const FusedKernel& k, const std::uint64_t* words, std::size_t 
                                           params, 0, static_cast<cudaStream_t>(c.stream))),
         op, "a fused kernel launch");
 }
+
+void set_fused_max_registers(int registers) { g_max_registers.store(registers < 0 ? 0 : registers); }
 
 FusedStats fused_stats() {
   std::lock_guard<std::mutex> lock(g_mu);

@@ -37,6 +37,13 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string& source, const
 void launch_fused(const FusedKernel& k, const std::uint64_t* words, std::size_t nwords, std::int64_t n,
                   const char* op);
 
+/// For benchmarks comparing register budgets in one run: with `registers`
+/// > 0, kernels compiled from then on are held to that many registers per
+/// thread (NVRTC's --maxrregcount; more threads fit on an SM, at the price
+/// of spills), and cached apart from the others; 0 restores the compiler's
+/// choice. Kernels already compiled keep theirs.
+void set_fused_max_registers(int registers);
+
 /// Counters for tests: kernels compiled by NVRTC, loaded from the disk
 /// cache, found in memory, and failed builds (with the last reason).
 struct FusedStats {

@@ -16,6 +16,8 @@ void launch_fused(const FusedKernel&, const std::uint64_t*, std::size_t, std::in
   throw DeviceError(std::string("[") + op + "] this build has no CUDA backend");
 }
 
+void set_fused_max_registers(int) {}
+
 FusedStats fused_stats() { return {}; }
 
 }  // namespace tessera::cuda
