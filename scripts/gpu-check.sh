@@ -193,8 +193,9 @@ fi
 # --full: build the library, its test suites, the examples and the IFU app
 # (without PLplot) here, against the Debian packages that scripts/gpu-deps.sh
 # gathered on a build machine (carried to this one as build/gpu-deps, or
-# $GPU_DEPS: its archive deps.tar.xz (or .gz), unpacked to $GPU_DEPS_UNPACKED, or the
-# unpacked folder): no MPI. Then run the checks below on that build.
+# $GPU_DEPS: its archive deps.tar.xz (or .gz), unpacked to
+# $GPU_DEPS_UNPACKED, or the unpacked folder): no MPI. Then run the checks
+# below on that build.
 if [ "$BUILD_DIR" = "--full" ]; then
   DEPS="${GPU_DEPS:-$ROOT/build/gpu-deps}"
   BUILD_DIR="${GPU_BUILD_DIR:-$ROOT/build/gpu}"
