@@ -203,10 +203,10 @@ int main(int argc, char** argv) {
       row("2*sin(x)+1", std::to_string(n) + " f32, jit, 4096 blocks", s3, tb::format_seconds(s3),
           2.0 * static_cast<double>(n) * 4 / s3 / bw, "copy bandwidth");
       // Held to fewer registers (NVRTC's --maxrregcount): the compiler's
-      // choice is 48 for sm_90 (ptxas -v), five blocks of 256 threads per
-      // SM; six fit at 40 and eight at 32, where some values spill to
-      // local memory (56 and 140 bytes). Whether the threads gained outrun
-      // the spills is for these rows to say.
+      // choice is 46 for sm_90 (ptxas -v), five blocks of 256 threads per
+      // SM; six fit at 40, with nothing spilled, and eight at 32, where
+      // the loop's counters spill to local memory (80 bytes). Whether the
+      // threads gained outrun the spills is for these rows to say.
       for (const int regs : {40, 32}) {
         ts::cuda::set_fused_max_registers(regs);
         auto fr = ts::jit([](const ts::Array& v) { return ts::sin(v) * 2.0f + 1.0f; });

@@ -68,13 +68,14 @@ std::string ctype(DType t, NativeTarget target) {
 bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
 
 // The call computing a unary op on `x`, as the eager kernel
-// (backend/cpu/elementwise.cpp) computes it; "" when there is none. The
-// CPU's loop takes the polynomials and flags an element beyond their range
-// (its tile is then recomputed); a GPU kernel cannot go back, so it takes
-// the slow path (kernels/libm.hpp) for that element at once (the *_checked
-// functions).
-std::string unary_call(UnaryOp op, DType t, const std::string& x, NativeTarget target) {
-  const bool gpu = target == NativeTarget::Cuda;
+// (backend/cpu/elementwise.cpp) computes it; "" when there is none. With
+// `checked` false it takes the polynomials and flags an element beyond
+// their range in `outside` (the CPU's loop then recomputes its tile; a GPU
+// step recomputes its elements one by one); with `checked` it takes the
+// slow path (kernels/libm.hpp) for such an element at once (the *_checked
+// functions), as a GPU's elements one by one do. Either way an element's
+// value is the eager kernel's.
+std::string unary_call(UnaryOp op, DType t, const std::string& x, bool checked) {
   const std::string T = t == DType::f32 ? "float" : "double";  // (used by the float ops only)
   const bool f32 = t == DType::f32;
   switch (op) {
@@ -92,22 +93,22 @@ std::string unary_call(UnaryOp op, DType t, const std::string& x, NativeTarget t
   if (!is_float(t)) return "";  // the front end converts integer operands of these to f32
   switch (op) {
     case UnaryOp::Exp:
-      if (f32 && gpu) return "M::exp_f32_checked(" + x + ", 1.0f)";
+      if (f32 && checked) return "M::exp_f32_checked(" + x + ", 1.0f)";
       return f32 ? "M::exp_f32_fast(1.0f * " + x + ", outside)" : "M::exp(" + x + ")";
     case UnaryOp::Log:
-      if (f32 && gpu) return "M::log_f32_checked(" + x + ")";
+      if (f32 && checked) return "M::log_f32_checked(" + x + ")";
       return f32 ? "M::log_f32_fast(" + x + ", outside)" : "M::log(" + x + ")";
     case UnaryOp::Log1p: return "M::log1p(" + x + ")";
     case UnaryOp::Expm1: return "M::expm1(" + x + ")";
     case UnaryOp::Sqrt: return "M::sqrt(" + x + ")";
     case UnaryOp::Rsqrt: return "M::rsqrt(" + x + ")";
     case UnaryOp::Sin:
-      return gpu ? "M::trig_checked<" + T + ", 0>(" + x + ")" : "M::trig_fast<" + T + ", 0>(" + x + ", outside)";
+      return checked ? "M::trig_checked<" + T + ", 0>(" + x + ")" : "M::trig_fast<" + T + ", 0>(" + x + ", outside)";
     case UnaryOp::Cos:
-      return gpu ? "M::trig_checked<" + T + ", 1>(" + x + ")" : "M::trig_fast<" + T + ", 1>(" + x + ", outside)";
+      return checked ? "M::trig_checked<" + T + ", 1>(" + x + ")" : "M::trig_fast<" + T + ", 1>(" + x + ", outside)";
     case UnaryOp::Tanh: return f32 ? "M::tanh_f32(" + x + ")" : "M::tanh(" + x + ")";
     case UnaryOp::Sigmoid:
-      if (f32 && gpu) return "M::sigmoid_f32_checked(" + x + ")";
+      if (f32 && checked) return "M::sigmoid_f32_checked(" + x + ")";
       return f32 ? "M::sigmoid_f32_fast(" + x + ", outside)" : "M::sigmoid(" + x + ")";
     default: return "";
   }
@@ -162,9 +163,10 @@ constexpr int kStep = 64;
 // so when each element computes longer. Four in general; eight when the
 // inputs are of 4 bytes or less and a member computes a transcendental
 // function, whose registers leave fewer threads per SM (`2*sin(x)+1` in
-// f32: 48 registers, 1280 threads). Measured on an H200, 2^28 f32, against
-// the copy bandwidth: `2*sin(x)+1` 0.79 with four, 0.81 with eight; `2*x+1`
-// 0.86 with four, 0.79 with eight.
+// f32: 48 registers, 1280 threads, when each element's slow path was
+// inlined in the step). Measured on an H200, 2^28 f32, against the copy
+// bandwidth: `2*sin(x)+1` 0.79 with four, 0.81 with eight; `2*x+1` 0.86
+// with four, 0.79 with eight.
 bool transcendental(const ElementExpr& e) {
   if (e.kind == ElementExpr::Kind::Unary) {
     switch (e.unary) {
@@ -259,7 +261,11 @@ struct Generator {
   }
 
   std::string operator()() {
-    std::string body, blocked;
+    // body: one element (e); blocked: a step of kStep elements, storing
+    // each output as it is made; computed and stores: the step's values,
+    // then its stores.
+    std::string body, blocked, computed, stores;
+    bool flags_outside = false;  // a member's step flags elements beyond a polynomial's range
     for (size_t k = 0; k < g.inputs.size(); ++k) {
       const std::string T = ctype(g.inputs[k]);
       param("const " + T + "* __restrict__ " + var('a', k), "static_cast<const " + T + "*>(in_[" + std::to_string(k) + "])");
@@ -274,12 +280,15 @@ struct Generator {
         t += '$';
         x.push_back(std::move(t));
       }
-      std::string value;
+      std::string value, value_one;  // value_one: one element at a time, when it differs
       const std::string T = ctype(e.t);
       switch (e.kind) {
         case ElementExpr::Kind::Unary:
           if (x.size() != 1) return "";
-          value = unary_call(e.unary, e.t, x[0], target);
+          value = unary_call(e.unary, e.t, x[0], false);
+          // A GPU's elements one by one (the tail, a step recomputed)
+          // cannot go back: the slow path at once.
+          if (target == NativeTarget::Cuda) value_one = unary_call(e.unary, e.t, x[0], true);
           break;
         case ElementExpr::Kind::Binary:
           if (x.size() != 2) return "";
@@ -311,26 +320,29 @@ struct Generator {
           break;
       }
       if (value.empty()) return "";
+      if (value_one.empty()) value_one = value;
+      flags_outside = flags_outside || value.find("outside") != std::string::npos;
       const std::string R = ctype(e.result), v = var('v', m);
-      body += "    const " + R + " " + v + " = " + expand(value, false) + ";\n";
-      blocked += "    " + R + " " + v + "[kStep];\n" + step_loop() + " {\n      " + v + "[u] = " +
-                 expand(value, true) + ";\n";
+      body += "    const " + R + " " + v + " = " + expand(value_one, false) + ";\n";
+      const std::string make = "    " + R + " " + v + "[kStep];\n" + step_loop() + " {\n      " + v + "[u] = " +
+                               expand(value, true) + ";\n";
+      blocked += make;
+      computed += make + "    }\n";
       if (mem.output >= 0) {
         const std::string o = var('o', mem.output);
         param(R + "* __restrict__ " + o, "static_cast<" + R + "*>(out_[" + std::to_string(mem.output) + "])");
         body += "    " + o + "[e] = " + v + ";\n";
-        blocked += "      " + o + step_index() + " = " + v + "[u];\n";
+        const std::string store = o + step_index() + " = " + v + "[u];\n";
+        blocked += "      " + store;
+        stores += std::string(step_loop()) + " " + store;
       }
       blocked += "    }\n";
     }
     std::string src = kNativePrelude;
     src += "\n// ---- the fused loop\nnamespace M = tessera::detail::math;\n";
     if (target == NativeTarget::Cuda) {
-      // One element per thread, grid-stride. The operands come by value in
-      // one struct (kernel parameters: no arrays of pointers to upload per
-      // launch); each element takes the slow path at once where a
-      // polynomial's range ends (unary_call), so nothing is recomputed
-      // afterwards.
+      // Grid-stride. The operands come by value in one struct (kernel
+      // parameters: no arrays of pointers to upload per launch).
       const CudaArgsLayout lay = cuda_args_layout(g.inputs.size(), static_cast<std::size_t>(g.num_outputs), f.size(),
                                                   i.size());
       if (lay.words * 8 > kCudaMaxArgBytes) return "";
@@ -353,7 +365,23 @@ struct Generator {
         loads += "    " + ctype(g.inputs[k]) + " " + a + "_[kStep];\n" + step_loop() + " " + a + "_[u] = " + a +
                  "[e + u * s_];\n";
       }
-      src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + blocked + "  }\n";
+      if (!flags_outside) {
+        src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + blocked + "  }\n";
+      } else {
+        // A step with a polynomial (sin, exp, ...) takes it for every
+        // element and flags those beyond its range, as the CPU's loop
+        // does. Where one is flagged (rare), nothing of the step has been
+        // stored yet, and its elements are computed again one by one with
+        // the slow path at once, from memory (an element reads its own
+        // index before writing it, so an output that is its input is
+        // fine). So the slow path, whose f64 reduction is long, is in the
+        // loop once rather than kStep times, out of the common path's way.
+        src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads +
+               "    unsigned outside = 0;\n" + computed +
+               "    if (outside != 0) {\n      const long long step_ = e;\n#pragma unroll 1\n"
+               "      for (int u = 0; u < kStep; ++u) {\n        const long long e = step_ + u * s_;\n" +
+               body + "      }\n      continue;\n    }\n" + stores + "  }\n";
+      }
       src += "  for (; e < n; e += s_) {\n" + body + "  }\n}\n";
       return src;
     }
