@@ -4,7 +4,9 @@
 //   2*sin(x)+1     2^28 f32 under jit, 1 device       / device-to-device copy bandwidth
 //                  (and launched as 4096 blocks, the
 //                  shape before one-wave grids, diff
-//                  too; and held to 40 and 32 registers)
+//                  too; and in other loop shapes: four
+//                  per step, one kernel, one kernel
+//                  held to 40 registers)
 //   diff           16384^2 f64 along the sharded axis,
 //                  4 devices of the GPU, and along     / copy bandwidth
 //                  axis 0 on 1 device
@@ -44,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/native.hpp"
 #include "backend/cuda/fused.hpp"
 #include "backend/cuda/stream.hpp"
 #include "bench_util.hpp"
@@ -202,18 +205,29 @@ int main(int argc, char** argv) {
       ts::cuda::set_grid_blocks_cap(0);
       row("2*sin(x)+1", std::to_string(n) + " f32, jit, 4096 blocks", s3, tb::format_seconds(s3),
           2.0 * static_cast<double>(n) * 4 / s3 / bw, "copy bandwidth");
-      // Held to fewer registers (NVRTC's --maxrregcount): the compiler's
-      // choice is 46 for sm_90 (ptxas -v), five blocks of 256 threads per
-      // SM; six fit at 40, with nothing spilled, and eight at 32, where
-      // the loop's counters spill to local memory (80 bytes). Whether the
-      // threads gained outrun the spills is for these rows to say.
-      for (const int regs : {40, 32}) {
-        ts::cuda::set_fused_max_registers(regs);
-        auto fr = ts::jit([](const ts::Array& v) { return ts::sin(v) * 2.0f + 1.0f; });
+      // Other shapes of the loop (cpu::CudaLoopShape). The default splits
+      // it: the polynomials' kernel takes 32 registers (ptxas -v, sm_90),
+      // eight blocks of 256 threads per SM, and the fix-up, which holds
+      // sin's slow path (46 registers), returns at once here. Beside it:
+      // four elements per step instead of eight; and one kernel with the
+      // slow path in it (46 registers, five blocks per SM; the default
+      // before the split), as compiled and held to 40 registers (NVRTC's
+      // --maxrregcount: six blocks, nothing spilled).
+      struct Shape {
+        const char* label;
+        ts::cpu::CudaLoopShape shape;
+        int registers;
+      };
+      for (const Shape& v : {Shape{"4 per step", {4, true}, 0}, Shape{"one kernel", {0, false}, 0},
+                             Shape{"one kernel, 40 registers", {0, false}, 40}}) {
+        ts::cpu::set_cuda_loop_shape(v.shape);
+        ts::cuda::set_fused_max_registers(v.registers);
+        auto fr = ts::jit([](const ts::Array& a) { return ts::sin(a) * 2.0f + 1.0f; });
         const double s4 = tb::median(tb::time_reps(2, reps, [&] { fr(x).block_until_ready(); }));
         ts::cuda::set_fused_max_registers(0);
-        row("2*sin(x)+1", std::to_string(n) + " f32, jit, " + std::to_string(regs) + " registers", s4,
-            tb::format_seconds(s4), 2.0 * static_cast<double>(n) * 4 / s4 / bw, "copy bandwidth");
+        ts::cpu::set_cuda_loop_shape({});
+        row("2*sin(x)+1", std::to_string(n) + " f32, jit, " + v.label, s4, tb::format_seconds(s4),
+            2.0 * static_cast<double>(n) * 4 / s4 / bw, "copy bandwidth");
       }
     }
     // Sums: a whole array (one long row) and over the leading dim (columns),

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cpu/native.hpp"
 #include "backend/cuda/fused.hpp"
 #include "primitives/primitive.hpp"
 #include "runtime/gpus.hpp"
@@ -124,6 +125,52 @@ TEST(Jit, FusedLoopsHeldToFewerRegistersGiveTheSameBits) {
   EXPECT_GT(after.compiled + after.loaded, before.compiled + before.loaded) << after.last_error;
   EXPECT_EQ(after.failed, before.failed) << after.last_error;
   expect_same(got, want, "32 registers");
+}
+
+// Every shape of a fused loop with polynomials (cpu::CudaLoopShape): split
+// into the polynomials' kernel and its fix-up (the default), one kernel,
+// other steps. Each gives the eager ops' bits, with and without inputs
+// beyond the polynomials' range, call after call (the cached calls replay
+// graphs, which hold both kernels: the fix-up must find its mark cleared
+// after a call that needed it).
+TEST(Jit, EveryFusedLoopShapeGivesTheEagerBitsCallAfterCall) {
+  namespace cpu = tessera::cpu;
+  if (ts::devices()[0].kind() != "cuda" || ts::detail::emulated_gpus() > 0)
+    GTEST_SKIP() << "NVRTC's kernels run on real GPUs only";
+  const cpu::CudaLoopShape before = cpu::cuda_loop_shape();
+  struct Reset {
+    cpu::CudaLoopShape shape;
+    ~Reset() { cpu::set_cuda_loop_shape(shape); }
+  } reset{before};
+  auto g = [](const ts::Array& v) { return std::make_tuple(layer(v), ts::exp(v * 0.01f) - ts::cos(v)); };
+  for (const int devices : {1, 3}) {
+    ts::Mesh m = line(devices);
+    const std::int64_t n = 100003;
+    const std::vector<double> v = ts::testing::uniform_doubles(n, 17, -50, 50);
+    std::vector<float> plain(v.begin(), v.end()), beyond = plain;
+    for (std::size_t i = 5; i < beyond.size(); i += 4099) beyond[i] = (i % 2 ? -1.0f : 1.0f) * 3.0e7f / static_cast<float>(i);
+    beyond[beyond.size() - 1] = -std::numeric_limits<float>::infinity();  // in the last thread's tail
+    const auto sh = ts::NamedSharding(m, ts::P("x"));
+    const ts::Array xp = ts::device_put(plain, {n}, sh), xb = ts::device_put(beyond, {n}, sh);
+    const auto [wp0, wp1] = g(xp);
+    const auto [wb0, wb1] = g(xb);
+    for (const cpu::CudaLoopShape& shape :
+         std::vector<cpu::CudaLoopShape>{{0, true}, {0, false}, {3, true}, {16, true}, {4, false}}) {
+      cpu::set_cuda_loop_shape(shape);
+      auto f = ts::jit([&](const ts::Array& v) { return g(v); });
+      const std::string what = "step " + std::to_string(shape.step) + (shape.split ? ", split" : ", one kernel") +
+                               " on " + m.str();
+      for (int call = 0; call < 3; ++call) {
+        const auto [b0, b1] = f(xb);
+        expect_same(b0, wb0, what + ", beyond, call " + std::to_string(call));
+        expect_same(b1, wb1, what + ", beyond (exp, cos), call " + std::to_string(call));
+        const auto [p0, p1] = f(xp);
+        expect_same(p0, wp0, what + ", call " + std::to_string(call));
+        expect_same(p1, wp1, what + " (exp, cos), call " + std::to_string(call));
+      }
+    }
+  }
+  EXPECT_EQ(ts::cuda::fused_stats().failed, 0) << ts::cuda::fused_stats().last_error;
 }
 
 // Results of 4 MiB and more per device leave a fused loop through

@@ -227,34 +227,98 @@ TEST(NativeMode, OffAndSmallBlocksInAutoUseTheTileLoop) {
 
 // The CUDA target's loop, run on the host: its source compiled by the host
 // compiler with stand-ins for CUDA's built-in variables, and launched as a
-// loop over the threads of a grid. Its grid-stride steps (kGpuStep elements
+// loop over the threads of a grid. Its grid-stride steps (kStep elements
 // a grid stride apart, then the rest one by one) must write every element
 // once and nothing beyond, with the CPU loop's bits, for every size against
-// every grid.
+// every grid, in every shape of the loop (cpu::CudaLoopShape): split into
+// the polynomials' kernel and its fix-up or not, and with other steps.
 namespace {
 
 // CUDA's names for the host compiler: the built-in variables, __global__,
-// and libcu++'s namespace.
+// __device__, the fence and atomicAdd (threads run one after another), and
+// libcu++'s namespace.
 const char* const kCudaOnHost = R"(
 struct tessera_dim3 { unsigned x = 1, y = 1, z = 1; };
 static tessera_dim3 blockIdx, threadIdx, gridDim, blockDim;
 #define __global__
+#define __device__
+#define __threadfence()
+static unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned old = *p; *p += v; return old; }
 namespace cuda { namespace std { using namespace ::std; } }
 )";
 
+// tessera_grid(args, n, blocks, threads, mode) launches the loop on slot 3:
+// mode 0 as launch_fused does where no output is an input (the kernel,
+// then its fix-up where the source has one), mode 1 the fix-up alone,
+// forced (where an output is an input). It returns the slot's mark between
+// the two kernels; tessera_mark() the mark and count after them (both 0
+// where the source has no fix-up).
 const char* const kGridDriver = R"(
-extern "C" __attribute__((visibility("default"))) void tessera_grid(const void* args, long long n, unsigned blocks,
-                                                                      unsigned threads) {
+template <class F> static void each_thread(unsigned blocks, unsigned threads, F f) {
   gridDim.x = blocks;
   blockDim.x = threads;
   for (unsigned b = 0; b < blocks; ++b)
     for (unsigned t = 0; t < threads; ++t) {
       blockIdx.x = b;
       threadIdx.x = t;
-      tessera_fused(*static_cast<const tessera_fused_args*>(args), n);
+      f();
     }
 }
+extern "C" __attribute__((visibility("default"))) unsigned tessera_grid(const void* args, long long n, unsigned blocks,
+                                                                          unsigned threads, int mode) {
+  const tessera_fused_args& a = *static_cast<const tessera_fused_args*>(args);
+  if (mode == 0) each_thread(blocks, threads, [&] { tessera_fused(a, n, 3); });
+#ifdef TESSERA_HAS_FIX
+  const unsigned mark = tessera_fix_[3];
+  each_thread(blocks, threads, [&] { tessera_fused_fix(a, n, 3, mode); });
+  return mark;
+#else
+  return 0;
+#endif
+}
+extern "C" __attribute__((visibility("default"))) unsigned tessera_mark() {
+#ifdef TESSERA_HAS_FIX
+  unsigned others = 0;
+  for (int s = 0; s < 256; ++s) others += s == 3 ? 0u : tessera_fix_[s] + tessera_fix_seen_[s];
+  return tessera_fix_[3] + tessera_fix_seen_[3] + others;
+#else
+  return 0;
+#endif
+}
 )";
+
+// The source compiled on the host and loaded.
+struct HostLoop {
+  using Grid = unsigned (*)(const void*, long long, unsigned, unsigned, int);
+  using Mark = unsigned (*)();
+  void* lib = nullptr;
+  Grid grid = nullptr;
+  Mark mark = nullptr;
+  bool has_fix = false;
+  std::string dir;
+  explicit HostLoop(const std::string& src) {
+    char tmpl[] = "/tmp/tessera-cuda-on-host-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return;
+    dir = tmpl;
+    has_fix = src.find("tessera_fused_fix") != std::string::npos;
+    const std::string cpp = dir + "/loop.cpp", so = dir + "/loop.so";
+    std::ofstream(cpp) << kCudaOnHost << src << kGridDriver;
+    const char* cxx = std::getenv("TESSERA_CXX");
+    const std::string cmd = std::string(cxx && *cxx ? cxx : "c++") + " -std=c++20 -O1 -ffp-contract=off -fPIC -shared -w" +
+                            (has_fix ? " -DTESSERA_HAS_FIX" : "") + " -o " + so + " " + cpp;
+    if (std::system(cmd.c_str()) != 0) return;
+    lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return;
+    grid = reinterpret_cast<Grid>(dlsym(lib, "tessera_grid"));
+    mark = reinterpret_cast<Mark>(dlsym(lib, "tessera_mark"));
+    std::remove(so.c_str());
+    std::remove(cpp.c_str());
+  }
+  ~HostLoop() {
+    if (lib) dlclose(lib);
+    if (!dir.empty()) rmdir(dir.c_str());
+  }
+};
 
 }  // namespace
 
@@ -289,87 +353,174 @@ TEST(NativeCuda, TheGridStrideLoopWritesEveryElementOnceWithTheCpuBits) {
   member(e, {{1, -1}, {-1, 1}}, 1);
   g.num_outputs = 2;
 
-  std::vector<double> f;
-  std::vector<std::int64_t> i;
-  const std::string src = cpu::native_source(g, cpu::NativeTarget::Cuda, &f, &i);
-  ASSERT_FALSE(src.empty());
-  char dir[] = "/tmp/tessera-cuda-on-host-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string cpp = std::string(dir) + "/loop.cpp", so = std::string(dir) + "/loop.so";
-  std::ofstream(cpp) << kCudaOnHost << src << kGridDriver;
-  const char* cxx = std::getenv("TESSERA_CXX");
-  const std::string cmd = std::string(cxx && *cxx ? cxx : "c++") +
-                          " -std=c++20 -O1 -ffp-contract=off -fPIC -shared -w -o " + so + " " + cpp;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  void* lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(lib, nullptr) << dlerror();
-  using Grid = void (*)(const void*, long long, unsigned, unsigned);
-  auto grid = reinterpret_cast<Grid>(dlsym(lib, "tessera_grid"));
-  ASSERT_NE(grid, nullptr);
   const auto cpu_loop = cpu::native_kernel(g);
   ASSERT_NE(cpu_loop, nullptr);
-  ASSERT_EQ(cpu_loop->f, f);
+  // The default shape (split, the generator's step), one kernel, and a
+  // split loop of odd steps.
+  const std::vector<cpu::CudaLoopShape> shapes = {{}, {0, false}, {3, true}};
+  for (const cpu::CudaLoopShape& shape : shapes) {
+    std::vector<double> f;
+    std::vector<std::int64_t> i;
+    const std::string src = cpu::native_source(g, cpu::NativeTarget::Cuda, &f, &i, &shape);
+    ASSERT_FALSE(src.empty());
+    ASSERT_EQ(src.find("tessera_fused_fix") != std::string::npos, shape.split);
+    const HostLoop loop(src);
+    ASSERT_NE(loop.grid, nullptr) << "the CUDA source did not build on the host";
+    ASSERT_EQ(cpu_loop->f, f);
+    const std::string what = "step " + std::to_string(shape.step) + (shape.split ? ", split" : ", one kernel");
 
-  const float sentinel = -12345.0f;
-  // `beyond`: some inputs past sin's polynomial (|x| > 8192, -inf),
-  // which a step computes again one element at a time; the reference is
-  // then the eager ops' (the CPU loop gives up on such a tile).
-  for (bool beyond : {false, true})
-  for (const auto& [blocks, threads] : std::vector<std::pair<unsigned, unsigned>>{{1, 1}, {3, 4}, {2, 32}, {5, 7}})
-    for (long long n : {0LL, 1LL, 3LL, 11LL, 12LL, 47LL, 48LL, 49LL, 95LL, 96LL, 97LL, 1001LL}) {
-      const std::vector<double> va = ts::testing::uniform_doubles(n + 1, 3, -100, 100),
-                                vb = ts::testing::uniform_doubles(n + 1, 4, -1, 1);
-      std::vector<float> a(va.begin(), va.begin() + n), b(vb.begin(), vb.begin() + n);
-      if (beyond)
-        for (long long k = 0; k < n; ++k) {
-          if (k % 7 == 3) a[k] = static_cast<float>((k % 2 ? -1 : 1) * (9000.0 + 1234.5 * static_cast<double>(k)));
-          if (k % 29 == 6) a[k] = -std::numeric_limits<float>::infinity();
-        }
-      const int guard = 8;  // past the end: must stay untouched
-      std::vector<float> o0(n + guard, sentinel), o1(n + guard, sentinel), w0(n + 1), w1(n + 1);
-      // The argument struct's words (cpu::cuda_args_layout): inputs,
-      // outputs, float scalars, integer scalars.
-      std::vector<std::uint64_t> words;
-      auto put = [&](const void* p) {
-        std::uint64_t w = 0;
-        std::memcpy(&w, &p, sizeof p);
-        words.push_back(w);
-      };
-      put(a.data());
-      put(b.data());
-      put(o0.data());
-      put(o1.data());
-      for (double x : f) {
-        std::uint64_t w = 0;
-        std::memcpy(&w, &x, sizeof w);
-        words.push_back(w);
+    const float sentinel = -12345.0f;
+    // `beyond`: some inputs past sin's polynomial (|x| > 8192, -inf),
+    // which the fix-up (split) or the step (one kernel) computes again one
+    // element at a time; the reference is then the eager ops' (the CPU
+    // loop gives up on such a tile).
+    for (bool beyond : {false, true})
+      for (int mode : shape.split ? std::vector<int>{0, 1} : std::vector<int>{0})
+        for (const auto& [blocks, threads] :
+             std::vector<std::pair<unsigned, unsigned>>{{1, 1}, {3, 4}, {2, 32}, {5, 7}})
+          for (long long n : {0LL, 1LL, 3LL, 11LL, 12LL, 47LL, 48LL, 49LL, 95LL, 96LL, 97LL, 1001LL}) {
+            const std::vector<double> va = ts::testing::uniform_doubles(n + 1, 3, -100, 100),
+                                      vb = ts::testing::uniform_doubles(n + 1, 4, -1, 1);
+            std::vector<float> a(va.begin(), va.begin() + n), b(vb.begin(), vb.begin() + n);
+            bool flagged = false;
+            if (beyond)
+              for (long long k = 0; k < n; ++k) {
+                if (k % 7 == 3) a[k] = static_cast<float>((k % 2 ? -1 : 1) * (9000.0 + 1234.5 * static_cast<double>(k)));
+                if (k % 29 == 6) a[k] = -std::numeric_limits<float>::infinity();
+                flagged = flagged || k % 7 == 3 || k % 29 == 6;
+              }
+            const int guard = 8;  // past the end: must stay untouched
+            std::vector<float> o0(n + guard, sentinel), o1(n + guard, sentinel), w0(n + 1), w1(n + 1);
+            // The argument struct's words (cpu::cuda_args_layout): inputs,
+            // outputs, float scalars, integer scalars.
+            std::vector<std::uint64_t> words;
+            auto put = [&](const void* p) {
+              std::uint64_t w = 0;
+              std::memcpy(&w, &p, sizeof p);
+              words.push_back(w);
+            };
+            put(a.data());
+            put(b.data());
+            put(o0.data());
+            put(o1.data());
+            for (double x : f) {
+              std::uint64_t w = 0;
+              std::memcpy(&w, &x, sizeof w);
+              words.push_back(w);
+            }
+            if (f.empty()) words.push_back(0);
+            for (std::int64_t x : i) words.push_back(static_cast<std::uint64_t>(x));
+            if (i.empty()) words.push_back(0);
+            const unsigned mark = loop.grid(words.data(), n, blocks, threads, mode);
+            const std::string at = what + (beyond ? ", beyond" : "") + (mode == 1 ? ", fix-up alone" : "") + ", n " +
+                                   std::to_string(n) + ", grid " + std::to_string(blocks) + "x" + std::to_string(threads);
+            // The polynomials' kernel marks the slot exactly where an element
+            // is beyond their range; after the fix-up it is clear.
+            if (shape.split && mode == 0) {
+              ASSERT_EQ(mark, flagged ? 1u : 0u) << at;
+            }
+            ASSERT_EQ(loop.mark(), 0u) << at;
+            const void* in[] = {a.data(), b.data()};
+            void* out[] = {w0.data(), w1.data()};
+            if (beyond && n > 0) {
+              const ts::Array x0 = ts::device_put(a, {n}, rows(1)), x1 = ts::device_put(b, {n}, rows(1));
+              const ts::Array r0 = ts::sin(x0) * 2.5f;
+              w0 = r0.to_vector<float>();
+              w1 = (r0 + x1).to_vector<float>();
+            } else {
+              ASSERT_EQ(cpu_loop->fn(in, out, f.data(), i.data(), n), 0u);  // no input beyond the polynomial's range
+            }
+            for (long long k = 0; k < n; ++k) {
+              ASSERT_EQ(std::memcmp(&o0[k], &w0[k], 4), 0) << at << ", out0[" << k << "] " << o0[k] << " vs " << w0[k];
+              ASSERT_EQ(std::memcmp(&o1[k], &w1[k], 4), 0) << at << ", out1[" << k << "] " << o1[k] << " vs " << w1[k];
+            }
+            for (long long k = n; k < n + guard; ++k) ASSERT_TRUE(o0[k] == sentinel && o1[k] == sentinel) << at;
+          }
+  }
+}
+
+// A loop without a polynomial has one kernel in every shape; an output
+// that is its input (in place) stays correct in the one-kernel loop with
+// a polynomial, whose steps read before they write.
+TEST(NativeCuda, OnlyLoopsWithAPolynomialSplitAndTheOneKernelLoopRunsInPlace) {
+  using E = tessera::detail::ElementExpr;
+  using K = E::Kind;
+  for (const bool with_sin : {false, true}) {
+    cpu::NativeGroup g;
+    g.inputs = {ts::f32};
+    cpu::NativeGroup::Member m;
+    E e;
+    e.t = e.result = ts::f32;
+    e.kind = K::Unary;
+    e.unary = with_sin ? tessera::detail::UnaryOp::Sin : tessera::detail::UnaryOp::Neg;
+    m.expr = e;
+    m.args = {{-1, 0}};
+    m.output = 0;
+    g.members.push_back(m);
+    g.num_outputs = 1;
+    const cpu::CudaLoopShape split{}, one{0, false};
+    const std::string src = cpu::native_source(g, cpu::NativeTarget::Cuda, nullptr, nullptr, &split);
+    EXPECT_EQ(src.find("tessera_fused_fix") != std::string::npos, with_sin);
+    if (!with_sin) continue;
+    // In place, forced: the fix-up alone over an array that is its own output.
+    for (const cpu::CudaLoopShape& shape : {split, one}) {
+      const HostLoop loop(cpu::native_source(g, cpu::NativeTarget::Cuda, nullptr, nullptr, &shape));
+      ASSERT_NE(loop.grid, nullptr);
+      for (long long n : {1LL, 40LL, 1001LL}) {
+        std::vector<double> v = ts::testing::uniform_doubles(n, 5, -100, 100);
+        std::vector<float> x(v.begin(), v.end());
+        for (long long k = 0; k < n; k += 13) x[k] = 1e6f + static_cast<float>(k);  // beyond the polynomial
+        const std::vector<float> want = ts::sin(ts::device_put(x, {n}, rows(1))).to_vector<float>();
+        std::vector<std::uint64_t> words(4, 0);
+        const void* p = x.data();
+        std::memcpy(&words[0], &p, sizeof p);
+        std::memcpy(&words[1], &p, sizeof p);
+        loop.grid(words.data(), n, 3, 5, shape.split ? 1 : 0);
+        for (long long k = 0; k < n; ++k)
+          ASSERT_EQ(std::memcmp(&x[k], &want[k], 4), 0) << (shape.split ? "split" : "one kernel") << ", n " << n << ", x[" << k << "]";
       }
-      if (f.empty()) words.push_back(0);
-      for (std::int64_t x : i) words.push_back(static_cast<std::uint64_t>(x));
-      if (i.empty()) words.push_back(0);
-      grid(words.data(), n, blocks, threads);
-      const void* in[] = {a.data(), b.data()};
-      void* out[] = {w0.data(), w1.data()};
-      if (beyond && n > 0) {
-        const ts::Array x0 = ts::device_put(a, {n}, rows(1)), x1 = ts::device_put(b, {n}, rows(1));
-        const ts::Array r0 = ts::sin(x0) * 2.5f;
-        w0 = r0.to_vector<float>();
-        w1 = (r0 + x1).to_vector<float>();
-      } else {
-        ASSERT_EQ(cpu_loop->fn(in, out, f.data(), i.data(), n), 0u);  // no input beyond the polynomial's range
-      }
-      const std::string at = std::string(beyond ? "beyond, " : "") + "n " + std::to_string(n) + ", grid " +
-                             std::to_string(blocks) + "x" + std::to_string(threads);
-      for (long long k = 0; k < n; ++k) {
-        ASSERT_EQ(std::memcmp(&o0[k], &w0[k], 4), 0) << at << ", out0[" << k << "] " << o0[k] << " vs " << w0[k];
-        ASSERT_EQ(std::memcmp(&o1[k], &w1[k], 4), 0) << at << ", out1[" << k << "] " << o1[k] << " vs " << w1[k];
-      }
-      for (long long k = n; k < n + guard; ++k) ASSERT_TRUE(o0[k] == sentinel && o1[k] == sentinel) << at;
     }
-  dlclose(lib);
-  std::remove(so.c_str());
-  std::remove(cpp.c_str());
-  rmdir(dir);
+  }
+}
+
+// set_cuda_loop_shape: later sources take it; a bad step is refused with
+// the setting unchanged.
+TEST(NativeCuda, TheLoopShapeSettingReachesLaterSourcesAndRefusesBadSteps) {
+  using E = tessera::detail::ElementExpr;
+  cpu::NativeGroup g;
+  g.inputs = {ts::f32};
+  cpu::NativeGroup::Member m;
+  E e;
+  e.t = e.result = ts::f32;
+  e.kind = E::Kind::Unary;
+  e.unary = tessera::detail::UnaryOp::Exp;
+  m.expr = e;
+  m.args = {{-1, 0}};
+  m.output = 0;
+  g.members.push_back(m);
+  g.num_outputs = 1;
+  const cpu::CudaLoopShape before = cpu::cuda_loop_shape();
+  EXPECT_EQ(before.step, 0);
+  EXPECT_TRUE(before.split);
+  EXPECT_NE(cpu::native_source(g, cpu::NativeTarget::Cuda).find("tessera_fused_fix"), std::string::npos);
+  EXPECT_NE(cpu::native_source(g, cpu::NativeTarget::Cuda).find("kStep = 8;"), std::string::npos);
+  cpu::set_cuda_loop_shape({5, false});
+  const std::string src = cpu::native_source(g, cpu::NativeTarget::Cuda);
+  EXPECT_EQ(src.find("tessera_fused_fix"), std::string::npos);
+  EXPECT_NE(src.find("kStep = 5;"), std::string::npos);
+  for (int bad : {-1, 33}) {
+    try {
+      cpu::set_cuda_loop_shape({bad, true});
+      ADD_FAILURE() << "step " << bad << " was taken";
+    } catch (const ts::ValueError& err) {
+      EXPECT_EQ(std::string(err.what()),
+                "[set_cuda_loop_shape] expected a step of 0 (the generator's choice) to 32 elements, got " +
+                    std::to_string(bad));
+    }
+    EXPECT_EQ(cpu::cuda_loop_shape().step, 5);
+  }
+  cpu::set_cuda_loop_shape(before);
+  EXPECT_NE(cpu::native_source(g, cpu::NativeTarget::Cuda).find("tessera_fused_fix"), std::string::npos);
 }
 
 #ifdef TESSERA_TEST_NVRTC
@@ -471,6 +622,13 @@ TEST(NativeCuda, EveryElementwiseOpCompilesWithNvrtc) {
     EXPECT_NE(src.find("__global__ void tessera_fused"), std::string::npos);
     const std::string log = nvrtc_compile(src);
     EXPECT_TRUE(log.empty()) << ts::dtype_name(t) << ":\n" << log.substr(0, 4000);
+    // The float groups have polynomials: split by default, and one kernel.
+    EXPECT_EQ(src.find("tessera_fused_fix") != std::string::npos, fl) << ts::dtype_name(t);
+    if (fl) {
+      const cpu::CudaLoopShape one{0, false};
+      const std::string log1 = nvrtc_compile(cpu::native_source(b.g, cpu::NativeTarget::Cuda, nullptr, nullptr, &one));
+      EXPECT_TRUE(log1.empty()) << ts::dtype_name(t) << ", one kernel:\n" << log1.substr(0, 4000);
+    }
     // The CPU target of the same group builds too.
     EXPECT_NE(cpu::native_source(b.g, cpu::NativeTarget::Cpu).find("fused_loop"), std::string::npos);
   }

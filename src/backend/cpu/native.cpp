@@ -42,8 +42,9 @@ using detail::UnaryOp;
 
 // ------------------------------------------------------------------ mode
 
-std::mutex g_mode_mu;
+std::mutex g_mode_mu;  // g_mode and g_cuda_shape
 std::optional<NativeMode> g_mode;
+CudaLoopShape g_cuda_shape;
 
 // ------------------------------------------------------------- generator
 
@@ -162,11 +163,12 @@ constexpr int kStep = 64;
 // few bytes in flight to cover memory latency at full bandwidth, the more
 // so when each element computes longer. Four in general; eight when the
 // inputs are of 4 bytes or less and a member computes a transcendental
-// function, whose registers leave fewer threads per SM (`2*sin(x)+1` in
-// f32: 48 registers, 1280 threads, when each element's slow path was
-// inlined in the step). Measured on an H200, 2^28 f32, against the copy
-// bandwidth: `2*sin(x)+1` 0.79 with four, 0.81 with eight; `2*x+1` 0.86
-// with four, 0.79 with eight.
+// function. Measured on an H200, 2^28 f32, against the copy bandwidth, when
+// each element's slow path was inlined in the step (`2*sin(x)+1` in f32:
+// 48 registers, 1280 threads per SM): `2*sin(x)+1` 0.79 with four, 0.81
+// with eight; `2*x+1` 0.86 with four, 0.79 with eight. (Loops with a
+// polynomial are now split, below: 32 registers, 2048 threads per SM;
+// bench_gpu times four and eight.)
 bool transcendental(const ElementExpr& e) {
   if (e.kind == ElementExpr::Kind::Unary) {
     switch (e.unary) {
@@ -197,9 +199,10 @@ int gpu_step(const NativeGroup& g) {
 // written into the source), so groups that differ only in their scalars
 // share one compiled loop.
 struct Generator {
-  Generator(const NativeGroup& group, NativeTarget t) : g(group), target(t) {}
+  Generator(const NativeGroup& group, NativeTarget t, CudaLoopShape s = {}) : g(group), target(t), shape(s) {}
   const NativeGroup& g;
   NativeTarget target;
+  CudaLoopShape shape;  // the CUDA target's
   std::string ctype(DType t) const { return cpu::ctype(t, target); }
   std::vector<double> f;
   std::vector<std::int64_t> i;
@@ -264,7 +267,9 @@ struct Generator {
     // body: one element (e); blocked: a step of kStep elements, storing
     // each output as it is made; computed and stores: the step's values,
     // then its stores.
-    std::string body, blocked, computed, stores;
+    // one_fast and one_stores: one element with the polynomials' fast
+    // forms (flagging), then its stores.
+    std::string body, blocked, computed, stores, one_fast, one_stores;
     bool flags_outside = false;  // a member's step flags elements beyond a polynomial's range
     for (size_t k = 0; k < g.inputs.size(); ++k) {
       const std::string T = ctype(g.inputs[k]);
@@ -324,6 +329,7 @@ struct Generator {
       flags_outside = flags_outside || value.find("outside") != std::string::npos;
       const std::string R = ctype(e.result), v = var('v', m);
       body += "    const " + R + " " + v + " = " + expand(value_one, false) + ";\n";
+      one_fast += "    const " + R + " " + v + " = " + expand(value, false) + ";\n";
       const std::string make = "    " + R + " " + v + "[kStep];\n" + step_loop() + " {\n      " + v + "[u] = " +
                                expand(value, true) + ";\n";
       blocked += make;
@@ -332,6 +338,7 @@ struct Generator {
         const std::string o = var('o', mem.output);
         param(R + "* __restrict__ " + o, "static_cast<" + R + "*>(out_[" + std::to_string(mem.output) + "])");
         body += "    " + o + "[e] = " + v + ";\n";
+        one_stores += "    " + o + "[e] = " + v + ";\n";
         const std::string store = o + step_index() + " = " + v + "[u];\n";
         blocked += "      " + store;
         stores += std::string(step_loop()) + " " + store;
@@ -349,16 +356,26 @@ struct Generator {
       src += "struct tessera_fused_args {\n  const void* in[" + std::to_string(lay.in) + "];\n  void* out[" +
              std::to_string(lay.out) + "];\n  double f[" + std::to_string(lay.f) + "];\n  long long i[" +
              std::to_string(lay.i) + "];\n};\n";
-      src += "extern \"C\" __global__ void tessera_fused(const tessera_fused_args args_, long long n) {\n"
-             "  const void* const* in_ = args_.in;\n  void* const* out_ = args_.out;\n"
-             "  const double* f_ = args_.f;\n  const long long* i_ = args_.i;\n";
-      for (size_t k = 0; k < params.size(); ++k) src += "  " + params[k] + " = " + args[k] + ";\n";
-      src += "  (void)in_; (void)out_; (void)f_; (void)i_;\n";
-      // gpu_step elements a grid stride apart per step (its loads first),
-      // then the rest one by one.
-      src += "  constexpr int kStep = " + std::to_string(gpu_step(g)) + ";\n";
-      src += "  const long long s_ = static_cast<long long>(gridDim.x) * blockDim.x;\n";
-      src += "  long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;\n";
+      const bool split = flags_outside && shape.split;
+      if (split)
+        src += "__device__ unsigned tessera_fix_[" + std::to_string(kCudaFixSlots) + "];\n__device__ unsigned tessera_fix_seen_[" +
+               std::to_string(kCudaFixSlots) + "];\n";
+      // A kernel's head: its operands from the struct, the step, the
+      // thread's first element.
+      auto head = [&](const std::string& name, const std::string& extra, const std::string& gate) {
+        std::string h = "extern \"C\" __global__ void " + name + "(const tessera_fused_args args_, long long n, int slot_" +
+                        extra + ") {\n" + gate +
+                        "  const void* const* in_ = args_.in;\n  void* const* out_ = args_.out;\n"
+                        "  const double* f_ = args_.f;\n  const long long* i_ = args_.i;\n";
+        for (size_t k = 0; k < params.size(); ++k) h += "  " + params[k] + " = " + args[k] + ";\n";
+        h += "  (void)in_; (void)out_; (void)f_; (void)i_; (void)slot_;\n";
+        // gpu_step elements a grid stride apart per step (its loads
+        // first), then the rest one by one.
+        h += "  constexpr int kStep = " + std::to_string(shape.step > 0 ? shape.step : gpu_step(g)) + ";\n";
+        h += "  const long long s_ = static_cast<long long>(gridDim.x) * blockDim.x;\n";
+        h += "  long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;\n";
+        return h;
+      };
       std::string loads;
       for (size_t k = 0; k < g.inputs.size(); ++k) {
         const std::string a = var('a', k);
@@ -366,23 +383,55 @@ struct Generator {
                  "[e + u * s_];\n";
       }
       if (!flags_outside) {
+        src += head("tessera_fused", "", "");
         src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + blocked + "  }\n";
-      } else {
-        // A step with a polynomial (sin, exp, ...) takes it for every
-        // element and flags those beyond its range, as the CPU's loop
-        // does. Where one is flagged (rare), nothing of the step has been
-        // stored yet, and its elements are computed again one by one with
-        // the slow path at once, from memory (an element reads its own
-        // index before writing it, so an output that is its input is
-        // fine). So the slow path, whose f64 reduction is long, is in the
-        // loop once rather than kStep times, out of the common path's way.
-        src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads +
-               "    unsigned outside = 0;\n" + computed +
-               "    if (outside != 0) {\n      const long long step_ = e;\n#pragma unroll 1\n"
-               "      for (int u = 0; u < kStep; ++u) {\n        const long long e = step_ + u * s_;\n" +
-               body + "      }\n      continue;\n    }\n" + stores + "  }\n";
+        src += "  for (; e < n; e += s_) {\n" + body + "  }\n}\n";
+        return src;
       }
-      src += "  for (; e < n; e += s_) {\n" + body + "  }\n}\n";
+      // A step with a polynomial (sin, exp, ...) takes it for every
+      // element and flags those beyond its range, as the CPU's loop does.
+      // Where one is flagged (rare), nothing of the step has been stored
+      // yet, and its elements are computed again one by one with the slow
+      // path at once, from memory (an element reads its own index before
+      // writing it, so an output that is its input is fine). So the slow
+      // path, whose f64 reduction is long, is in the loop once rather than
+      // kStep times, out of the common path's way.
+      const std::string full_loop =
+          "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + "    unsigned outside = 0;\n" +
+          computed +
+          "    if (outside != 0) {\n      const long long step_ = e;\n#pragma unroll 1\n"
+          "      for (int u = 0; u < kStep; ++u) {\n        const long long e = step_ + u * s_;\n" +
+          body + "      }\n      continue;\n    }\n" + stores + "  }\n" + "  for (; e < n; e += s_) {\n" + body + "  }\n";
+      if (!split) {
+        src += head("tessera_fused", "", "") + full_loop + "}\n";
+        return src;
+      }
+      // Split: even once in the loop, the slow path's registers are the
+      // kernel's (a kernel has the registers of its largest path), and
+      // they leave fewer threads per SM to keep memory busy (2*sin(x)+1 in
+      // f32: 46 registers with it, 32 without). So tessera_fused has no
+      // slow path: a step (or tail element) with a flagged element stores
+      // nothing and marks the device's slot. tessera_fused_fix, launched
+      // after it on the same stream, returns at once unless the slot is
+      // marked; then it is the loop above, over everything (the inputs are
+      // intact: the caller launches the pair only where no output is an
+      // input, and otherwise the fix alone with force_), and its last
+      // thread to finish clears the slot for the next launch. Every thread
+      // reads the mark before it counts itself done, so the last one
+      // clears it after all have read it. The values are the same bits
+      // either way: the fast and checked forms agree where a step is not
+      // flagged.
+      src += head("tessera_fused", "", "");
+      src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + "    unsigned outside = 0;\n" +
+             computed + "    if (outside != 0) {\n      tessera_fix_[slot_] = 1u;\n      continue;\n    }\n" + stores +
+             "  }\n";
+      src += "  for (; e < n; e += s_) {\n    unsigned outside = 0;\n" + one_fast +
+             "    if (outside != 0) {\n      tessera_fix_[slot_] = 1u;\n      continue;\n    }\n" + one_stores + "  }\n}\n";
+      src += head("tessera_fused_fix", ", int force_", "  if (force_ == 0 && tessera_fix_[slot_] == 0u) return;\n") +
+             full_loop +
+             "  if (force_ == 0) {\n    __threadfence();\n"
+             "    if (atomicAdd(&tessera_fix_seen_[slot_], 1u) == gridDim.x * blockDim.x - 1u) {\n"
+             "      tessera_fix_seen_[slot_] = 0u;\n      tessera_fix_[slot_] = 0u;\n    }\n  }\n}\n";
       return src;
     }
     src += "constexpr int kStep = " + std::to_string(kStep) + ";\n\n";
@@ -579,9 +628,22 @@ void set_native_mode(NativeMode mode) {
 
 std::int64_t native_min_elements() { return std::int64_t(1) << 16; }
 
+void set_cuda_loop_shape(CudaLoopShape shape) {
+  if (shape.step < 0 || shape.step > 32)
+    throw ValueError("[set_cuda_loop_shape] expected a step of 0 (the generator's choice) to 32 elements, got " +
+                     std::to_string(shape.step));
+  std::lock_guard<std::mutex> lock(g_mode_mu);
+  g_cuda_shape = shape;
+}
+
+CudaLoopShape cuda_loop_shape() {
+  std::lock_guard<std::mutex> lock(g_mode_mu);
+  return g_cuda_shape;
+}
+
 std::string native_source(const NativeGroup& g, NativeTarget target, std::vector<double>* f,
-                          std::vector<std::int64_t>* i) {
-  Generator gen(g, target);
+                          std::vector<std::int64_t>* i, const CudaLoopShape* shape) {
+  Generator gen(g, target, shape ? *shape : cuda_loop_shape());
   std::string src = gen();
   if (f) *f = gen.f;
   if (i) *i = gen.i;

@@ -107,13 +107,37 @@ inline CudaArgsLayout cuda_args_layout(std::size_t in, std::size_t out, std::siz
 }
 inline constexpr std::size_t kCudaMaxArgBytes = 32000;
 
+/// The shape of a CUDA loop's steps. `step`: elements per step, a grid
+/// stride apart (0: the generator's choice, gpu_step). `split`: a
+/// loop with a polynomial (sin, exp, ...) is two kernels, the polynomials
+/// alone (`tessera_fused`) and the fix-up (`tessera_fused_fix`) that runs
+/// only where an element was beyond a polynomial's range; else one kernel
+/// with both. The same values every way; only the speed differs.
+///
+/// The kernels: `tessera_fused(args, n, slot)`, and with the split
+/// `tessera_fused_fix(args, n, slot, force)`. `slot` (0 to
+/// kCudaFixSlots - 1) is the mark the pair shares, one per stream that
+/// launches them at the same time (backend/cuda/fused.hpp).
+struct CudaLoopShape {
+  int step = 0;
+  bool split = true;
+};
+inline constexpr int kCudaFixSlots = 256;
+/// For benchmarks comparing shapes in one run: sources generated from then
+/// on take `shape` (their kernels are cached apart, the source differing).
+/// A step outside 0..32 raises ValueError.
+void set_cuda_loop_shape(CudaLoopShape shape);
+CudaLoopShape cuda_loop_shape();
+
 /// The source of g's loop, or "" when some member has no element
 /// expression this generator knows (or, for CUDA, more operands than its
 /// struct holds).
 /// With `f`/`i`: the group's float and integer scalar operands, in the
 /// order the source reads them.
+/// A CUDA source takes `shape`, else cuda_loop_shape().
 std::string native_source(const NativeGroup& g, NativeTarget target = NativeTarget::Cpu,
-                          std::vector<double>* f = nullptr, std::vector<std::int64_t>* i = nullptr);
+                          std::vector<double>* f = nullptr, std::vector<std::int64_t>* i = nullptr,
+                          const CudaLoopShape* shape = nullptr);
 
 /// The disk cache of compiled loops (TESSERA_KERNEL_CACHE, else
 /// $XDG_CACHE_HOME/tessera/kernels, else ~/.cache/tessera/kernels), made on

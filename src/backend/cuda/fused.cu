@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/native.hpp"
 #include "backend/cuda/fused.hpp"
 #include "backend/cuda/stream.hpp"
 #include "core/hash.hpp"
@@ -27,6 +28,7 @@ namespace tessera::cuda {
 struct FusedKernel {
   cudaLibrary_t library = nullptr;
   cudaKernel_t kernel = nullptr;
+  cudaKernel_t fix = nullptr;  // tessera_fused_fix, where the source splits its loop
 };
 
 namespace {
@@ -214,6 +216,8 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string& source, const
   if (!cubin.empty()) {
     cudaError_t e = cudaLibraryLoadData(&k->library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
     if (e == cudaSuccess) e = cudaLibraryGetKernel(&k->kernel, k->library, "tessera_fused");
+    if (e == cudaSuccess && source.find("tessera_fused_fix") != std::string::npos)
+      e = cudaLibraryGetKernel(&k->fix, k->library, "tessera_fused_fix");
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       w = std::string("loading a fused kernel failed: ") + cudaGetErrorName(e);
@@ -236,17 +240,49 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string& source, const
   return k;
 }
 
-void launch_fused(const FusedKernel& k, const std::uint64_t* words, std::size_t nwords, std::int64_t n,
-                  const char* op) {
+int fix_slot(int device_id, const char* op) {
+  static std::mutex mu;
+  static std::unordered_map<int, int> slots;  // Tessera device -> its slot
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = slots.find(device_id);
+  if (it != slots.end()) return it->second;
+  if (slots.size() >= static_cast<std::size_t>(cpu::kCudaFixSlots))
+    throw DeviceError(std::string("[") + op + "] fused kernels run on at most " + std::to_string(cpu::kCudaFixSlots) +
+                      " devices of a process; device " + std::to_string(device_id) + " is one more");
+  const int slot = static_cast<int>(slots.size());
+  slots.emplace(device_id, slot);
+  return slot;
+}
+
+void launch_fused(const FusedKernel& k, const std::uint64_t* words, std::size_t nwords, std::size_t inputs,
+                  std::size_t outputs, std::int64_t n, const char* op) {
   if (n <= 0) return;
-  (void)nwords;  // the struct's size is the kernel's; `words` holds exactly that many
   const Current& c = current(op);
-  const unsigned blocks = grid_blocks(reinterpret_cast<const void*>(k.kernel), n);
+  // One mark per device (its stream orders the pair and the next launch).
+  int slot = k.fix != nullptr ? fix_slot(c.device_id, op) : 0;
   long long count = n;
-  void* params[] = {const_cast<std::uint64_t*>(words), &count};
-  check(static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(blocks), dim3(kLaunchThreads),
-                                          params, 0, static_cast<cudaStream_t>(c.stream))),
-        op, "a fused kernel launch");
+  auto launch = [&](cudaKernel_t kernel, void** params) {
+    const unsigned blocks = grid_blocks(reinterpret_cast<const void*>(kernel), n);
+    check(static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(blocks),
+                                            dim3(kLaunchThreads), params, 0, static_cast<cudaStream_t>(c.stream))),
+          op, "a fused kernel launch");
+  };
+  void* params[] = {const_cast<std::uint64_t*>(words), &count, &slot};
+  if (k.fix == nullptr) {
+    launch(k.kernel, params);
+    return;
+  }
+  // The fix-up reads the inputs after the first kernel has written its
+  // outputs: where an output is an input, the fix-up alone (force: the
+  // whole loop, slow path included) computes everything.
+  const std::size_t first_out = inputs > 0 ? inputs : 1;
+  int force = 0;
+  for (std::size_t o = 0; o < outputs && first_out + o < nwords; ++o)
+    for (std::size_t i = 0; i < inputs; ++i)
+      if (words[first_out + o] == words[i]) force = 1;
+  void* fix_params[] = {const_cast<std::uint64_t*>(words), &count, &slot, &force};
+  if (force == 0) launch(k.kernel, params);
+  launch(k.fix, fix_params);
 }
 
 void set_fused_max_registers(int registers) { g_max_registers.store(registers < 0 ? 0 : registers); }

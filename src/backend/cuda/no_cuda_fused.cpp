@@ -12,7 +12,8 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string&, const std::s
   return nullptr;
 }
 
-void launch_fused(const FusedKernel&, const std::uint64_t*, std::size_t, std::int64_t, const char* op) {
+void launch_fused(const FusedKernel&, const std::uint64_t*, std::size_t, std::size_t, std::size_t, std::int64_t,
+                  const char* op) {
   throw DeviceError(std::string("[") + op + "] this build has no CUDA backend");
 }
 
