@@ -140,7 +140,12 @@ struct DiffWindow {
 // only the device's own rows): plain loads at a fixed row stride, no search
 // over the segments. Element (o, r) of the run reads src[o * src_outer + r
 // + k * inner] and writes dst[o * dst_outer + r], r < span.
-template <class T, int kN>
+// kOneSlab: the run has one outer block (a diff along the leading axis, the
+// common case), so o is 0 throughout and no element divides. The division
+// is then not in the kernel at all: a 64-bit division's code holds
+// registers (f64 order 1: 40 registers with it, six blocks of 256 threads
+// per SM, 32 without it, eight), even where no element takes it.
+template <class T, int kN, bool kOneSlab>
 struct DiffRun {
   struct Window {
     T w[kN + 1];
@@ -149,10 +154,12 @@ struct DiffRun {
   T* dst;
   int64_t span, src_outer, dst_outer, inner;
 
-  // (o, r) of element idx. With one outer block (a diff along the leading
-  // axis: the common case) o is 0 throughout, and the division, which a
-  // GPU takes some twenty instructions for, twice per element, is skipped.
-  TESSERA_HD DivMod at(int64_t idx) const { return idx < span ? DivMod{0, idx} : divmod(idx, span); }
+  // (o, r) of element idx; the elements of the first outer block skip the
+  // division (some twenty instructions, twice per element).
+  TESSERA_HD DivMod at(int64_t idx) const {
+    if constexpr (kOneSlab) return DivMod{0, idx};
+    else return idx < span ? DivMod{0, idx} : divmod(idx, span);
+  }
   TESSERA_HD Window load(int64_t idx) const {
     const DivMod d = at(idx);
     const T* s = src + d.q * src_outer + d.r;
@@ -186,9 +193,13 @@ void diff_runs(const Rows<T>& rows, T* out, int64_t outer, int64_t m, int64_t in
     if (hi <= lo) continue;
     windows(lo);
     const T* p = static_cast<const T*>(g.data);
-    for_each_batched("diff", outer * (hi - lo) * inner,
-                     DiffRun<T, kN>{p + (lo - g.start) * inner, out + lo * inner, (hi - lo) * inner,
-                                    g.outer_stride, m * inner, inner});
+    const T* src = p + (lo - g.start) * inner;
+    T* dst = out + lo * inner;
+    const int64_t span = (hi - lo) * inner;
+    if (outer == 1)
+      for_each_batched("diff", span, DiffRun<T, kN, true>{src, dst, span, g.outer_stride, m * inner, inner});
+    else
+      for_each_batched("diff", outer * span, DiffRun<T, kN, false>{src, dst, span, g.outer_stride, m * inner, inner});
     done = hi;
   }
   windows(m);
