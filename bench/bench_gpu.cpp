@@ -7,6 +7,7 @@
 //                  too; and in other loop shapes: four
 //                  per step, one kernel, one kernel
 //                  held to 40 registers)
+//   sin, x+y       2^28 f32 eager, 1 device           / copy bandwidth
 //   diff           16384^2 f64 along the sharded axis,
 //                  4 devices of the GPU, and along     / copy bandwidth
 //                  axis 0 on 1 device
@@ -229,6 +230,15 @@ int main(int argc, char** argv) {
         row("2*sin(x)+1", std::to_string(n) + " f32, jit, " + v.label, s4, tb::format_seconds(s4),
             2.0 * static_cast<double>(n) * 4 / s4 / bw, "copy bandwidth");
       }
+      // Eager ops (no jit), a kernel each: sin (read and write) and x + y
+      // (two reads, one write).
+      const double se = tb::median(tb::time_reps(2, reps, [&] { ts::sin(x).block_until_ready(); }));
+      row("sin, eager", std::to_string(n) + " f32, 1 device", se, tb::format_seconds(se),
+          2.0 * static_cast<double>(n) * 4 / se / bw, "copy bandwidth");
+      const ts::Array y = ts::full({n}, 0.25, ts::DType::f32, ts::NamedSharding(one, ts::P()));
+      const double sa = tb::median(tb::time_reps(2, reps, [&] { (x + y).block_until_ready(); }));
+      row("x+y, eager", std::to_string(n) + " f32, 1 device", sa, tb::format_seconds(sa),
+          3.0 * static_cast<double>(n) * 4 / sa / bw, "copy bandwidth");
     }
     // Sums: a whole array (one long row) and over the leading dim (columns),
     // which read every byte once.

@@ -110,13 +110,21 @@ struct Walk {
   int64_t dims[kMaxRank] = {};
   int64_t strides[K][kMaxRank] = {};
 
+  // kFlat: the caller launched this walk only where `flat` holds, and the
+  // kernel then has no division code (which holds registers even where no
+  // element divides: fewer threads per SM).
+  template <bool kFlat = false>
   TESSERA_HD void offsets(int64_t i, int64_t (&off)[K]) const {
-    for (int k = 0; k < K; ++k) off[k] = flat ? i : 0;
-    if (flat) return;
-    for (int d = rank - 1; d >= 0; --d) {
-      const int64_t q = i / dims[d], j = i - q * dims[d];
-      i = q;
-      for (int k = 0; k < K; ++k) off[k] += j * strides[k][d];
+    if constexpr (kFlat) {
+      for (int k = 0; k < K; ++k) off[k] = i;
+    } else {
+      for (int k = 0; k < K; ++k) off[k] = flat ? i : 0;
+      if (flat) return;
+      for (int d = rank - 1; d >= 0; --d) {
+        const int64_t q = i / dims[d], j = i - q * dims[d];
+        i = q;
+        for (int k = 0; k < K; ++k) off[k] += j * strides[k][d];
+      }
     }
   }
 };
@@ -182,14 +190,23 @@ bool unary_done(UnaryOp op) {
   }
 }
 
-template <class T>
+// The kernels below run as for_each_batched: a thread loads several
+// elements' operands before it computes and stores any (one element at a
+// time, a thread has one load in flight, and an SM's threads too few bytes
+// in flight to keep memory busy). Each element reads only its own operands
+// and writes only its own result, so an output that is an operand is fine.
+
+// kHeavy: the transcendental functions (a polynomial and its slow path),
+// whose registers would otherwise be every unary kernel's, leaving fewer
+// threads per SM for `neg` or `abs` too.
+template <class T, bool kHeavy>
 struct UnaryKernel {
   UnaryOp op;
   const T* x;
   void* y;
 
-  TESSERA_HD void operator()(int64_t i) const {
-    const T v = x[i];
+  TESSERA_HD T load(int64_t i) const { return x[i]; }
+  TESSERA_HD void store(int64_t i, T v) const {
     T* yt = static_cast<T*>(y);
     bool* yb = static_cast<bool*>(y);
     switch (op) {
@@ -207,50 +224,79 @@ struct UnaryKernel {
     if constexpr (math::kFloat<T>) {
       constexpr bool f32 = sizeof(T) == 4;
       switch (op) {
-        case UnaryOp::Exp:
-          if constexpr (f32) yt[i] = math::exp_f32_checked(v, 1.0f);
-          else yt[i] = math::exp(v);
-          return;
-        case UnaryOp::Log:
-          if constexpr (f32) yt[i] = math::log_f32_checked(v);
-          else yt[i] = math::log(v);
-          return;
-        case UnaryOp::Log1p: yt[i] = math::log1p(v); return;
-        case UnaryOp::Expm1: yt[i] = math::expm1(v); return;
         case UnaryOp::Sqrt: yt[i] = math::sqrt(v); return;
         case UnaryOp::Rsqrt: yt[i] = math::rsqrt(v); return;
-        case UnaryOp::Sin: yt[i] = math::trig_checked<T, 0>(v); return;
-        case UnaryOp::Cos: yt[i] = math::trig_checked<T, 1>(v); return;
-        case UnaryOp::Tanh:
-          if constexpr (f32) yt[i] = math::tanh_f32(v);
-          else yt[i] = math::tanh(v);
-          return;
-        case UnaryOp::Sigmoid:
-          if constexpr (f32) yt[i] = math::sigmoid_f32_checked(v);
-          else yt[i] = math::sigmoid(v);
-          return;
-        default: return;
+        default: break;
+      }
+      if constexpr (kHeavy) {
+        switch (op) {
+          case UnaryOp::Exp:
+            if constexpr (f32) yt[i] = math::exp_f32_checked(v, 1.0f);
+            else yt[i] = math::exp(v);
+            return;
+          case UnaryOp::Log:
+            if constexpr (f32) yt[i] = math::log_f32_checked(v);
+            else yt[i] = math::log(v);
+            return;
+          case UnaryOp::Log1p: yt[i] = math::log1p(v); return;
+          case UnaryOp::Expm1: yt[i] = math::expm1(v); return;
+          case UnaryOp::Sin: yt[i] = math::trig_checked<T, 0>(v); return;
+          case UnaryOp::Cos: yt[i] = math::trig_checked<T, 1>(v); return;
+          case UnaryOp::Tanh:
+            if constexpr (f32) yt[i] = math::tanh_f32(v);
+            else yt[i] = math::tanh(v);
+            return;
+          case UnaryOp::Sigmoid:
+            if constexpr (f32) yt[i] = math::sigmoid_f32_checked(v);
+            else yt[i] = math::sigmoid(v);
+            return;
+          default: return;
+        }
       }
     }
   }
 };
 
+// Ops the light unary kernel computes.
+constexpr bool unary_is_light(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: case UnaryOp::Abs: case UnaryOp::Sign: case UnaryOp::Floor: case UnaryOp::Ceil:
+    case UnaryOp::Round: case UnaryOp::IsNan: case UnaryOp::IsFinite: case UnaryOp::Not: case UnaryOp::Sqrt:
+    case UnaryOp::Rsqrt:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // --------------------------------------------------------------- binary
 
-template <class T>
+// kPow: pow alone (in float dtypes a log and an exp, whose registers would
+// otherwise be every binary kernel's); the other ops without it.
+template <class T, bool kFlat, bool kPow>
 struct BinaryKernel {
   BinaryOp op;
   Arg<T> a, b;
   void* out;
   Walk<2> w;
 
-  TESSERA_HD void operator()(int64_t i) const {
+  struct Pair {
+    T u, v;
+  };
+  TESSERA_HD Pair load(int64_t i) const {
     int64_t off[2];
-    w.offsets(i, off);
-    const T u = a.at(off[0]), v = b.at(off[1]);
+    w.template offsets<kFlat>(i, off);
+    return {a.at(off[0]), b.at(off[1])};
+  }
+  TESSERA_HD void store(int64_t i, Pair p) const {
+    const T u = p.u, v = p.v;
     using O = math::Ops<T>;
     T* y = static_cast<T*>(out);
     bool* yb = static_cast<bool*>(out);
+    if constexpr (kPow) {
+      y[i] = O::pow(u, v);
+      return;
+    }
     switch (op) {
       case BinaryOp::Add: y[i] = O::add(u, v); return;
       case BinaryOp::Sub: y[i] = O::sub(u, v); return;
@@ -258,7 +304,7 @@ struct BinaryKernel {
       case BinaryOp::Div: y[i] = O::div(u, v); return;
       case BinaryOp::FloorDiv: y[i] = O::floordiv(u, v); return;
       case BinaryOp::Mod: y[i] = O::mod(u, v); return;
-      case BinaryOp::Pow: y[i] = O::pow(u, v); return;
+      case BinaryOp::Pow: return;  // (kPow)
       case BinaryOp::Max: y[i] = O::max(u, v); return;
       case BinaryOp::Min: y[i] = O::min(u, v); return;
       case BinaryOp::Eq: yb[i] = O::eq(u, v); return;
@@ -276,18 +322,25 @@ struct BinaryKernel {
 
 // --------------------------------------------------------------- select
 
-template <class T>
+template <class T, bool kFlat>
 struct SelectKernel {
   Arg<bool> c;
   Arg<T> x, y;
   T* out;
   Walk<3> w;
 
-  TESSERA_HD void operator()(int64_t i) const {
+  // Both values are read (as the CPU's select, which vectorises): the loads
+  // stay independent of the condition, all in flight at once.
+  struct Values {
+    bool c;
+    T x, y;
+  };
+  TESSERA_HD Values load(int64_t i) const {
     int64_t off[3];
-    w.offsets(i, off);
-    out[i] = c.at(off[0]) ? x.at(off[1]) : y.at(off[2]);
+    w.template offsets<kFlat>(i, off);
+    return {c.at(off[0]), x.at(off[1]), y.at(off[2])};
   }
+  TESSERA_HD void store(int64_t i, Values v) const { out[i] = v.c ? v.x : v.y; }
 };
 
 }  // namespace
@@ -297,7 +350,10 @@ void unary(UnaryOp op, DType t, const void* x, void* y, std::int64_t n) {
   dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     if (!unary_done<T>(op)) return;  // as the CPU: the front end converts to f32 first
-    for_each(op_name(op), n, UnaryKernel<T>{op, static_cast<const T*>(x), y});
+    if (unary_is_light(op))
+      for_each_batched(op_name(op), n, UnaryKernel<T, false>{op, static_cast<const T*>(x), y});
+    else
+      for_each_batched(op_name(op), n, UnaryKernel<T, true>{op, static_cast<const T*>(x), y});
   });
 }
 
@@ -310,7 +366,15 @@ void binary(BinaryOp op, DType t, const Operand& a, const Operand& b, void* out,
   if (n <= 0) return;
   dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    for_each(name, n, BinaryKernel<T>{op, arg_of<T>(a), arg_of<T>(b), out, w});
+    const Arg<T> x = arg_of<T>(a), y = arg_of<T>(b);
+    if (op == BinaryOp::Pow) {
+      if (w.flat) for_each_batched(name, n, BinaryKernel<T, true, true>{op, x, y, out, w});
+      else for_each_batched(name, n, BinaryKernel<T, false, true>{op, x, y, out, w});
+    } else if (w.flat) {
+      for_each_batched(name, n, BinaryKernel<T, true, false>{op, x, y, out, w});
+    } else {
+      for_each_batched(name, n, BinaryKernel<T, false, false>{op, x, y, out, w});
+    }
   });
 }
 
@@ -322,7 +386,12 @@ void select(DType t, const Operand& cond, const Operand& x, const Operand& y, vo
   if (n <= 0) return;
   dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    for_each("select", n, SelectKernel<T>{arg_of<bool>(cond), arg_of<T>(x), arg_of<T>(y), static_cast<T*>(out), w});
+    if (w.flat)
+      for_each_batched("select", n,
+                       SelectKernel<T, true>{arg_of<bool>(cond), arg_of<T>(x), arg_of<T>(y), static_cast<T*>(out), w});
+    else
+      for_each_batched("select", n,
+                       SelectKernel<T, false>{arg_of<bool>(cond), arg_of<T>(x), arg_of<T>(y), static_cast<T*>(out), w});
   });
 }
 
