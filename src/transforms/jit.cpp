@@ -703,7 +703,8 @@ void run_fused_cuda(const Compiled& c, const Step& st, int pos, Buffers& bufs) {
     put(outs.data(), outs.size());
     put(cf.f.data(), cf.f.size());
     put(cf.i.data(), cf.i.size());
-    cuda::launch_fused(*kernel, words.data(), words.size(), ins.size(), outs.size(), n, "jit");
+    cuda::launch_fused(*kernel, words.data(), words.size(), ins.size(), outs.size(), cpu::cuda_fix_slot(dev, "jit"),
+                       n, "jit");
     gpu_op_done(*Runtime::get().gpu(dev), "jit");
   } else {
     for (size_t k = 0; k < members.size(); ++k) {

@@ -523,6 +523,30 @@ TEST(NativeCuda, TheLoopShapeSettingReachesLaterSourcesAndRefusesBadSteps) {
   EXPECT_NE(cpu::native_source(g, cpu::NativeTarget::Cuda).find("tessera_fused_fix"), std::string::npos);
 }
 
+// A device keeps its fused loops' slot; a process has kCudaFixSlots of
+// them, and the device beyond is refused by name.
+TEST(NativeCuda, EachDeviceKeepsItsSlotUpToTheLimit) {
+  const int a = cpu::cuda_fix_slot(1005, "jit"), b = cpu::cuda_fix_slot(7, "jit");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(cpu::cuda_fix_slot(1005, "jit"), a);
+  std::vector<bool> seen(cpu::kCudaFixSlots, false);
+  int id = 20000;
+  for (int k = 0; k < cpu::kCudaFixSlots - 2; ++k) {
+    const int s = cpu::cuda_fix_slot(id++, "jit");
+    ASSERT_TRUE(s >= 0 && s < cpu::kCudaFixSlots);
+    EXPECT_FALSE(seen[static_cast<std::size_t>(s)]);
+    seen[static_cast<std::size_t>(s)] = true;
+  }
+  try {
+    cpu::cuda_fix_slot(id, "jit");
+    ADD_FAILURE() << "a slot beyond the limit was given";
+  } catch (const ts::DeviceError& e) {
+    EXPECT_EQ(std::string(e.what()), "[jit] fused GPU loops run on at most 256 devices of a process; device " +
+                                         std::to_string(id) + " would be one more");
+  }
+  EXPECT_EQ(cpu::cuda_fix_slot(7, "jit"), b);
+}
+
 #ifdef TESSERA_TEST_NVRTC
 // The generator's other target: the same member expressions over the same
 // prelude, written as a CUDA kernel and compiled by NVRTC (no GPU needed to

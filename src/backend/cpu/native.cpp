@@ -636,6 +636,19 @@ void set_cuda_loop_shape(CudaLoopShape shape) {
   g_cuda_shape = shape;
 }
 
+int cuda_fix_slot(int device_id, const char* op) {
+  static std::mutex mu;
+  static std::unordered_map<int, int> slots;  // Tessera device -> its slot
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = slots.find(device_id); it != slots.end()) return it->second;
+  if (slots.size() >= static_cast<std::size_t>(kCudaFixSlots))
+    throw DeviceError(std::string("[") + op + "] fused GPU loops run on at most " + std::to_string(kCudaFixSlots) +
+                      " devices of a process; device " + std::to_string(device_id) + " would be one more");
+  const int slot = static_cast<int>(slots.size());
+  slots.emplace(device_id, slot);
+  return slot;
+}
+
 CudaLoopShape cuda_loop_shape() {
   std::lock_guard<std::mutex> lock(g_mode_mu);
   return g_cuda_shape;

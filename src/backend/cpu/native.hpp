@@ -123,6 +123,10 @@ struct CudaLoopShape {
   bool split = true;
 };
 inline constexpr int kCudaFixSlots = 256;
+/// Tessera device `device_id`'s slot, the same for the process's life (one
+/// per device: a device's stream orders its launches). Raises DeviceError
+/// naming `op` for a device beyond the kCudaFixSlots-th.
+int cuda_fix_slot(int device_id, const char* op);
 /// For benchmarks comparing shapes in one run: sources generated from then
 /// on take `shape` (their kernels are cached apart, the source differing).
 /// A step outside 0..32 raises ValueError.

@@ -17,7 +17,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cpu/native.hpp"
 #include "backend/cuda/fused.hpp"
 #include "backend/cuda/stream.hpp"
 #include "core/hash.hpp"
@@ -240,26 +239,10 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string& source, const
   return k;
 }
 
-int fix_slot(int device_id, const char* op) {
-  static std::mutex mu;
-  static std::unordered_map<int, int> slots;  // Tessera device -> its slot
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = slots.find(device_id);
-  if (it != slots.end()) return it->second;
-  if (slots.size() >= static_cast<std::size_t>(cpu::kCudaFixSlots))
-    throw DeviceError(std::string("[") + op + "] fused kernels run on at most " + std::to_string(cpu::kCudaFixSlots) +
-                      " devices of a process; device " + std::to_string(device_id) + " is one more");
-  const int slot = static_cast<int>(slots.size());
-  slots.emplace(device_id, slot);
-  return slot;
-}
-
 void launch_fused(const FusedKernel& k, const std::uint64_t* words, std::size_t nwords, std::size_t inputs,
-                  std::size_t outputs, std::int64_t n, const char* op) {
+                  std::size_t outputs, int slot, std::int64_t n, const char* op) {
   if (n <= 0) return;
   const Current& c = current(op);
-  // One mark per device (its stream orders the pair and the next launch).
-  int slot = k.fix != nullptr ? fix_slot(c.device_id, op) : 0;
   long long count = n;
   auto launch = [&](cudaKernel_t kernel, void** params) {
     const unsigned blocks = grid_blocks(reinterpret_cast<const void*>(kernel), n);

@@ -35,10 +35,12 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string& source, const
 /// Launches `k` over n elements on the calling thread's stream, its
 /// argument struct given as `words` 8-byte words (the layout the source
 /// declares), of which the first `inputs` words (at least one) are the
-/// input pointers and the next `outputs` the output pointers. Does not
-/// wait. Raises DeviceError naming `op` if the launch fails.
+/// input pointers and the next `outputs` the output pointers. `slot`: the
+/// calling device's mark in the kernel (cpu::cuda_fix_slot), for kernels
+/// split in two. Does not wait. Raises DeviceError naming `op` if the
+/// launch fails.
 void launch_fused(const FusedKernel& k, const std::uint64_t* words, std::size_t nwords, std::size_t inputs,
-                  std::size_t outputs, std::int64_t n, const char* op);
+                  std::size_t outputs, int slot, std::int64_t n, const char* op);
 
 /// For benchmarks comparing register budgets in one run: with `registers`
 /// > 0, kernels compiled from then on are held to that many registers per

@@ -12,7 +12,7 @@ std::shared_ptr<const FusedKernel> fused_kernel(const std::string&, const std::s
   return nullptr;
 }
 
-void launch_fused(const FusedKernel&, const std::uint64_t*, std::size_t, std::size_t, std::size_t, std::int64_t,
+void launch_fused(const FusedKernel&, const std::uint64_t*, std::size_t, std::size_t, std::size_t, int, std::int64_t,
                   const char* op) {
   throw DeviceError(std::string("[") + op + "] this build has no CUDA backend");
 }
