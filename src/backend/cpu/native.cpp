@@ -358,8 +358,8 @@ struct Generator {
              std::to_string(lay.i) + "];\n};\n";
       const bool split = flags_outside && shape.split;
       if (split)
-        src += "__device__ unsigned tessera_fix_[" + std::to_string(kCudaFixSlots) + "];\n__device__ unsigned tessera_fix_seen_[" +
-               std::to_string(kCudaFixSlots) + "];\n";
+        src += "__device__ unsigned tessera_fix_[" + std::to_string(kCudaFixSlots) +
+               "] = {};\n__device__ unsigned tessera_fix_seen_[" + std::to_string(kCudaFixSlots) + "] = {};\n";
       // A kernel's head: its operands from the struct, the step, the
       // thread's first element.
       auto head = [&](const std::string& name, const std::string& extra, const std::string& gate) {
