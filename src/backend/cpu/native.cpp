@@ -421,12 +421,11 @@ struct Generator {
       // clears it after all have read it. The values are the same bits
       // either way: the fast and checked forms agree where a step is not
       // flagged.
+      const std::string mark = "    if (outside != 0) {\n      tessera_fix_[slot_] = 1u;\n      continue;\n    }\n";
       src += head("tessera_fused", "", "");
       src += "  for (; e + (kStep - 1) * s_ < n; e += kStep * s_) {\n" + loads + "    unsigned outside = 0;\n" +
-             computed + "    if (outside != 0) {\n      tessera_fix_[slot_] = 1u;\n      continue;\n    }\n" + stores +
-             "  }\n";
-      src += "  for (; e < n; e += s_) {\n    unsigned outside = 0;\n" + one_fast +
-             "    if (outside != 0) {\n      tessera_fix_[slot_] = 1u;\n      continue;\n    }\n" + one_stores + "  }\n}\n";
+             computed + mark + stores + "  }\n";
+      src += "  for (; e < n; e += s_) {\n    unsigned outside = 0;\n" + one_fast + mark + one_stores + "  }\n}\n";
       src += head("tessera_fused_fix", ", int force_", "  if (force_ == 0 && tessera_fix_[slot_] == 0u) return;\n") +
              full_loop +
              "  if (force_ == 0) {\n    __threadfence();\n"
